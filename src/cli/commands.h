@@ -1,0 +1,12 @@
+#pragma once
+// Each subcommand lives in its own file and registers itself on the app; main.cpp only lists them.
+#include <CLI/CLI.hpp>
+
+namespace df::cli {
+
+void register_inspect(CLI::App& app);
+void register_make_model(CLI::App& app);
+void register_run(CLI::App& app);
+void register_chat(CLI::App& app);
+
+}  // namespace df::cli
