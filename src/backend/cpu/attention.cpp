@@ -1,0 +1,90 @@
+// Causal GQA attention over the f16 KV cache, as llama.cpp computes it without flash attention:
+// kq = mul_mat(K_f16, Q) (Q rounded to f16), soft_max_ext (scale in f32, exp sum in double),
+// kqv = mul_mat(V_f16ᵀ, P) (P rounded to f16).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/f16_table.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace df::backend {
+namespace {
+
+// Per-thread scratch: scores (n_ctx floats), then f16 probabilities and the f16 query packed two per float.
+size_t scratch_per_thread(int n_ctx, int head_dim) {
+  return static_cast<size_t>(n_ctx) + static_cast<size_t>(n_ctx + 1) / 2 +
+         static_cast<size_t>(head_dim + 1) / 2;
+}
+
+}  // namespace
+
+void CpuBackend::kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t rows, int pos0) {
+  if (pos0 < 0 || pos0 + rows > kv.n_ctx)
+    fail("kv cache: positions {}..{} do not fit in a context of {}", pos0, pos0 + rows - 1, kv.n_ctx);
+  const int64_t row = static_cast<int64_t>(kv.n_head_kv) * kv.head_dim;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t p = pos0 + r;
+    for (int64_t i = 0; i < row; ++i) {
+      kv.k[p * row + i] = quant::fp32_to_fp16(k[r * row + i]);
+      kv.v[i * kv.n_ctx + p] = quant::fp32_to_fp16(v[r * row + i]);
+    }
+  }
+}
+
+size_t CpuBackend::attention_scratch_floats(int n_ctx, int head_dim) const {
+  return scratch_per_thread(n_ctx, head_dim) * static_cast<size_t>(pool_.size());
+}
+
+void CpuBackend::attention(const KvCacheView& kv, const float* q, int64_t rows, int pos0, int n_head,
+                           float scale, float* out, std::span<float> scratch) {
+  if (rows <= 0) return;
+  if (pos0 < 0 || pos0 + rows > kv.n_ctx)
+    fail("attention: positions {}..{} do not fit in a context of {}", pos0, pos0 + rows - 1, kv.n_ctx);
+  if (kv.n_head_kv <= 0 || n_head % kv.n_head_kv != 0)
+    fail("attention: {} query heads cannot share {} KV heads", n_head, kv.n_head_kv);
+  const size_t per_thread = scratch_per_thread(kv.n_ctx, kv.head_dim);
+  if (scratch.size() < attention_scratch_floats(kv.n_ctx, kv.head_dim))
+    fail("attention: scratch of {} floats, {} needed", scratch.size(),
+         attention_scratch_floats(kv.n_ctx, kv.head_dim));
+
+  const float* f16 = f16_to_f32_table();
+  const int hd = kv.head_dim, group = n_head / kv.n_head_kv;
+  const int64_t kv_row = static_cast<int64_t>(kv.n_head_kv) * hd;
+
+  pool_.parallel_parts(rows * n_head, 1, [&](int part, int64_t begin, int64_t end) {
+    float* scores = scratch.data() + per_thread * static_cast<size_t>(part);
+    auto* probs = reinterpret_cast<uint16_t*>(scores + kv.n_ctx);
+    auto* q16 = probs + ((kv.n_ctx + 1) / 2) * 2;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t r = task / n_head;
+      const int h = static_cast<int>(task % n_head), kh = h / group;
+      const int64_t n_kv = pos0 + r + 1;  // causal: keys 0..p
+      const float* qr = q + (r * n_head + h) * hd;
+      for (int d = 0; d < hd; ++d) q16[d] = quant::fp32_to_fp16(qr[d]);
+
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < n_kv; ++j) {
+        const float s = dot_f16(f16, kv.k + j * kv_row + kh * hd, q16, hd) * scale;
+        scores[j] = s;
+        max = std::max(max, s);
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j < n_kv; ++j) {
+        const float e = std::exp(scores[j] - max);
+        scores[j] = e;
+        sum += static_cast<double>(e);
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t j = 0; j < n_kv; ++j) probs[j] = quant::fp32_to_fp16(scores[j] * inv);
+
+      float* o = out + (r * n_head + h) * hd;
+      for (int d = 0; d < hd; ++d)
+        o[d] = dot_f16(f16, kv.v + (static_cast<int64_t>(kh) * hd + d) * kv.n_ctx, probs, n_kv);
+    }
+  });
+}
+
+}  // namespace df::backend

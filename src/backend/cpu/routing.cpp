@@ -1,0 +1,73 @@
+// Expert choice and weighting, as llama.cpp's build_moe_ffn: probabilities (sigmoid or softmax), top-k on
+// probabilities + selection bias, weights from the unbiased probabilities, normalised by their sum (in
+// double, clamped at 6.103515625e-5), optionally scaled; expert outputs combined in selection order.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/cpu_backend.h"
+#include "util/error.h"
+
+namespace df::backend {
+
+void CpuBackend::route(const RouterParams& p, const float* logits, int64_t rows, int32_t* ids,
+                       float* weights) {
+  constexpr int kMaxExperts = 4096;
+  if (p.n_expert <= 0 || p.n_expert > kMaxExperts || p.k <= 0 || p.k > p.n_expert)
+    fail("router: cannot choose {} of {} experts (at most {})", p.k, p.n_expert, kMaxExperts);
+  std::array<float, kMaxExperts> probs, score;
+  const size_t E = static_cast<size_t>(p.n_expert);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* l = logits + r * p.n_expert;
+    if (p.gating == Gating::Sigmoid) {
+      for (size_t e = 0; e < E; ++e) probs[e] = 1.0f / (1.0f + std::exp(-l[e]));
+    } else {
+      float max = -std::numeric_limits<float>::infinity();
+      for (size_t e = 0; e < E; ++e) max = std::max(max, l[e]);
+      double sum = 0.0;
+      for (size_t e = 0; e < E; ++e) {
+        probs[e] = std::exp(l[e] - max);
+        sum += static_cast<double>(probs[e]);
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (size_t e = 0; e < E; ++e) probs[e] *= inv;
+    }
+    for (size_t e = 0; e < E; ++e) score[e] = p.selection_bias ? probs[e] + p.selection_bias[e] : probs[e];
+
+    int32_t* id = ids + r * p.k;
+    float* w = weights + r * p.k;
+    // k passes of a max search: descending score, the lowest id first on an exact tie.
+    std::array<bool, kMaxExperts> taken{};
+    for (int j = 0; j < p.k; ++j) {
+      size_t best = E;
+      for (size_t e = 0; e < E; ++e)
+        if (!taken[e] && (best == E || score[e] > score[best])) best = e;
+      taken[best] = true;
+      id[j] = static_cast<int32_t>(best);
+      w[j] = probs[best];
+    }
+    if (p.normalize) {
+      double sum = 0.0;
+      for (int j = 0; j < p.k; ++j) sum += static_cast<double>(w[j]);
+      const float s = std::max(static_cast<float>(sum), 6.103515625e-5f);
+      for (int j = 0; j < p.k; ++j) w[j] /= s;
+    }
+    if (p.scale != 0.0f && p.scale != 1.0f)
+      for (int j = 0; j < p.k; ++j) w[j] *= p.scale;
+  }
+}
+
+void CpuBackend::moe_combine(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
+                             float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* w = weights + r * k;
+    const float* e = expert_out + r * k * n;
+    float* o = out + r * n;
+    for (int64_t i = 0; i < n; ++i) o[i] = e[i] * w[0];
+    for (int j = 1; j < k; ++j)
+      for (int64_t i = 0; i < n; ++i) o[i] = o[i] + e[j * n + i] * w[j];
+  }
+}
+
+}  // namespace df::backend

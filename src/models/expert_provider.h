@@ -1,0 +1,83 @@
+#pragma once
+// The only way a model reaches its routed experts. A provider hands out read-only views of one expert's
+// gate/up/down rows between acquire() and release(); prefetch() is a hint with guessed ids for a later
+// layer. The resident provider keeps every expert in RAM; a disk-backed, budgeted cache plugs in here
+// without touching the model code. Whatever the provider does, the expert bytes are the GGUF's, so the
+// model's output never depends on it.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gguf/ggml_types.h"
+
+namespace df::gguf {
+class File;
+}
+
+namespace df::models {
+
+// One expert: gate and up are n_ff rows of n_embd values, down is n_embd rows of n_ff values, each in its
+// block type (ggml layout, rows contiguous).
+struct ExpertView {
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  const void* down = nullptr;
+  GgmlType gate_type = GgmlType::F32;
+  GgmlType up_type = GgmlType::F32;
+  GgmlType down_type = GgmlType::F32;
+};
+
+// Where the experts of one MoE layer live in the GGUF: ffn_{gate,up}_exps {n_embd, n_ff, n_expert} and
+// ffn_down_exps {n_ff, n_embd, n_expert}; expert e is the e-th slab of each.
+struct ExpertLayerLayout {
+  int model_layer = 0;
+  int n_expert = 0;
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;
+  std::string gate_name, up_name, down_name;
+  GgmlType gate_type = GgmlType::F32, up_type = GgmlType::F32, down_type = GgmlType::F32;
+
+  size_t gate_bytes() const { return ggml_row_bytes(gate_type, n_embd) * static_cast<size_t>(n_ff); }
+  size_t up_bytes() const { return ggml_row_bytes(up_type, n_embd) * static_cast<size_t>(n_ff); }
+  size_t down_bytes() const { return ggml_row_bytes(down_type, n_ff) * static_cast<size_t>(n_embd); }
+};
+
+// Indexed by MoE layer (0 = the first MoE layer of the model).
+struct ExpertLayout {
+  std::vector<ExpertLayerLayout> layers;
+};
+
+class ExpertProvider {
+ public:
+  virtual ~ExpertProvider() = default;
+  // Guessed ids of a later MoE layer: start fetching them if that helps. Never required for correctness.
+  virtual void prefetch(int moe_layer, std::span<const int32_t> guessed_ids) = 0;
+  // The ids the model is about to acquire for this layer (each once), so that a disk provider can issue
+  // every read at once before the first acquire() waits. Optional.
+  virtual void will_acquire(int /*moe_layer*/, std::span<const int32_t> /*ids*/) {}
+  // A view valid until the matching release(). Throws df::Error for an id out of range or a failed read.
+  virtual ExpertView acquire(int moe_layer, int expert) = 0;
+  virtual void release(int moe_layer, int expert) = 0;
+};
+
+// Every expert read from the GGUF into RAM at construction.
+class ResidentExpertProvider final : public ExpertProvider {
+ public:
+  ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout);
+
+  void prefetch(int, std::span<const int32_t>) override {}
+  ExpertView acquire(int moe_layer, int expert) override;
+  void release(int, int) override {}
+  size_t bytes() const;
+
+ private:
+  struct Layer {
+    ExpertLayerLayout layout;
+    std::vector<uint8_t> gate, up, down;
+  };
+  std::vector<Layer> layers_;
+};
+
+}  // namespace df::models

@@ -1,0 +1,352 @@
+// lfm2moe forward pass (ARCHITECTURES.md 3.3), written against the backend ops. One batch of T tokens goes
+// through every layer together; each MoE layer routes all T tokens, then acquires each chosen expert once
+// and applies it to the tokens routed to it. All buffers live in the state and grow only when a batch is
+// larger than any before, so decoding allocates nothing.
+#include "models/lfm2moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "util/error.h"
+
+namespace df::models {
+
+// Buffers for a batch of up to `rows` tokens.
+struct Lfm2MoeModel::Workspace {
+  int64_t rows = 0;
+  std::vector<int32_t> pos;
+  std::vector<float> x, xn, mix, y, bcx, q, k, v, att, gate, up;
+  std::vector<float> router_logits, expert_weights, expert_out, moe;
+  std::vector<int32_t> expert_ids;
+  // Per-expert batches: the (token, slot) entries routed to each expert, grouped by expert.
+  std::vector<int32_t> expert_count, expert_start, expert_entries, used;
+  std::vector<float> ex_in, ex_gate, ex_up, ex_out;
+  // Prefetch guesses.
+  std::vector<float> guess_xn, guess_logits, guess_weights;
+  std::vector<int32_t> guess_ids, guess_list;
+  std::vector<uint8_t> guess_mask;
+  std::vector<uint8_t> scratch;
+  std::vector<float> attn_scratch;
+};
+
+class Lfm2MoeModel::State final : public ModelState {
+ public:
+  State(const Lfm2MoeModel& model, int n_ctx) : model_(&model), n_ctx_(n_ctx) {
+    const auto& c = model.cfg_;
+    const size_t kv_row = static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim);
+    k.resize(static_cast<size_t>(c.n_layer));
+    v.resize(static_cast<size_t>(c.n_layer));
+    conv.resize(static_cast<size_t>(c.n_layer));
+    for (size_t il = 0; il < static_cast<size_t>(c.n_layer); ++il) {
+      if (c.attn[il]) {
+        k[il].assign(kv_row * static_cast<size_t>(n_ctx), 0);
+        v[il].assign(kv_row * static_cast<size_t>(n_ctx), 0);
+      } else {
+        conv[il].assign(static_cast<size_t>(c.l_cache - 1) * static_cast<size_t>(c.n_embd), 0.0f);
+      }
+    }
+    ws.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, c.head_dim));
+  }
+
+  int n_ctx() const override { return n_ctx_; }
+  void reset() override {
+    n_past = 0;
+    for (auto& s : conv) std::fill(s.begin(), s.end(), 0.0f);
+  }
+  size_t bytes() const override {
+    size_t total = ws.attn_scratch.size() * sizeof(float) + ws.scratch.size();
+    for (size_t il = 0; il < k.size(); ++il)
+      total += (k[il].size() + v[il].size()) * sizeof(uint16_t) + conv[il].size() * sizeof(float);
+    for (const auto* b : {&ws.x,
+                          &ws.xn,
+                          &ws.mix,
+                          &ws.y,
+                          &ws.bcx,
+                          &ws.q,
+                          &ws.k,
+                          &ws.v,
+                          &ws.att,
+                          &ws.gate,
+                          &ws.up,
+                          &ws.router_logits,
+                          &ws.expert_weights,
+                          &ws.expert_out,
+                          &ws.moe,
+                          &ws.ex_in,
+                          &ws.ex_gate,
+                          &ws.ex_up,
+                          &ws.ex_out,
+                          &ws.guess_xn,
+                          &ws.guess_logits,
+                          &ws.guess_weights})
+      total += b->size() * sizeof(float);
+    return total;
+  }
+
+  backend::KvCacheView kv(int il) {
+    const auto& c = model_->cfg_;
+    return backend::KvCacheView{k[static_cast<size_t>(il)].data(), v[static_cast<size_t>(il)].data(), n_ctx_,
+                                c.n_head_kv, c.head_dim};
+  }
+
+  // Grows the batch buffers to hold T tokens (no-op when they already do).
+  void reserve(int64_t T) {
+    if (T <= ws.rows) return;
+    const auto& c = model_->cfg_;
+    const size_t t = static_cast<size_t>(T), H = static_cast<size_t>(c.n_embd);
+    const size_t q_dim = static_cast<size_t>(c.n_head) * static_cast<size_t>(c.head_dim);
+    const size_t kv_dim = static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim);
+    const size_t E = static_cast<size_t>(c.n_expert), K = static_cast<size_t>(c.n_expert_used);
+    const size_t F = static_cast<size_t>(c.n_ff_exp);
+    size_t ff = 0;
+    for (int il = 0; il < c.n_dense_lead; ++il)
+      ff = std::max(ff, static_cast<size_t>(c.n_ff[static_cast<size_t>(il)]));
+    ws.pos.resize(t);
+    for (auto* b : {&ws.x, &ws.xn, &ws.mix, &ws.y, &ws.moe, &ws.ex_in, &ws.ex_out, &ws.guess_xn})
+      b->resize(t * H);
+    ws.bcx.resize(t * 3 * H);
+    ws.q.resize(t * q_dim);
+    ws.att.resize(t * q_dim);
+    ws.k.resize(t * kv_dim);
+    ws.v.resize(t * kv_dim);
+    ws.gate.resize(t * ff);
+    ws.up.resize(t * ff);
+    ws.router_logits.resize(t * E);
+    ws.guess_logits.resize(t * E);
+    ws.expert_ids.resize(t * K);
+    ws.expert_weights.resize(t * K);
+    ws.guess_ids.resize(t * K);
+    ws.guess_weights.resize(t * K);
+    ws.expert_out.resize(t * K * H);
+    ws.expert_entries.resize(t * K);
+    ws.expert_count.resize(E);
+    ws.expert_start.resize(E + 1);
+    ws.used.resize(E);
+    ws.guess_list.resize(E);
+    ws.guess_mask.resize(E);
+    ws.ex_gate.resize(t * F);
+    ws.ex_up.resize(t * F);
+    ws.scratch.resize(t * model_->max_act_row_bytes_);
+    ws.rows = T;
+  }
+
+  const Lfm2MoeModel* model_;
+  int n_ctx_;
+  std::vector<std::vector<uint16_t>> k, v;  // per layer, attention layers only
+  std::vector<std::vector<float>> conv;     // per layer, short-conv layers only
+  Workspace ws;
+};
+
+std::unique_ptr<ModelState> Lfm2MoeModel::new_state(int n_ctx) {
+  if (n_ctx < 1) fail("lfm2moe: context size {} must be at least 1", n_ctx);
+  return std::make_unique<State>(*this, n_ctx);
+}
+
+void Lfm2MoeModel::matmul(State& st, const backend::Weight& w, const float* x, int64_t rows, float* y) {
+  backend_->matmul(w, x, rows, y, st.ws.scratch);
+}
+
+backend::RouterParams Lfm2MoeModel::router_params(const Layer& layer) const {
+  backend::RouterParams p;
+  p.gating = backend::Gating::Sigmoid;
+  p.n_expert = cfg_.n_expert;
+  p.k = cfg_.n_expert_used;
+  p.selection_bias = layer.selection_bias;
+  p.normalize = true;
+  p.scale = 1.0f;  // llama.cpp applies no expert weight scale to lfm2moe
+  return p;
+}
+
+void Lfm2MoeModel::forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits,
+                           bool all_rows, ForwardCapture* capture) {
+  auto* st = dynamic_cast<State*>(&state);
+  if (!st || st->model_ != this) fail("lfm2moe: forward() was given a state made by another model");
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  if (T == 0) fail("lfm2moe: forward() needs at least one token");
+  if (st->n_past < 0 || st->n_past + T > st->n_ctx())
+    fail("lfm2moe: context full: {} positions used + {} new tokens > context size {}", st->n_past, T,
+         st->n_ctx());
+  const size_t want = static_cast<size_t>(all_rows ? T : 1) * static_cast<size_t>(cfg_.n_vocab);
+  if (logits.size() != want)
+    fail("lfm2moe: logits buffer holds {} floats, {} expected ({} rows of {})", logits.size(), want,
+         all_rows ? T : 1, cfg_.n_vocab);
+  for (int32_t id : tokens)
+    if (id < 0 || id >= cfg_.n_vocab)
+      fail("lfm2moe: token id {} is out of range (vocabulary of {})", id, cfg_.n_vocab);
+
+  st->reserve(T);
+  Workspace& ws = st->ws;
+  const int64_t H = cfg_.n_embd;
+  for (int64_t t = 0; t < T; ++t) ws.pos[static_cast<size_t>(t)] = static_cast<int32_t>(st->n_past + t);
+  if (capture) {
+    const size_t moe_entries = expert_layout_.layers.size() * static_cast<size_t>(T * cfg_.n_expert_used);
+    capture->expert_ids.assign(moe_entries, -1);
+    capture->expert_weights.assign(moe_entries, 0.0f);
+    if (capture->want_layers) capture->l_out.assign(static_cast<size_t>(cfg_.n_layer * T * H), 0.0f);
+  }
+
+  backend_->get_rows(tok_embd_, tokens, ws.x.data());
+  for (int il = 0; il < cfg_.n_layer; ++il) {
+    run_layer(*st, il, T, capture);
+    if (capture && capture->want_layers)
+      std::copy_n(ws.x.data(), T * H,
+                  capture->l_out.data() + static_cast<size_t>(il) * static_cast<size_t>(T * H));
+  }
+
+  const int64_t rows = all_rows ? T : 1;
+  const float* last = ws.x.data() + (T - rows) * H;
+  backend_->rms_norm(last, rows, H, output_norm_, cfg_.eps, ws.xn.data());
+  matmul(*st, output_, ws.xn.data(), rows, logits.data());
+  st->n_past += static_cast<int>(T);
+}
+
+void Lfm2MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* capture) {
+  const Layer& l = layers_[static_cast<size_t>(il)];
+  Workspace& ws = st.ws;
+  const int64_t H = cfg_.n_embd, hd = cfg_.head_dim;
+  backend::Backend& be = *backend_;
+
+  be.rms_norm(ws.x.data(), T, H, l.attn_norm, cfg_.eps, ws.xn.data());
+  if (cfg_.attn[static_cast<size_t>(il)]) {
+    matmul(st, l.wq, ws.xn.data(), T, ws.q.data());
+    matmul(st, l.wk, ws.xn.data(), T, ws.k.data());
+    matmul(st, l.wv, ws.xn.data(), T, ws.v.data());
+    be.rms_norm(ws.q.data(), T * cfg_.n_head, hd, l.q_norm, cfg_.eps, ws.q.data());
+    be.rms_norm(ws.k.data(), T * cfg_.n_head_kv, hd, l.k_norm, cfg_.eps, ws.k.data());
+    be.rope_neox(ws.q.data(), T, cfg_.n_head, cfg_.head_dim, cfg_.n_rot, ws.pos.data(), cfg_.rope_theta,
+                 cfg_.rope_freq_scale);
+    be.rope_neox(ws.k.data(), T, cfg_.n_head_kv, cfg_.head_dim, cfg_.n_rot, ws.pos.data(), cfg_.rope_theta,
+                 cfg_.rope_freq_scale);
+    const backend::KvCacheView kv = st.kv(il);
+    be.kv_store(kv, ws.k.data(), ws.v.data(), T, st.n_past);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    be.attention(kv, ws.q.data(), T, st.n_past, cfg_.n_head, scale, ws.att.data(), ws.attn_scratch);
+    matmul(st, l.wo, ws.att.data(), T, ws.mix.data());
+  } else {
+    matmul(st, l.in_proj, ws.xn.data(), T, ws.bcx.data());
+    be.short_conv(ws.bcx.data(), T, H, l.conv, cfg_.l_cache, st.conv[static_cast<size_t>(il)].data(),
+                  ws.y.data());
+    matmul(st, l.out_proj, ws.y.data(), T, ws.mix.data());
+  }
+  be.add(ws.x.data(), ws.mix.data(), T * H);
+
+  if (l.moe_index < 0) {
+    const int64_t ff = l.ffn_gate.n_out;
+    be.rms_norm(ws.x.data(), T, H, l.ffn_norm, cfg_.eps, ws.xn.data());
+    matmul(st, l.ffn_gate, ws.xn.data(), T, ws.gate.data());
+    matmul(st, l.ffn_up, ws.xn.data(), T, ws.up.data());
+    be.swiglu(ws.gate.data(), ws.up.data(), T * ff, ws.gate.data());
+    matmul(st, l.ffn_down, ws.gate.data(), T, ws.mix.data());
+    be.add(ws.x.data(), ws.mix.data(), T * H);
+  } else {
+    run_moe(st, l, T, capture);
+  }
+}
+
+// The seed's prefetch rule: the routers of the next MoE layers applied to the current (post-operator)
+// state. Only the provider sees the result.
+void Lfm2MoeModel::prefetch_guesses(State& st, int moe_index, int64_t T) {
+  Workspace& ws = st.ws;
+  const int n_moe = static_cast<int>(expert_layout_.layers.size());
+  const int64_t H = cfg_.n_embd, K = cfg_.n_expert_used;
+  for (int ahead = 1; ahead <= prefetch_lookahead_ && moe_index + ahead < n_moe; ++ahead) {
+    const int target = moe_index + ahead;
+    const Layer& g =
+        layers_[static_cast<size_t>(expert_layout_.layers[static_cast<size_t>(target)].model_layer)];
+    backend_->rms_norm(ws.x.data(), T, H, g.ffn_norm, cfg_.eps, ws.guess_xn.data());
+    matmul(st, g.router, ws.guess_xn.data(), T, ws.guess_logits.data());
+    backend_->route(router_params(g), ws.guess_logits.data(), T, ws.guess_ids.data(),
+                    ws.guess_weights.data());
+    std::fill(ws.guess_mask.begin(), ws.guess_mask.end(), 0);
+    for (int64_t i = 0; i < T * K; ++i)
+      ws.guess_mask[static_cast<size_t>(ws.guess_ids[static_cast<size_t>(i)])] = 1;
+    size_t n = 0;
+    for (int e = 0; e < cfg_.n_expert; ++e)
+      if (ws.guess_mask[static_cast<size_t>(e)]) ws.guess_list[n++] = e;
+    experts_->prefetch(target, std::span<const int32_t>(ws.guess_list.data(), n));
+  }
+}
+
+namespace {
+
+// Releases an acquired expert on every path out of the scope.
+class ExpertLease {
+ public:
+  ExpertLease(ExpertProvider& p, int layer, int expert) : p_(p), layer_(layer), expert_(expert) {
+    view_ = p_.acquire(layer, expert);
+  }
+  ~ExpertLease() { p_.release(layer_, expert_); }
+  ExpertLease(const ExpertLease&) = delete;
+  ExpertLease& operator=(const ExpertLease&) = delete;
+  const ExpertView& view() const { return view_; }
+
+ private:
+  ExpertProvider& p_;
+  int layer_, expert_;
+  ExpertView view_;
+};
+
+}  // namespace
+
+void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture* capture) {
+  Workspace& ws = st.ws;
+  backend::Backend& be = *backend_;
+  const int64_t H = cfg_.n_embd, K = cfg_.n_expert_used, F = cfg_.n_ff_exp, E = cfg_.n_expert;
+  const int moe = l.moe_index;
+
+  prefetch_guesses(st, moe, T);
+
+  be.rms_norm(ws.x.data(), T, H, l.ffn_norm, cfg_.eps, ws.xn.data());
+  matmul(st, l.router, ws.xn.data(), T, ws.router_logits.data());
+  be.route(router_params(l), ws.router_logits.data(), T, ws.expert_ids.data(), ws.expert_weights.data());
+
+  // Group the T·K (token, slot) entries by expert, tokens in order within each expert.
+  std::fill(ws.expert_count.begin(), ws.expert_count.end(), 0);
+  for (int64_t i = 0; i < T * K; ++i)
+    ++ws.expert_count[static_cast<size_t>(ws.expert_ids[static_cast<size_t>(i)])];
+  size_t n_used = 0;
+  ws.expert_start[0] = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    ws.expert_start[static_cast<size_t>(e + 1)] =
+        ws.expert_start[static_cast<size_t>(e)] + ws.expert_count[static_cast<size_t>(e)];
+    if (ws.expert_count[static_cast<size_t>(e)] > 0) ws.used[n_used++] = static_cast<int32_t>(e);
+  }
+  std::fill(ws.expert_count.begin(), ws.expert_count.end(), 0);
+  for (int64_t i = 0; i < T * K; ++i) {
+    const size_t e = static_cast<size_t>(ws.expert_ids[static_cast<size_t>(i)]);
+    ws.expert_entries[static_cast<size_t>(ws.expert_start[e] + ws.expert_count[e]++)] =
+        static_cast<int32_t>(i);
+  }
+
+  experts_->will_acquire(moe, std::span<const int32_t>(ws.used.data(), n_used));
+  for (size_t u = 0; u < n_used; ++u) {
+    const int e = ws.used[u];
+    const int32_t* entries = ws.expert_entries.data() + ws.expert_start[static_cast<size_t>(e)];
+    const int64_t n = ws.expert_count[static_cast<size_t>(e)];
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(ws.xn.data() + (entries[i] / K) * H, H, ws.ex_in.data() + i * H);
+
+    ExpertLease lease(*experts_, moe, e);
+    const ExpertView& v = lease.view();
+    const backend::Weight gate{v.gate_type, v.gate, H, F}, up{v.up_type, v.up, H, F},
+        down{v.down_type, v.down, F, H};
+    matmul(st, gate, ws.ex_in.data(), n, ws.ex_gate.data());
+    matmul(st, up, ws.ex_in.data(), n, ws.ex_up.data());
+    be.swiglu(ws.ex_gate.data(), ws.ex_up.data(), n * F, ws.ex_gate.data());
+    matmul(st, down, ws.ex_gate.data(), n, ws.ex_out.data());
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(ws.ex_out.data() + i * H, H, ws.expert_out.data() + static_cast<int64_t>(entries[i]) * H);
+  }
+
+  be.moe_combine(ws.expert_out.data(), ws.expert_weights.data(), T, static_cast<int>(K), H, ws.moe.data());
+  be.add(ws.x.data(), ws.moe.data(), T * H);
+
+  if (capture) {
+    const size_t off = static_cast<size_t>(moe) * static_cast<size_t>(T * K);
+    std::copy_n(ws.expert_ids.data(), T * K, capture->expert_ids.data() + off);
+    std::copy_n(ws.expert_weights.data(), T * K, capture->expert_weights.data() + off);
+  }
+}
+
+}  // namespace df::models

@@ -1,0 +1,83 @@
+#pragma once
+// Liquid LFM2 MoE (GGUF architecture `lfm2moe`, ARCHITECTURES.md 3): gated short-conv and GQA attention
+// layers, leading dense SwiGLU layers, then sigmoid-routed SwiGLU experts with a selection bias; tied head
+// with token_embd_norm as the final norm.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "models/model.h"
+
+namespace df::models {
+
+struct Lfm2MoeConfig {
+  std::string name;
+  int n_layer = 0, n_embd = 0, n_vocab = 0, n_ctx_train = 0;
+  int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  std::vector<bool> attn;     // per layer: attention (else short conv)
+  std::vector<int64_t> n_ff;  // per layer: dense FFN width (used by the leading dense layers)
+  int n_dense_lead = 0;
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  int l_cache = 0;  // short-conv taps
+  float eps = 0, rope_theta = 0, rope_freq_scale = 1;
+};
+
+// The config from the GGUF's keys (and token_embd's shape for n_vocab), with the checks the engine relies
+// on: sigmoid gating, one KV head count for every attention layer, consistent head sizes.
+Lfm2MoeConfig lfm2moe_config(const gguf::File& file);
+
+class Lfm2MoeModel final : public Model {
+ public:
+  Lfm2MoeModel(const gguf::File& file, const LoadOptions& options);
+
+  const ModelInfo& info() const override { return info_; }
+  const Lfm2MoeConfig& config() const { return cfg_; }
+  std::unique_ptr<ModelState> new_state(int n_ctx) override;
+  void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits, bool all_rows,
+               ForwardCapture* capture = nullptr) override;
+  ExpertProvider& experts() override { return *experts_; }
+
+  struct Layer {
+    const float* attn_norm = nullptr;
+    const float* ffn_norm = nullptr;
+    // attention
+    backend::Weight wq, wk, wv, wo;
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    // short conv
+    backend::Weight in_proj, out_proj;
+    const float* conv = nullptr;  // {l_cache, n_embd}
+    // dense FFN
+    backend::Weight ffn_gate, ffn_up, ffn_down;
+    // MoE
+    backend::Weight router;
+    const float* selection_bias = nullptr;
+    int moe_index = -1;
+  };
+
+ private:
+  class State;
+  struct Workspace;
+  void run_layer(State& st, int il, int64_t T, ForwardCapture* capture);
+  void run_moe(State& st, const Layer& layer, int64_t T, ForwardCapture* capture);
+  void prefetch_guesses(State& st, int moe_index, int64_t T);
+  backend::RouterParams router_params(const Layer& layer) const;
+  void matmul(State& st, const backend::Weight& w, const float* x, int64_t rows, float* y);
+
+  Lfm2MoeConfig cfg_;
+  ModelInfo info_;
+  int prefetch_lookahead_ = 1;
+  std::unique_ptr<backend::Backend> backend_;
+  std::vector<std::vector<uint8_t>> storage_;
+  backend::Weight tok_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<Layer> layers_;
+  ExpertLayout expert_layout_;
+  std::unique_ptr<ExpertProvider> experts_;
+  size_t max_act_row_bytes_ = 0;
+};
+
+std::unique_ptr<Model> load_lfm2moe(const gguf::File& file, const LoadOptions& options);
+
+}  // namespace df::models

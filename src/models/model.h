@@ -1,0 +1,87 @@
+#pragma once
+// The architecture-independent model API the engine is written against. A model is loaded from a GGUF
+// (load_model dispatches on general.architecture), owns its dense weights, reaches its routed experts
+// only through an ExpertProvider, and runs batches of tokens against a ModelState (KV cache and recurrent
+// state of one sequence).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "models/expert_provider.h"
+
+namespace df::gguf {
+class File;
+}
+
+namespace df::models {
+
+struct ModelInfo {
+  std::string arch, name;
+  int n_vocab = 0;
+  int n_ctx_train = 0;
+  int n_layer = 0;
+  int n_embd = 0;
+  int n_head = 0;
+  int n_head_kv = 0;  // of the attention layers
+  int head_dim = 0;
+  int n_expert = 0;
+  int n_expert_used = 0;
+  std::vector<int> moe_layers;    // model layer index of each MoE layer, in order
+  std::vector<bool> attn_layers;  // per model layer: has a KV cache (else a recurrent/conv state)
+  float rms_eps = 0.0f;
+  float rope_theta = 0.0f;
+};
+
+// The per-sequence state: KV cache on attention layers, conv state on short-conv layers. n_past is the
+// number of positions already processed; only forward() and reset() change it (a recurrent state cannot
+// be rolled back, so a changed prefix means reset() and re-processing).
+class ModelState {
+ public:
+  virtual ~ModelState() = default;
+  int n_past = 0;
+  virtual int n_ctx() const = 0;
+  virtual void reset() = 0;
+  virtual size_t bytes() const = 0;  // memory held by the caches and buffers
+};
+
+// What forward() can report besides logits (tests, debugging, stats).
+struct ForwardCapture {
+  bool want_layers = false;
+  std::vector<float> l_out;         // want_layers: [n_layer][T][n_embd], the residual stream after each layer
+  std::vector<int32_t> expert_ids;  // [n_moe_layer][T][k], in selection order
+  std::vector<float> expert_weights;  // [n_moe_layer][T][k], the weights applied to those experts
+};
+
+struct LoadOptions {
+  int n_threads = 0;           // CPU threads; <= 0: one per hardware core
+  int prefetch_lookahead = 1;  // MoE layers guessed ahead with the current state; 0 turns prefetching off
+  // Builds the provider of the routed experts; empty: a ResidentExpertProvider (every expert in RAM).
+  std::function<std::unique_ptr<ExpertProvider>(const gguf::File&, const ExpertLayout&)> make_expert_provider;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelInfo& info() const = 0;
+  // A fresh state for sequences of up to n_ctx positions (df::Error when n_ctx < 1).
+  virtual std::unique_ptr<ModelState> new_state(int n_ctx) = 0;
+  // Runs `tokens` at positions state.n_past.. as ONE batch (a prefill chunk, or one token for decode) and
+  // advances n_past. Writes the logits of the last token (n_vocab floats) or, with all_rows, of every token
+  // (T * n_vocab) into `logits`, which must have exactly that size. Throws df::Error on an empty batch, a
+  // token id out of range, a full context, a wrong logits size or a state of another model (the state is
+  // untouched then); if it throws later (an expert read fails), the state must be reset() before reuse.
+  // Not reentrant: one forward at a time per Model.
+  virtual void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits,
+                       bool all_rows, ForwardCapture* capture = nullptr) = 0;
+  virtual ExpertProvider& experts() = 0;
+};
+
+// Dispatches on general.architecture. Throws df::Error for an unsupported architecture and for missing,
+// misshapen or mistyped tensors and keys (naming the tensor or key, what was expected and what was found).
+std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options = {});
+
+}  // namespace df::models

@@ -1,0 +1,108 @@
+#include "models/weight_loader.h"
+
+#include <fmt/format.h>
+
+#include "gguf/gguf.h"
+#include "util/error.h"
+
+namespace df::models {
+namespace {
+
+std::string shape_string(std::initializer_list<int64_t> shape) {
+  return fmt::format("{{{}}}", fmt::join(shape, ", "));
+}
+
+std::string types_string(std::initializer_list<GgmlType> types) {
+  std::vector<std::string_view> names;
+  for (GgmlType t : types) names.push_back(ggml_type_name(t));
+  return fmt::format("{}", fmt::join(names, " or "));
+}
+
+constexpr std::initializer_list<GgmlType> kAllTypes = {
+    GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
+    GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4,
+};
+
+}  // namespace
+
+bool WeightLoader::has(std::string_view name) const { return file_.find_tensor(name) != nullptr; }
+
+std::string WeightLoader::first_present(std::initializer_list<std::string_view> names) const {
+  for (auto n : names)
+    if (has(n)) return std::string(n);
+  return std::string(*names.begin());
+}
+
+const gguf::TensorInfo& WeightLoader::check(std::string_view name, std::initializer_list<int64_t> shape,
+                                            std::initializer_list<GgmlType> types) const {
+  const gguf::TensorInfo* t = file_.find_tensor(name);
+  if (!t)
+    fail("{}: {}: missing tensor '{}' (expected shape {})", file_.path(), arch_, name, shape_string(shape));
+  bool same = t->n_dims == shape.size();
+  size_t d = 0;
+  for (int64_t ne : shape) same = same && t->ne[d++] == ne;
+  if (!same)
+    fail("{}: {}: tensor '{}' has shape {}, expected {}", file_.path(), arch_, name, t->shape_string(),
+         shape_string(shape));
+  if (types.size() != 0) {
+    bool ok = false;
+    for (GgmlType ty : types) ok = ok || t->type == ty;
+    if (!ok)
+      fail("{}: {}: tensor '{}' has type {}, expected {}", file_.path(), arch_, name, ggml_type_name(t->type),
+           types_string(types));
+  }
+  return *t;
+}
+
+GgmlType WeightLoader::matmul_type(std::string_view name, std::initializer_list<int64_t> shape) const {
+  const gguf::TensorInfo& t = check(name, shape);
+  if (!backend_.supports_matmul(t.type)) {
+    std::vector<std::string_view> ok;
+    for (GgmlType ty : kAllTypes)
+      if (backend_.supports_matmul(ty)) ok.push_back(ggml_type_name(ty));
+    fail("{}: {}: tensor '{}' has type {}, which the {} backend cannot multiply (supported: {})",
+         file_.path(), arch_, name, ggml_type_name(t.type), backend_.name(), fmt::join(ok, ", "));
+  }
+  return t.type;
+}
+
+backend::Weight WeightLoader::matrix(std::string_view name, int64_t n_in, int64_t n_out) {
+  const GgmlType type = matmul_type(name, {n_in, n_out});
+  const gguf::TensorInfo& t = *file_.find_tensor(name);
+  auto& bytes = storage_.emplace_back(t.nbytes);
+  file_.read_tensor(t, bytes.data());
+  bytes_ += t.nbytes;
+  return backend::Weight{type, bytes.data(), n_in, n_out};
+}
+
+const float* WeightLoader::f32(std::string_view name, std::initializer_list<int64_t> shape) {
+  const gguf::TensorInfo& t = check(name, shape, {GgmlType::F32});
+  auto& bytes = storage_.emplace_back(t.nbytes);
+  file_.read_tensor(t, bytes.data());
+  bytes_ += t.nbytes;
+  return reinterpret_cast<const float*>(bytes.data());
+}
+
+std::vector<int64_t> per_layer_ints(const gguf::File& file, const std::string& key, int n_layer) {
+  const gguf::Value& v = file.require(key);
+  std::vector<int64_t> out;
+  if (v.is_array()) {
+    if (v.arr.size() != static_cast<size_t>(n_layer))
+      fail("{}: GGUF key '{}' has {} entries, expected one per layer ({})", file.path(), key, v.arr.size(),
+           n_layer);
+    for (const auto& e : v.arr) out.push_back(e.as_int(key));
+  } else {
+    out.assign(static_cast<size_t>(n_layer), v.as_int(key));
+  }
+  for (int64_t x : out)
+    if (x < 0) fail("{}: GGUF key '{}' holds a negative value {}", file.path(), key, x);
+  return out;
+}
+
+int64_t require_int_in(const gguf::File& file, const std::string& key, int64_t lo, int64_t hi) {
+  const int64_t v = file.require_int(key);
+  if (v < lo || v > hi) fail("{}: GGUF key '{}' = {} is out of range ({}..{})", file.path(), key, v, lo, hi);
+  return v;
+}
+
+}  // namespace df::models

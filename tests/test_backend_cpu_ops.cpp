@@ -1,0 +1,464 @@
+// Every CPU backend op against a float64 reference on random inputs and several shapes (odd ones included
+// where the op allows), plus the properties the models rely on: results independent of the batch split
+// and of the thread count, and df::Error on misuse.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/thread_pool.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace df::backend {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<float> dequantized(GgmlType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(rows * n));
+  const size_t rb = ggml_row_bytes(t, n);
+  for (int64_t r = 0; r < rows; ++r)
+    quant::dequantize_row(t, bytes.data() + static_cast<size_t>(r) * rb, out.data() + r * n, n);
+  return out;
+}
+
+std::vector<uint8_t> quantized(GgmlType t, const std::vector<float>& x, int64_t rows, int64_t n) {
+  std::vector<uint8_t> out(ggml_row_bytes(t, n) * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    quant::quantize_row(t, x.data() + r * n, out.data() + static_cast<size_t>(r) * ggml_row_bytes(t, n), n);
+  return out;
+}
+
+// ---- thread pool ----
+
+TEST(ThreadPool, CoversEveryIndexOnceForAnySizeAndGrain) {
+  ThreadPool pool(3);
+  for (int64_t n : {1, 2, 3, 7, 100, 1001}) {
+    for (int64_t grain : {1, 4, 1000}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<int> max_part{0};
+      pool.parallel_parts(n, grain, [&](int part, int64_t b, int64_t e) {
+        int seen = max_part.load();
+        while (part > seen && !max_part.compare_exchange_weak(seen, part)) {
+        }
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n=" << n << " i=" << i;
+      EXPECT_LT(max_part.load(), pool.size());
+    }
+  }
+}
+
+TEST(ThreadPool, RethrowsAnExceptionFromAWorker) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.parallel_for(10, 1,
+                                 [](int64_t b, int64_t) {
+                                   if (b > 0) fail("boom");
+                                 }),
+               Error);
+  int64_t total = 0;  // still usable afterwards
+  pool.parallel_for(10, 100, [&](int64_t b, int64_t e) { total += e - b; });
+  EXPECT_EQ(total, 10);
+}
+
+// ---- matmul ----
+
+struct MatmulCase {
+  GgmlType type;
+  int64_t n_in;
+};
+
+void PrintTo(const MatmulCase& c, std::ostream* os) { *os << ggml_type_name(c.type) << " n_in=" << c.n_in; }
+
+class Matmul : public ::testing::TestWithParam<MatmulCase> {};
+
+TEST_P(Matmul, MatchesFloat64ReferenceOnQuantizedActivations) {
+  const auto [type, n_in] = GetParam();
+  const int64_t n_out = 37;
+  CpuBackend be(3);
+  const auto wf = random_floats(static_cast<size_t>(n_in * n_out), 1);
+  const auto wq = quantized(type, wf, n_out, n_in);
+  const auto wd = dequantized(type, wq, n_out, n_in);
+  const Weight w{type, wq.data(), n_in, n_out};
+
+  for (int64_t rows : {1, 3, 5}) {
+    const auto x = random_floats(static_cast<size_t>(rows * n_in), 2 + static_cast<uint32_t>(rows), 0.7f);
+    std::vector<uint8_t> scratch(be.matmul_scratch_bytes(type, n_in, rows));
+    std::vector<float> y(static_cast<size_t>(rows * n_out));
+    be.matmul(w, x.data(), rows, y.data(), scratch);
+
+    // The activation as the kernel sees it: converted to the vec_dot type and back.
+    const GgmlType act = quant::vec_dot_type(type);
+    std::vector<uint8_t> xq(ggml_row_bytes(act, n_in));
+    std::vector<float> xd(static_cast<size_t>(n_in));
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::quantize_activation(act, x.data() + r * n_in, xq.data(), n_in);
+      quant::dequantize_row(act, xq.data(), xd.data(), n_in);
+      for (int64_t o = 0; o < n_out; ++o) {
+        double ref = 0, mag = 0, ref_f32 = 0, mag_f32 = 0;
+        for (int64_t i = 0; i < n_in; ++i) {
+          const double wi = wd[static_cast<size_t>(o * n_in + i)];
+          ref += wi * xd[static_cast<size_t>(i)];
+          mag += std::abs(wi * xd[static_cast<size_t>(i)]);
+          ref_f32 += wi * x[static_cast<size_t>(r * n_in + i)];
+          mag_f32 += std::abs(wi * x[static_cast<size_t>(r * n_in + i)]);
+        }
+        const double got = y[static_cast<size_t>(r * n_out + o)];
+        // Q4_1's min term uses Q8_1's block sum s stored as f16 (llama.cpp's numerics), 2^-11 relative.
+        const double rel = type == GgmlType::Q4_1 ? 1e-3 : 1e-5;
+        ASSERT_NEAR(got, ref, rel * mag + 1e-6)
+            << ggml_type_name(type) << " rows=" << rows << " r=" << r << " o=" << o;
+        // And close to the unquantized product: activation rounding stays below 8-bit precision.
+        ASSERT_NEAR(got, ref_f32, 0.02 * mag_f32 + 1e-6) << ggml_type_name(type);
+      }
+    }
+  }
+}
+
+// The backend is the scalar reference: every element is bit-identical to quant::vec_dot (fast paths too).
+TEST_P(Matmul, EqualsScalarVecDotBitForBit) {
+  const auto [type, n_in] = GetParam();
+  const int64_t n_out = 13, rows = 2;
+  const auto wq = quantized(type, random_floats(static_cast<size_t>(n_in * n_out), 17), n_out, n_in);
+  const Weight w{type, wq.data(), n_in, n_out};
+  const auto x = random_floats(static_cast<size_t>(rows * n_in), 18);
+  CpuBackend be(2);
+  std::vector<uint8_t> scratch(be.matmul_scratch_bytes(type, n_in, rows));
+  std::vector<float> y(static_cast<size_t>(rows * n_out));
+  be.matmul(w, x.data(), rows, y.data(), scratch);
+  const GgmlType act = quant::vec_dot_type(type);
+  std::vector<uint8_t> xq(ggml_row_bytes(act, n_in));
+  for (int64_t r = 0; r < rows; ++r) {
+    quant::quantize_activation(act, x.data() + r * n_in, xq.data(), n_in);
+    for (int64_t o = 0; o < n_out; ++o)
+      ASSERT_EQ(y[static_cast<size_t>(r * n_out + o)], quant::vec_dot(type, w.row(o), xq.data(), n_in))
+          << ggml_type_name(type) << " r=" << r << " o=" << o;
+  }
+}
+
+TEST_P(Matmul, RowsDoNotDependOnBatchOrThreads) {
+  const auto [type, n_in] = GetParam();
+  const int64_t n_out = 29, rows = 4;
+  const auto wq = quantized(type, random_floats(static_cast<size_t>(n_in * n_out), 7), n_out, n_in);
+  const Weight w{type, wq.data(), n_in, n_out};
+  const auto x = random_floats(static_cast<size_t>(rows * n_in), 8);
+  CpuBackend one(1), three(3);
+  std::vector<uint8_t> scratch(one.matmul_scratch_bytes(type, n_in, rows));
+  std::vector<float> batch(static_cast<size_t>(rows * n_out)), threaded(batch.size()), single(batch.size());
+  one.matmul(w, x.data(), rows, batch.data(), scratch);
+  three.matmul(w, x.data(), rows, threaded.data(), scratch);
+  for (int64_t r = 0; r < rows; ++r)
+    one.matmul(w, x.data() + r * n_in, 1, single.data() + r * n_out, scratch);
+  EXPECT_EQ(batch, threaded);
+  EXPECT_EQ(batch, single);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Matmul,
+                         ::testing::Values(MatmulCase{GgmlType::F32, 67}, MatmulCase{GgmlType::F16, 67},
+                                           MatmulCase{GgmlType::BF16, 67}, MatmulCase{GgmlType::Q4_0, 96},
+                                           MatmulCase{GgmlType::Q4_1, 96}, MatmulCase{GgmlType::Q8_0, 96},
+                                           MatmulCase{GgmlType::MXFP4, 96}, MatmulCase{GgmlType::Q4_K, 512},
+                                           MatmulCase{GgmlType::Q5_K, 512}, MatmulCase{GgmlType::Q6_K, 512}),
+                         [](const auto& info) { return std::string(ggml_type_name(info.param.type)); });
+
+TEST(Matmul, RejectsUnsupportedTypesAndShortScratch) {
+  CpuBackend be(1);
+  EXPECT_FALSE(be.supports_matmul(GgmlType::Q8_K));
+  EXPECT_THROW(be.matmul_scratch_bytes(GgmlType::I32, 32, 1), Error);
+  std::vector<uint8_t> w(ggml_row_bytes(GgmlType::Q8_0, 64) * 2);
+  std::vector<float> x(64), y(2);
+  std::vector<uint8_t> scratch(10);
+  EXPECT_THROW(be.matmul(Weight{GgmlType::Q8_0, w.data(), 64, 2}, x.data(), 1, y.data(), scratch), Error);
+}
+
+TEST(GetRows, DequantizesRowsExactlyAndChecksIds) {
+  CpuBackend be(1);
+  const int64_t n = 256, vocab = 11;
+  for (GgmlType t : {GgmlType::Q6_K, GgmlType::F16, GgmlType::Q4_0}) {
+    const auto table = quantized(t, random_floats(static_cast<size_t>(n * vocab), 3), vocab, n);
+    const auto all = dequantized(t, table, vocab, n);
+    const std::vector<int32_t> ids = {4, 0, 10, 4};
+    std::vector<float> out(ids.size() * n);
+    const Weight w{t, table.data(), n, vocab};
+    be.get_rows(w, ids, out.data());
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(out[i * n + static_cast<size_t>(j)], all[static_cast<size_t>(ids[i] * n + j)]);
+    const std::vector<int32_t> bad = {11};
+    EXPECT_THROW(be.get_rows(w, bad, out.data()), Error);
+  }
+}
+
+// ---- norms, RoPE ----
+
+TEST(RmsNorm, MatchesFloat64ReferenceWithAndWithoutWeight) {
+  CpuBackend be(1);
+  for (int64_t n : {1, 64, 67, 256}) {
+    const int64_t rows = 3;
+    const auto x = random_floats(static_cast<size_t>(rows * n), 5, 3.0f);
+    const auto w = random_floats(static_cast<size_t>(n), 6);
+    for (bool weighted : {false, true}) {
+      std::vector<float> y(x.size());
+      be.rms_norm(x.data(), rows, n, weighted ? w.data() : nullptr, 1e-5f, y.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; ++i) ss += double(x[size_t(r * n + i)]) * x[size_t(r * n + i)];
+        const double scale = 1.0 / std::sqrt(ss / double(n) + 1e-5);
+        for (int64_t i = 0; i < n; ++i) {
+          const double ref = x[size_t(r * n + i)] * scale * (weighted ? w[size_t(i)] : 1.0);
+          ASSERT_NEAR(y[size_t(r * n + i)], ref, 1e-6 * (std::abs(ref) + 1e-3)) << "n=" << n;
+        }
+      }
+      std::vector<float> in_place = x;  // y may alias x
+      be.rms_norm(in_place.data(), rows, n, weighted ? w.data() : nullptr, 1e-5f, in_place.data());
+      EXPECT_EQ(in_place, y);
+    }
+  }
+}
+
+TEST(Rope, NeoxMatchesFloat64ReferenceAndLeavesUnrotatedDims) {
+  CpuBackend be(1);
+  const int n_head = 3, head_dim = 64;
+  for (int n_rot : {64, 32}) {
+    const std::vector<int32_t> pos = {0, 1, 17, 250};
+    const int64_t rows = static_cast<int64_t>(pos.size());
+    const auto x0 = random_floats(static_cast<size_t>(rows * n_head * head_dim), 9);
+    auto x = x0;
+    const float base = 1e6f;
+    be.rope_neox(x.data(), rows, n_head, head_dim, n_rot, pos.data(), base, 1.0f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int h = 0; h < n_head; ++h) {
+        const size_t o = static_cast<size_t>((r * n_head + h) * head_dim);
+        for (int i = 0; i < n_rot / 2; ++i) {
+          const double theta = pos[size_t(r)] * std::pow(double(base), -2.0 * i / n_rot);
+          const double a = x0[o + size_t(i)], b = x0[o + size_t(i + n_rot / 2)];
+          // Float θ accumulates a relative error of ~i ulps; allow for it at the largest position.
+          const double tol = 2e-4 * (std::abs(a) + std::abs(b)) + 1e-6;
+          ASSERT_NEAR(x[o + size_t(i)], a * std::cos(theta) - b * std::sin(theta), tol);
+          ASSERT_NEAR(x[o + size_t(i + n_rot / 2)], a * std::sin(theta) + b * std::cos(theta), tol);
+        }
+        for (int i = n_rot; i < head_dim; ++i) ASSERT_EQ(x[o + size_t(i)], x0[o + size_t(i)]);
+      }
+  }
+}
+
+// ---- attention ----
+
+TEST(Attention, MatchesFloat64ReferenceOverTheF16CacheCausallyWithGqa) {
+  const int n_head = 4, n_kv = 2, hd = 64, n_ctx = 12, rows = 9;
+  CpuBackend be(3);
+  const auto q = random_floats(size_t(rows * n_head * hd), 11);
+  const auto k = random_floats(size_t(rows * n_kv * hd), 12, 0.5f);
+  const auto v = random_floats(size_t(rows * n_kv * hd), 13);
+  std::vector<uint16_t> kc(size_t(n_ctx * n_kv * hd)), vc(kc.size());
+  const KvCacheView kv{kc.data(), vc.data(), n_ctx, n_kv, hd};
+  std::vector<float> scratch(be.attention_scratch_floats(n_ctx, hd));
+  const float scale = 1.0f / 8.0f;
+  // Batched: the first 2 rows, then the other 7 as one batch.
+  std::vector<float> out(q.size());
+  be.kv_store(kv, k.data(), v.data(), 2, 0);
+  be.attention(kv, q.data(), 2, 0, n_head, scale, out.data(), scratch);
+  be.kv_store(kv, k.data() + 2 * n_kv * hd, v.data() + 2 * n_kv * hd, rows - 2, 2);
+  be.attention(kv, q.data() + 2 * n_head * hd, rows - 2, 2, n_head, scale, out.data() + 2 * n_head * hd,
+               scratch);
+
+  const auto f16 = [](float f) { return double(quant::fp16_to_fp32(quant::fp32_to_fp16(f))); };
+  for (int r = 0; r < rows; ++r)
+    for (int h = 0; h < n_head; ++h) {
+      const int kh = h / (n_head / n_kv);
+      std::vector<double> s(size_t(r + 1));
+      double mx = -1e300;
+      for (int j = 0; j <= r; ++j) {
+        double dot = 0;
+        for (int d = 0; d < hd; ++d)
+          dot += double(q[size_t((r * n_head + h) * hd + d)]) * f16(k[size_t((j * n_kv + kh) * hd + d)]);
+        s[size_t(j)] = dot * scale;
+        mx = std::max(mx, s[size_t(j)]);
+      }
+      double sum = 0;
+      for (auto& e : s) sum += (e = std::exp(e - mx));
+      for (int d = 0; d < hd; ++d) {
+        double ref = 0, mag = 0;
+        for (int j = 0; j <= r; ++j) {
+          const double t = s[size_t(j)] / sum * f16(v[size_t((j * n_kv + kh) * hd + d)]);
+          ref += t;
+          mag += std::abs(t);
+        }
+        // Q and P are rounded to f16 (relative 2^-11 each).
+        ASSERT_NEAR(out[size_t((r * n_head + h) * hd + d)], ref, 3e-3 * mag + 1e-6)
+            << "r=" << r << " h=" << h;
+      }
+    }
+
+  // The same rows decoded one at a time give identical bits.
+  std::vector<float> step(q.size());
+  for (int r = 0; r < rows; ++r) {
+    be.kv_store(kv, k.data() + r * n_kv * hd, v.data() + r * n_kv * hd, 1, r);
+    be.attention(kv, q.data() + r * n_head * hd, 1, r, n_head, scale, step.data() + r * n_head * hd, scratch);
+  }
+  EXPECT_EQ(step, out);
+}
+
+TEST(Attention, RejectsPositionsPastTheContext) {
+  CpuBackend be(1);
+  std::vector<uint16_t> kc(4 * 64), vc(4 * 64);
+  const KvCacheView kv{kc.data(), vc.data(), 4, 1, 64};
+  std::vector<float> x(2 * 64), out(2 * 64), scratch(be.attention_scratch_floats(4, 64));
+  EXPECT_THROW(be.kv_store(kv, x.data(), x.data(), 2, 3), Error);
+  EXPECT_THROW(be.attention(kv, x.data(), 2, 3, 1, 1.0f, out.data(), scratch), Error);
+  const KvCacheView two_heads{kc.data(), vc.data(), 4, 2, 32};  // 3 query heads cannot share 2 KV heads
+  EXPECT_THROW(be.attention(two_heads, x.data(), 1, 0, 3, 1.0f, out.data(), scratch), Error);
+}
+
+// ---- short conv ----
+
+TEST(ShortConv, MatchesFloat64ReferenceAndCarriesItsState) {
+  CpuBackend be(1);
+  for (int L : {2, 3, 4}) {
+    const int64_t n = 37, T = 6;
+    const auto bcx = random_floats(size_t(T * 3 * n), 21);
+    const auto w = random_floats(size_t(n * L), 22);
+    const auto init = random_floats(size_t((L - 1) * n), 23);
+    auto state = init;
+    std::vector<float> y(size_t(T * n));
+    be.short_conv(bcx.data(), T, n, w.data(), L, state.data(), y.data());
+    for (int64_t ch = 0; ch < n; ++ch) {
+      std::vector<double> z;  // the b⊙x history, oldest first
+      for (int j = 0; j < L - 1; ++j) z.push_back(init[size_t(j * n + ch)]);
+      for (int64_t t = 0; t < T; ++t) {
+        const float* row = bcx.data() + t * 3 * n;
+        z.push_back(double(row[ch]) * row[2 * n + ch]);
+        double conv = 0;
+        for (int j = 0; j < L; ++j)
+          conv += double(w[size_t(ch * L + j)]) * z[z.size() - size_t(L) + size_t(j)];
+        const double ref = row[n + ch] * conv;
+        ASSERT_NEAR(y[size_t(t * n + ch)], ref, 1e-5 * (std::abs(ref) + 1)) << "L=" << L;
+      }
+      for (int j = 0; j < L - 1; ++j)
+        ASSERT_NEAR(state[size_t(j * n + ch)], z[z.size() - size_t(L - 1) + size_t(j)],
+                    1e-6 * (std::abs(z.back()) + 1));
+    }
+    // Two chunks (2 + 4 tokens) give the same outputs and state as one.
+    auto state2 = init;
+    std::vector<float> y2(y.size());
+    be.short_conv(bcx.data(), 2, n, w.data(), L, state2.data(), y2.data());
+    be.short_conv(bcx.data() + 2 * 3 * n, T - 2, n, w.data(), L, state2.data(), y2.data() + 2 * n);
+    EXPECT_EQ(y2, y);
+    EXPECT_EQ(state2, state);
+  }
+}
+
+// ---- elementwise, routing ----
+
+TEST(Elementwise, SwigluAndAddMatchFloat64) {
+  CpuBackend be(1);
+  const auto g = random_floats(101, 31, 4.0f), u = random_floats(101, 32);
+  std::vector<float> y(101);
+  be.swiglu(g.data(), u.data(), 101, y.data());
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double ref = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * u[i];
+    ASSERT_NEAR(y[i], ref, 1e-6 * (std::abs(ref) + 1e-3));
+  }
+  auto x = g;
+  be.add(x.data(), u.data(), 101);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], g[i] + u[i]);
+}
+
+TEST(Route, SigmoidWithSelectionBiasPicksTopKAndNormalisesUnbiasedWeights) {
+  CpuBackend be(1);
+  const int E = 24, K = 4, rows = 5;
+  const auto logits = random_floats(size_t(rows * E), 41, 2.0f);
+  const auto bias = random_floats(size_t(E), 42, 0.3f);
+  RouterParams p;
+  p.gating = Gating::Sigmoid;
+  p.n_expert = E;
+  p.k = K;
+  p.selection_bias = bias.data();
+  std::vector<int32_t> ids(size_t(rows * K));
+  std::vector<float> w(ids.size());
+  be.route(p, logits.data(), rows, ids.data(), w.data());
+  for (int r = 0; r < rows; ++r) {
+    std::vector<double> prob(E), score(E);
+    for (int e = 0; e < E; ++e) {
+      prob[size_t(e)] = 1.0 / (1.0 + std::exp(-double(logits[size_t(r * E + e)])));
+      score[size_t(e)] = prob[size_t(e)] + bias[size_t(e)];
+    }
+    std::vector<int> order(E);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return score[size_t(a)] > score[size_t(b)]; });
+    double sum = 0;
+    for (int j = 0; j < K; ++j) sum += prob[size_t(order[size_t(j)])];
+    for (int j = 0; j < K; ++j) {
+      ASSERT_EQ(ids[size_t(r * K + j)], order[size_t(j)]) << "row " << r << " slot " << j;
+      ASSERT_NEAR(w[size_t(r * K + j)], prob[size_t(order[size_t(j)])] / sum, 1e-6);
+    }
+  }
+}
+
+TEST(Route, SoftmaxTiesScaleAndClamp) {
+  CpuBackend be(1);
+  RouterParams p;
+  p.n_expert = 6;
+  p.k = 2;
+  std::vector<int32_t> ids(2);
+  std::vector<float> w(2);
+  // Exact ties: the lowest ids win, in id order.
+  const std::vector<float> flat(6, 0.5f);
+  p.gating = Gating::Softmax;
+  be.route(p, flat.data(), 1, ids.data(), w.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 1}));
+  EXPECT_NEAR(w[0], 0.5, 1e-7);
+  // Softmax probabilities, scale 2.5 applied after normalisation.
+  const std::vector<float> l = {0.1f, 2.0f, -1.0f, 1.5f, 0.0f, 0.3f};
+  p.scale = 2.5f;
+  be.route(p, l.data(), 1, ids.data(), w.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 3}));
+  const double e1 = std::exp(2.0), e3 = std::exp(1.5);
+  EXPECT_NEAR(w[0], 2.5 * e1 / (e1 + e3), 1e-6);
+  EXPECT_NEAR(w[1], 2.5 * e3 / (e1 + e3), 1e-6);
+  // Sigmoid of very negative logits: the weight sum is clamped at 2^-14, so the weights stay tiny.
+  p.gating = Gating::Sigmoid;
+  p.scale = 1.0f;
+  const std::vector<float> neg(6, -20.0f);
+  be.route(p, neg.data(), 1, ids.data(), w.data());
+  const double s = 1.0 / (1.0 + std::exp(20.0));
+  EXPECT_NEAR(w[0], s / 6.103515625e-5, 1e-9);
+  p.k = 7;
+  EXPECT_THROW(be.route(p, neg.data(), 1, ids.data(), w.data()), Error);
+}
+
+TEST(MoeCombine, WeightedSumInSlotOrderMatchesFloat64) {
+  CpuBackend be(1);
+  const int rows = 3, K = 4;
+  const int64_t n = 33;
+  const auto e = random_floats(size_t(rows * K * n), 51);
+  const auto w = random_floats(size_t(rows * K), 52);
+  std::vector<float> out(size_t(rows * n));
+  be.moe_combine(e.data(), w.data(), rows, K, n, out.data());
+  for (int r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) {
+      double ref = 0, mag = 0;
+      for (int j = 0; j < K; ++j) {
+        const double t = double(w[size_t(r * K + j)]) * e[size_t((r * K + j) * n + i)];
+        ref += t;
+        mag += std::abs(t);
+      }
+      ASSERT_NEAR(out[size_t(r * n + i)], ref, 1e-6 * mag + 1e-9);
+    }
+}
+
+}  // namespace
+}  // namespace df::backend
