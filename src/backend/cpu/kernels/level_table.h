@@ -1,0 +1,26 @@
+#pragma once
+// Internal: what one SIMD level provides, as plain function pointers (nullptr where it has no kernel). Each
+// level's table is defined in the translation unit compiled for that level; only vec_dot.cpp reads them,
+// after checking that the CPU supports the level.
+#include "backend/cpu/kernels/vec_dot.h"
+
+namespace df::kernels::detail {
+
+struct DotEntry {
+  DotFn dot = nullptr;
+  GemmFn gemm = nullptr;
+};
+
+struct LevelTable {
+  // Indexed by weight type.
+  DotEntry f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, mxfp4;
+  // Indexed by activation format.
+  QuantizeFn quantize_f16 = nullptr, quantize_q8_0 = nullptr, quantize_q8_1 = nullptr,
+             quantize_q8_k = nullptr;
+};
+
+const LevelTable& scalar_table();
+const LevelTable& avx2_table();
+const LevelTable& avx512_table();
+
+}  // namespace df::kernels::detail
