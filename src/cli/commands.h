@@ -8,5 +8,7 @@ void register_inspect(CLI::App& app);
 void register_make_model(CLI::App& app);
 void register_run(CLI::App& app);
 void register_chat(CLI::App& app);
+void register_ingest(CLI::App& app);
+void register_verify(CLI::App& app);
 
 }  // namespace df::cli

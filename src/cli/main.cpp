@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   df::cli::register_make_model(app);
   df::cli::register_run(app);
   df::cli::register_chat(app);
+  df::cli::register_ingest(app);
+  df::cli::register_verify(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,7 +1,7 @@
 // lfm2moe forward pass (ARCHITECTURES.md 3.3), written against the backend ops. One batch of T tokens goes
 // through every layer together; each MoE layer routes all T tokens, then acquires each chosen expert once
-// and applies it to the tokens routed to it. All buffers live in the state and grow only when a batch is
-// larger than any before, so decoding allocates nothing.
+// and applies it to the tokens routed to it, a wave of experts at a time (run_experts). All buffers live in
+// the state and grow only when a batch is larger than any before, so decoding allocates nothing.
 #include "models/lfm2moe.h"
 
 #include <algorithm>
@@ -16,12 +16,15 @@ namespace df::models {
 struct Lfm2MoeModel::Workspace {
   int64_t rows = 0;
   std::vector<int32_t> pos;
-  std::vector<float> x, xn, mix, y, bcx, q, k, v, att, gate, up;
+  std::vector<float> x, xn, mix, y, bcx, q, k, v, att;
   std::vector<float> router_logits, expert_weights, expert_out, moe;
   std::vector<int32_t> expert_ids;
-  // Per-expert batches: the (token, slot) entries routed to each expert, grouped by expert.
-  std::vector<int32_t> expert_count, expert_start, expert_entries, used;
-  std::vector<float> ex_in, ex_gate, ex_up, ex_out;
+  // Per-expert batches: the (token, slot) entries routed to each expert, grouped by expert, and the token
+  // of each of those entries.
+  std::vector<int32_t> expert_count, expert_start, expert_entries, entry_tokens, used;
+  // One wave of experts: the ids held and the FFNs handed to the backend.
+  std::vector<int32_t> wave_ids;
+  std::vector<backend::SwigluFfnTask> wave;
   // Prefetch guesses.
   std::vector<float> guess_xn, guess_logits, guess_weights;
   std::vector<int32_t> guess_ids, guess_list;
@@ -58,28 +61,9 @@ class Lfm2MoeModel::State final : public ModelState {
     size_t total = ws.attn_scratch.size() * sizeof(float) + ws.scratch.size();
     for (size_t il = 0; il < k.size(); ++il)
       total += (k[il].size() + v[il].size()) * sizeof(uint16_t) + conv[il].size() * sizeof(float);
-    for (const auto* b : {&ws.x,
-                          &ws.xn,
-                          &ws.mix,
-                          &ws.y,
-                          &ws.bcx,
-                          &ws.q,
-                          &ws.k,
-                          &ws.v,
-                          &ws.att,
-                          &ws.gate,
-                          &ws.up,
-                          &ws.router_logits,
-                          &ws.expert_weights,
-                          &ws.expert_out,
-                          &ws.moe,
-                          &ws.ex_in,
-                          &ws.ex_gate,
-                          &ws.ex_up,
-                          &ws.ex_out,
-                          &ws.guess_xn,
-                          &ws.guess_logits,
-                          &ws.guess_weights})
+    for (const auto* b :
+         {&ws.x, &ws.xn, &ws.mix, &ws.y, &ws.bcx, &ws.q, &ws.k, &ws.v, &ws.att, &ws.router_logits,
+          &ws.expert_weights, &ws.expert_out, &ws.moe, &ws.guess_xn, &ws.guess_logits, &ws.guess_weights})
       total += b->size() * sizeof(float);
     return total;
   }
@@ -98,20 +82,13 @@ class Lfm2MoeModel::State final : public ModelState {
     const size_t q_dim = static_cast<size_t>(c.n_head) * static_cast<size_t>(c.head_dim);
     const size_t kv_dim = static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim);
     const size_t E = static_cast<size_t>(c.n_expert), K = static_cast<size_t>(c.n_expert_used);
-    const size_t F = static_cast<size_t>(c.n_ff_exp);
-    size_t ff = 0;
-    for (int il = 0; il < c.n_dense_lead; ++il)
-      ff = std::max(ff, static_cast<size_t>(c.n_ff[static_cast<size_t>(il)]));
     ws.pos.resize(t);
-    for (auto* b : {&ws.x, &ws.xn, &ws.mix, &ws.y, &ws.moe, &ws.ex_in, &ws.ex_out, &ws.guess_xn})
-      b->resize(t * H);
+    for (auto* b : {&ws.x, &ws.xn, &ws.mix, &ws.y, &ws.moe, &ws.guess_xn}) b->resize(t * H);
     ws.bcx.resize(t * 3 * H);
     ws.q.resize(t * q_dim);
     ws.att.resize(t * q_dim);
     ws.k.resize(t * kv_dim);
     ws.v.resize(t * kv_dim);
-    ws.gate.resize(t * ff);
-    ws.up.resize(t * ff);
     ws.router_logits.resize(t * E);
     ws.guess_logits.resize(t * E);
     ws.expert_ids.resize(t * K);
@@ -120,13 +97,14 @@ class Lfm2MoeModel::State final : public ModelState {
     ws.guess_weights.resize(t * K);
     ws.expert_out.resize(t * K * H);
     ws.expert_entries.resize(t * K);
+    ws.entry_tokens.resize(t * K);
     ws.expert_count.resize(E);
     ws.expert_start.resize(E + 1);
     ws.used.resize(E);
     ws.guess_list.resize(E);
     ws.guess_mask.resize(E);
-    ws.ex_gate.resize(t * F);
-    ws.ex_up.resize(t * F);
+    ws.wave_ids.resize(K);
+    ws.wave.resize(K);
     ws.scratch.resize(t * model_->max_act_row_bytes_);
     ws.rows = T;
   }
@@ -209,9 +187,10 @@ void Lfm2MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* captu
 
   be.rms_norm(ws.x.data(), T, H, l.attn_norm, cfg_.eps, ws.xn.data());
   if (cfg_.attn[static_cast<size_t>(il)]) {
-    matmul(st, l.wq, ws.xn.data(), T, ws.q.data());
-    matmul(st, l.wk, ws.xn.data(), T, ws.k.data());
-    matmul(st, l.wv, ws.xn.data(), T, ws.v.data());
+    const backend::MatmulTask qkv[] = {{l.wq, ws.xn.data(), ws.q.data()},
+                                       {l.wk, ws.xn.data(), ws.k.data()},
+                                       {l.wv, ws.xn.data(), ws.v.data()}};
+    backend_->matmul_many(qkv, T);
     be.rms_norm(ws.q.data(), T * cfg_.n_head, hd, l.q_norm, cfg_.eps, ws.q.data());
     be.rms_norm(ws.k.data(), T * cfg_.n_head_kv, hd, l.k_norm, cfg_.eps, ws.k.data());
     be.rope_neox(ws.q.data(), T, cfg_.n_head, cfg_.head_dim, cfg_.n_rot, ws.pos.data(), cfg_.rope_theta,
@@ -232,12 +211,13 @@ void Lfm2MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* captu
   be.add(ws.x.data(), ws.mix.data(), T * H);
 
   if (l.moe_index < 0) {
-    const int64_t ff = l.ffn_gate.n_out;
     be.rms_norm(ws.x.data(), T, H, l.ffn_norm, cfg_.eps, ws.xn.data());
-    matmul(st, l.ffn_gate, ws.xn.data(), T, ws.gate.data());
-    matmul(st, l.ffn_up, ws.xn.data(), T, ws.up.data());
-    be.swiglu(ws.gate.data(), ws.up.data(), T * ff, ws.gate.data());
-    matmul(st, l.ffn_down, ws.gate.data(), T, ws.mix.data());
+    backend::SwigluFfnTask dense;
+    dense.gate = l.ffn_gate;
+    dense.up = l.ffn_up;
+    dense.down = l.ffn_down;
+    dense.n_rows = T;
+    backend_->swiglu_ffn(std::span(&dense, 1), ws.xn.data(), T, ws.mix.data());
     be.add(ws.x.data(), ws.mix.data(), T * H);
   } else {
     run_moe(st, l, T, capture);
@@ -270,21 +250,27 @@ void Lfm2MoeModel::prefetch_guesses(State& st, int moe_index, int64_t T) {
 
 namespace {
 
-// Releases an acquired expert on every path out of the scope.
-class ExpertLease {
+// The experts of one wave, released (in acquisition order) on every path out of the scope.
+class WaveLeases {
  public:
-  ExpertLease(ExpertProvider& p, int layer, int expert) : p_(p), layer_(layer), expert_(expert) {
-    view_ = p_.acquire(layer, expert);
+  WaveLeases(ExpertProvider& p, int layer, int32_t* held) : p_(p), layer_(layer), held_(held) {}
+  ~WaveLeases() {
+    for (size_t i = 0; i < n_; ++i) p_.release(layer_, held_[i]);
   }
-  ~ExpertLease() { p_.release(layer_, expert_); }
-  ExpertLease(const ExpertLease&) = delete;
-  ExpertLease& operator=(const ExpertLease&) = delete;
-  const ExpertView& view() const { return view_; }
+  WaveLeases(const WaveLeases&) = delete;
+  WaveLeases& operator=(const WaveLeases&) = delete;
+
+  ExpertView acquire(int32_t expert) {
+    const ExpertView v = p_.acquire(layer_, expert);
+    held_[n_++] = expert;
+    return v;
+  }
 
  private:
   ExpertProvider& p_;
-  int layer_, expert_;
-  ExpertView view_;
+  int layer_;
+  int32_t* held_;  // room for a whole wave
+  size_t n_ = 0;
 };
 
 }  // namespace
@@ -292,7 +278,7 @@ class ExpertLease {
 void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture* capture) {
   Workspace& ws = st.ws;
   backend::Backend& be = *backend_;
-  const int64_t H = cfg_.n_embd, K = cfg_.n_expert_used, F = cfg_.n_ff_exp, E = cfg_.n_expert;
+  const int64_t H = cfg_.n_embd, K = cfg_.n_expert_used, E = cfg_.n_expert;
   const int moe = l.moe_index;
 
   prefetch_guesses(st, moe, T);
@@ -315,29 +301,12 @@ void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture*
   std::fill(ws.expert_count.begin(), ws.expert_count.end(), 0);
   for (int64_t i = 0; i < T * K; ++i) {
     const size_t e = static_cast<size_t>(ws.expert_ids[static_cast<size_t>(i)]);
-    ws.expert_entries[static_cast<size_t>(ws.expert_start[e] + ws.expert_count[e]++)] =
-        static_cast<int32_t>(i);
+    const size_t at = static_cast<size_t>(ws.expert_start[e] + ws.expert_count[e]++);
+    ws.expert_entries[at] = static_cast<int32_t>(i);
+    ws.entry_tokens[at] = static_cast<int32_t>(i / K);
   }
 
-  experts_->will_acquire(moe, std::span<const int32_t>(ws.used.data(), n_used));
-  for (size_t u = 0; u < n_used; ++u) {
-    const int e = ws.used[u];
-    const int32_t* entries = ws.expert_entries.data() + ws.expert_start[static_cast<size_t>(e)];
-    const int64_t n = ws.expert_count[static_cast<size_t>(e)];
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(ws.xn.data() + (entries[i] / K) * H, H, ws.ex_in.data() + i * H);
-
-    ExpertLease lease(*experts_, moe, e);
-    const ExpertView& v = lease.view();
-    const backend::Weight gate{v.gate_type, v.gate, H, F}, up{v.up_type, v.up, H, F},
-        down{v.down_type, v.down, F, H};
-    matmul(st, gate, ws.ex_in.data(), n, ws.ex_gate.data());
-    matmul(st, up, ws.ex_in.data(), n, ws.ex_up.data());
-    be.swiglu(ws.ex_gate.data(), ws.ex_up.data(), n * F, ws.ex_gate.data());
-    matmul(st, down, ws.ex_gate.data(), n, ws.ex_out.data());
-    for (int64_t i = 0; i < n; ++i)
-      std::copy_n(ws.ex_out.data() + i * H, H, ws.expert_out.data() + static_cast<int64_t>(entries[i]) * H);
-  }
+  run_experts(st, moe, T, n_used);
 
   be.moe_combine(ws.expert_out.data(), ws.expert_weights.data(), T, static_cast<int>(K), H, ws.moe.data());
   be.add(ws.x.data(), ws.moe.data(), T * H);
@@ -346,6 +315,40 @@ void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture*
     const size_t off = static_cast<size_t>(moe) * static_cast<size_t>(T * K);
     std::copy_n(ws.expert_ids.data(), T * K, capture->expert_ids.data() + off);
     std::copy_n(ws.expert_weights.data(), T * K, capture->expert_weights.data() + off);
+  }
+}
+
+// The chosen experts (ws.used[0..n_used)), each applied to its tokens: expert_out row (token · K + slot)
+// gets its output for that token. The experts go in waves of k: acquire the wave's experts in order, run
+// them as one swiglu_ffn (two parallel jobs over (expert, row block, token tile), so that even a decode
+// step's k small experts keep every thread busy), release them. How this meets a provider whose acquire()
+// blocks on a read: will_acquire() has issued every read of the layer beforehand, so the reads of a wave
+// arrive together (in parallel on the device) and the wave's compute starts when its last expert is in —
+// the first expert's compute no longer overlaps the later experts' reads, a trade of a few microseconds of
+// compute for a split that uses every core; for a prefill chunk, a wave's compute overlaps the reads of the
+// following waves. A wave never pins more than k experts, as a decode step needs anyway.
+void Lfm2MoeModel::run_experts(State& st, int moe, int64_t T, size_t n_used) {
+  Workspace& ws = st.ws;
+  const int64_t H = cfg_.n_embd, F = cfg_.n_ff_exp;
+  const size_t wave_size = static_cast<size_t>(cfg_.n_expert_used);
+  experts_->will_acquire(moe, std::span<const int32_t>(ws.used.data(), n_used));
+  for (size_t w0 = 0; w0 < n_used; w0 += wave_size) {
+    const size_t n = std::min(wave_size, n_used - w0);
+    WaveLeases leases(*experts_, moe, ws.wave_ids.data());
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t e = ws.used[w0 + i];
+      const ExpertView v = leases.acquire(e);
+      const size_t start = static_cast<size_t>(ws.expert_start[static_cast<size_t>(e)]);
+      backend::SwigluFfnTask& task = ws.wave[i];
+      task.gate = backend::Weight{v.gate_type, v.gate, H, F};
+      task.up = backend::Weight{v.up_type, v.up, H, F};
+      task.down = backend::Weight{v.down_type, v.down, F, H};
+      task.in_rows = ws.entry_tokens.data() + start;
+      task.out_rows = ws.expert_entries.data() + start;
+      task.n_rows = ws.expert_count[static_cast<size_t>(e)];
+    }
+    backend_->swiglu_ffn(std::span<const backend::SwigluFfnTask>(ws.wave.data(), n), ws.xn.data(), T,
+                         ws.expert_out.data());
   }
 }
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
 #include "models/model.h"
 
 namespace df::models {
@@ -61,6 +61,7 @@ class Lfm2MoeModel final : public Model {
   struct Workspace;
   void run_layer(State& st, int il, int64_t T, ForwardCapture* capture);
   void run_moe(State& st, const Layer& layer, int64_t T, ForwardCapture* capture);
+  void run_experts(State& st, int moe_index, int64_t T, size_t n_used);
   void prefetch_guesses(State& st, int moe_index, int64_t T);
   backend::RouterParams router_params(const Layer& layer) const;
   void matmul(State& st, const backend::Weight& w, const float* x, int64_t rows, float* y);
@@ -68,7 +69,9 @@ class Lfm2MoeModel final : public Model {
   Lfm2MoeConfig cfg_;
   ModelInfo info_;
   int prefetch_lookahead_ = 1;
-  std::unique_ptr<backend::Backend> backend_;
+  // The CPU backend itself rather than the Backend interface: the MoE and QKV paths use its grouped ops
+  // (matmul_many, swiglu_ffn), which backend.h does not declare yet.
+  std::unique_ptr<backend::CpuBackend> backend_;
   std::vector<std::vector<uint8_t>> storage_;
   backend::Weight tok_embd_, output_;
   const float* output_norm_ = nullptr;

@@ -1,7 +1,9 @@
 // load_model: one entry per supported architecture.
 #include "gguf/gguf.h"
+#include "models/gpt_oss.h"
 #include "models/lfm2moe.h"
 #include "models/model.h"
+#include "models/qwen3moe.h"
 #include "util/error.h"
 
 namespace df::models {
@@ -9,7 +11,9 @@ namespace df::models {
 std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options) {
   const std::string arch = file.require_string("general.architecture");
   if (arch == "lfm2moe") return load_lfm2moe(file, options);
-  fail("{}: unsupported architecture '{}' (supported: lfm2moe)", file.path(), arch);
+  if (arch == "qwen3moe") return load_qwen3moe(file, options);
+  if (arch == "gpt-oss") return load_gpt_oss(file, options);
+  fail("{}: unsupported architecture '{}' (supported: lfm2moe, qwen3moe, gpt-oss)", file.path(), arch);
 }
 
 }  // namespace df::models

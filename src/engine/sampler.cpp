@@ -1,0 +1,118 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "util/error.h"
+
+namespace df {
+
+Sampler::Sampler(int n_vocab, const SamplingParams& params)
+    : n_vocab_(n_vocab), params_(params), rng_(params.seed), cand_(static_cast<size_t>(n_vocab)),
+      penalized_(static_cast<size_t>(n_vocab)), history_(static_cast<size_t>(std::max(params.repeat_last_n, 0))) {
+  if (n_vocab <= 0) fail("sampler: vocabulary size {} must be positive", n_vocab);
+  if (params.top_p <= 0) fail("--top-p {} must be in (0, 1]", params.top_p);
+  if (params.min_p < 0 || params.min_p > 1) fail("--min-p {} must be in [0, 1]", params.min_p);
+  if (params.repeat_penalty <= 0) fail("--repeat-penalty {} must be positive", params.repeat_penalty);
+  if (params.repeat_last_n < 0) fail("--repeat-last-n {} must not be negative", params.repeat_last_n);
+}
+
+void Sampler::reset() {
+  rng_.seed(params_.seed);
+  history_pos_ = history_len_ = 0;
+}
+
+void Sampler::accept(int32_t token) {
+  if (history_.empty()) return;
+  history_[history_pos_] = token;
+  history_pos_ = (history_pos_ + 1) % history_.size();
+  history_len_ = std::min(history_len_ + 1, history_.size());
+}
+
+// 53 random bits → [0, 1): the same draw sequence on every platform for a given seed.
+double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+int32_t Sampler::argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+  return best;
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  if (static_cast<int>(logits.size()) != n_vocab_)
+    fail("sampler: {} logits given for a vocabulary of {}", logits.size(), n_vocab_);
+  std::span<const float> x = logits;
+  if (params_.repeat_penalty != 1.0f && history_len_ > 0) {
+    std::copy(logits.begin(), logits.end(), penalized_.begin());
+    // As llama.cpp: each distinct recent token once; positive logits divided, negative ones multiplied.
+    for (size_t k = 0; k < history_len_; ++k) {
+      int32_t t = history_[k];
+      if (t < 0 || t >= n_vocab_) continue;
+      bool seen_before = false;
+      for (size_t j = 0; j < k; ++j) seen_before |= history_[j] == t;
+      if (seen_before) continue;
+      float& l = penalized_[static_cast<size_t>(t)];
+      l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+    }
+    x = penalized_;
+  }
+  int32_t chosen;
+  if (params_.temperature <= 0) {
+    chosen = argmax(x);
+  } else {
+    size_t n = x.size();
+    for (size_t i = 0; i < n; ++i) cand_[i] = {static_cast<int32_t>(i), x[i], 0.0f};
+    auto by_logit = [](const Candidate& a, const Candidate& b) {
+      return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+    };
+    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
+      std::partial_sort(cand_.begin(), cand_.begin() + params_.top_k, cand_.begin() + static_cast<long>(n), by_logit);
+      n = static_cast<size_t>(params_.top_k);
+    } else {
+      std::sort(cand_.begin(), cand_.begin() + static_cast<long>(n), by_logit);
+    }
+    auto softmax = [&](size_t m, float temp) {
+      double sum = 0;
+      const float top = cand_[0].logit;
+      for (size_t i = 0; i < m; ++i) {
+        cand_[i].p = std::exp((cand_[i].logit - top) / temp);
+        sum += cand_[i].p;
+      }
+      for (size_t i = 0; i < m; ++i) cand_[i].p = static_cast<float>(cand_[i].p / sum);
+    };
+    softmax(n, 1.0f);
+    if (params_.top_p < 1.0f) {
+      double cum = 0;
+      size_t keep = n;
+      for (size_t i = 0; i < n; ++i) {
+        cum += cand_[i].p;
+        if (cum >= params_.top_p) {
+          keep = i + 1;
+          break;
+        }
+      }
+      n = std::max<size_t>(keep, 1);
+    }
+    if (params_.min_p > 0) {
+      const float threshold = cand_[0].p * params_.min_p;
+      size_t keep = 1;
+      while (keep < n && cand_[keep].p >= threshold) ++keep;
+      n = keep;
+    }
+    softmax(n, params_.temperature);
+    double r = uniform(), cum = 0;
+    chosen = cand_[n - 1].id;
+    for (size_t i = 0; i < n; ++i) {
+      cum += cand_[i].p;
+      if (r < cum) {
+        chosen = cand_[i].id;
+        break;
+      }
+    }
+  }
+  accept(chosen);
+  return chosen;
+}
+
+}  // namespace df

@@ -1,0 +1,51 @@
+#pragma once
+// Token sampling as llama.cpp's default chain orders it: repetition penalty → top-k → top-p → min-p →
+// temperature → draw. Temperature <= 0 means greedy (argmax, lowest id on a tie). All buffers are sized once
+// for the vocabulary: sampling a token allocates nothing.
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace df {
+
+struct SamplingParams {
+  float temperature = 0.8f;
+  int top_k = 40;           // <= 0: off
+  float top_p = 0.95f;      // >= 1: off
+  float min_p = 0.05f;      // <= 0: off
+  float repeat_penalty = 1.0f;  // 1: off
+  int repeat_last_n = 64;
+  uint64_t seed = 0xD15CF0A3ull;
+};
+
+class Sampler {
+ public:
+  Sampler(int n_vocab, const SamplingParams& params);
+  // Picks the next token from raw logits (n_vocab floats) and remembers it for the repetition penalty.
+  int32_t sample(std::span<const float> logits);
+  // Records a token that entered the context without being sampled (the prompt), for the repetition penalty.
+  void accept(int32_t token);
+  void reset();
+  const SamplingParams& params() const { return params_; }
+
+  static int32_t argmax(std::span<const float> logits);
+
+ private:
+  struct Candidate {
+    int32_t id;
+    float logit;
+    float p;
+  };
+  double uniform();
+
+  int n_vocab_;
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<Candidate> cand_;
+  std::vector<float> penalized_;
+  std::vector<int32_t> history_;  // ring buffer of the last repeat_last_n tokens
+  size_t history_pos_ = 0, history_len_ = 0;
+};
+
+}  // namespace df

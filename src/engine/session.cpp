@@ -1,0 +1,72 @@
+#include "engine/session.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace df {
+
+Session::Session(models::Model& model, int n_ctx, int n_batch)
+    : model_(model), n_ctx_(n_ctx), n_batch_(n_batch) {
+  if (n_ctx < 1) fail("context size -c {} must be at least 1", n_ctx);
+  if (n_batch < 1) fail("batch size -b {} must be at least 1", n_batch);
+  state_ = model.new_state(n_ctx);
+  logits_.resize(static_cast<size_t>(model.info().n_vocab));
+  tokens_.reserve(static_cast<size_t>(n_ctx));
+}
+
+void Session::reset() {
+  state_->reset();
+  tokens_.clear();
+  have_logits_ = false;
+}
+
+std::span<const float> Session::prefill(std::span<const int32_t> tokens, models::ForwardCapture* capture) {
+  if (tokens.empty()) fail("cannot evaluate an empty prompt");
+  if (static_cast<int>(tokens.size()) > n_ctx_)
+    fail("the prompt is {} tokens but the context holds {}: raise the context size (-c) or shorten the prompt",
+         tokens.size(), n_ctx_);
+  const int n_vocab = model_.info().n_vocab;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= n_vocab)
+      fail("prompt token {} at position {} is outside the vocabulary (0..{})", tokens[i], i, n_vocab - 1);
+
+  size_t common = 0;
+  while (common < tokens.size() && common < tokens_.size() && tokens[common] == tokens_[common]) ++common;
+  if (common == tokens.size() && common == tokens_.size() && have_logits_ && capture == nullptr) {
+    stats_ = {static_cast<int>(common), 0, stats_.restarts};
+    return logits_;
+  }
+  // The cached sequence must be a prefix of the new one, and at least one token must be evaluated to get
+  // logits; anything else restarts from token 0.
+  if (common < tokens_.size() || common == tokens.size()) {
+    if (!tokens_.empty()) ++stats_.restarts;
+    reset();
+    common = 0;
+  }
+  stats_.tokens_reused = static_cast<int>(common);
+  stats_.tokens_evaluated = static_cast<int>(tokens.size() - common);
+  for (size_t at = common; at < tokens.size(); at += static_cast<size_t>(n_batch_)) {
+    size_t n = std::min(tokens.size() - at, static_cast<size_t>(n_batch_));
+    auto chunk = tokens.subspan(at, n);
+    have_logits_ = false;
+    model_.forward(*state_, chunk, logits_, false, capture);
+    tokens_.insert(tokens_.end(), chunk.begin(), chunk.end());
+  }
+  have_logits_ = true;
+  return logits_;
+}
+
+std::span<const float> Session::decode(int32_t token, models::ForwardCapture* capture) {
+  if (context_full())
+    fail("the context is full ({} tokens): raise the context size (-c)", n_ctx_);
+  if (token < 0 || token >= model_.info().n_vocab) fail("token {} is outside the vocabulary", token);
+  have_logits_ = false;
+  const int32_t one[1] = {token};
+  model_.forward(*state_, one, logits_, false, capture);
+  tokens_.push_back(token);
+  have_logits_ = true;
+  return logits_;
+}
+
+}  // namespace df

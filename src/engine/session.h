@@ -1,0 +1,50 @@
+#pragma once
+// One conversation's state on a model: the tokens already processed, the model state (KV cache and
+// recurrent state) and the logits after the last token. prefill() reuses the longest common prefix with what
+// is cached; because a recurrent (short-conv) state cannot be rewound, a change before the cached end restarts
+// from token 0, as the seed engine does.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "models/model.h"
+
+namespace df {
+
+struct SessionStats {
+  int tokens_reused = 0;     // of the last prefill: positions taken from the cache
+  int tokens_evaluated = 0;  // of the last prefill: positions run through the model
+  int restarts = 0;          // prefills that had to start again from token 0
+};
+
+class Session {
+ public:
+  // n_batch: the most tokens one forward pass takes (prefill chunk).
+  Session(models::Model& model, int n_ctx, int n_batch);
+
+  // Makes the state hold exactly `tokens` and returns the logits after the last of them.
+  std::span<const float> prefill(std::span<const int32_t> tokens, models::ForwardCapture* capture = nullptr);
+  // Appends one token and returns the logits after it.
+  std::span<const float> decode(int32_t token, models::ForwardCapture* capture = nullptr);
+  void reset();
+
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int n_ctx() const { return n_ctx_; }
+  int n_batch() const { return n_batch_; }
+  int n_vocab() const { return model_.info().n_vocab; }
+  bool context_full() const { return static_cast<int>(tokens_.size()) >= n_ctx_; }
+  const SessionStats& stats() const { return stats_; }
+  models::Model& model() { return model_; }
+
+ private:
+  models::Model& model_;
+  std::unique_ptr<models::ModelState> state_;
+  int n_ctx_, n_batch_;
+  std::vector<int32_t> tokens_;
+  std::vector<float> logits_;
+  bool have_logits_ = false;
+  SessionStats stats_;
+};
+
+}  // namespace df

@@ -1,0 +1,82 @@
+#pragma once
+// OpenAI gpt-oss (GGUF architecture `gpt-oss`, ARCHITECTURES.md 7.2-7.4): every layer is GQA attention with
+// biases, YaRN NeoX RoPE and one learned sink logit per head, sliding-window on the layers the pattern marks
+// (even layers for the default period 2), then experts chosen by the biased router logits, weighted by a
+// softmax over the chosen k, each a clamped "OAI" SwiGLU with biases. Untied output head.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "models/gpt_oss_ops.h"
+#include "models/model.h"
+
+namespace df::models {
+
+struct GptOssConfig {
+  std::string name;
+  int n_layer = 0, n_embd = 0, n_vocab = 0, n_ctx_train = 0;
+  int n_head = 0, n_head_kv = 0, head_dim = 0;
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  int n_swa = 0;          // sliding window (keys at p - n_swa + 1 .. p are visible)
+  std::vector<bool> swa;  // per layer: sliding-window attention (else full)
+  float eps = 0;
+  gpt_oss::RopeParams rope;      // full-attention layers
+  gpt_oss::RopeParams rope_swa;  // sliding-window layers (rope.freq_base_swa, same scaling)
+};
+
+// The config from the GGUF's keys (and token_embd's shape for n_vocab), checked: one head count for every
+// layer, head size == rope.dimension_count, a positive window, a RoPE scaling this engine implements.
+GptOssConfig gpt_oss_config(const gguf::File& file);
+
+class GptOssModel final : public Model {
+ public:
+  GptOssModel(const gguf::File& file, const LoadOptions& options);
+
+  const ModelInfo& info() const override { return info_; }
+  const GptOssConfig& config() const { return cfg_; }
+  std::unique_ptr<ModelState> new_state(int n_ctx) override;
+  void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits, bool all_rows,
+               ForwardCapture* capture = nullptr) override;
+  ExpertProvider& experts() override { return *experts_; }
+
+  struct Layer {
+    const float* attn_norm = nullptr;
+    const float* post_attn_norm = nullptr;  // the pre-FFN norm
+    backend::Weight wq, wk, wv, wo;
+    const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
+    const float* sinks = nullptr;  // n_head logits
+    backend::Weight router;
+    const float* router_bias = nullptr;
+    // Per-expert biases stay resident (small): {n_ff, n_expert} for gate and up, {n_embd, n_expert} for down.
+    const float *gate_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
+  };
+
+ private:
+  class State;
+  struct Workspace;
+  void run_layer(State& st, int il, int64_t T, ForwardCapture* capture);
+  void run_moe(State& st, int il, int64_t T, ForwardCapture* capture);
+  void run_experts(State& st, int il, size_t n_used);
+  void route(State& st, const Layer& l, const float* x, int64_t T, float* xn, float* router_logits,
+             int32_t* ids, float* weights);
+  void prefetch_guesses(State& st, int il, int64_t T);
+  void matmul(State& st, const backend::Weight& w, const float* x, int64_t rows, float* y);
+
+  GptOssConfig cfg_;
+  ModelInfo info_;
+  int prefetch_lookahead_ = 1;
+  // The CPU backend itself rather than the Backend interface: QKV and the experts use matmul_many.
+  std::unique_ptr<backend::CpuBackend> backend_;
+  std::vector<std::vector<uint8_t>> storage_;
+  backend::Weight tok_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<Layer> layers_;  // every layer is a MoE layer: MoE index == model layer
+  ExpertLayout expert_layout_;
+  std::unique_ptr<ExpertProvider> experts_;
+  size_t max_act_row_bytes_ = 0;
+};
+
+std::unique_ptr<Model> load_gpt_oss(const gguf::File& file, const LoadOptions& options);
+
+}  // namespace df::models

@@ -1,0 +1,74 @@
+#pragma once
+// Qwen3 MoE (GGUF architecture `qwen3moe`, ARCHITECTURES.md 2): every layer is GQA attention with per-head
+// QK-norm and NeoX RoPE, then softmax-routed SwiGLU experts whose top-k weights are renormalised; untied
+// output head (token_embd when `output` is absent).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "models/model.h"
+
+namespace df::models {
+
+struct Qwen3MoeConfig {
+  std::string name;
+  int n_layer = 0, n_embd = 0, n_vocab = 0, n_ctx_train = 0;
+  int n_head = 0, n_head_kv = 0, head_dim = 0;
+  int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  float eps = 0, rope_theta = 0, rope_freq_scale = 1;
+  float expert_weights_scale = 0;  // 0 or 1: not applied (llama.cpp's rule)
+};
+
+// The config from the GGUF's keys (and token_embd's shape for n_vocab), checked: one head count for every
+// layer, key_length == value_length == rope.dimension_count (llama.cpp asserts all three equal).
+Qwen3MoeConfig qwen3moe_config(const gguf::File& file);
+
+class Qwen3MoeModel final : public Model {
+ public:
+  Qwen3MoeModel(const gguf::File& file, const LoadOptions& options);
+
+  const ModelInfo& info() const override { return info_; }
+  const Qwen3MoeConfig& config() const { return cfg_; }
+  std::unique_ptr<ModelState> new_state(int n_ctx) override;
+  void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits, bool all_rows,
+               ForwardCapture* capture = nullptr) override;
+  ExpertProvider& experts() override { return *experts_; }
+
+  struct Layer {
+    const float* attn_norm = nullptr;
+    const float* ffn_norm = nullptr;
+    backend::Weight wq, wk, wv, wo;
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    backend::Weight router;
+  };
+
+ private:
+  class State;
+  struct Workspace;
+  void run_layer(State& st, int il, int64_t T, ForwardCapture* capture);
+  void run_moe(State& st, int il, int64_t T, ForwardCapture* capture);
+  void run_experts(State& st, int il, int64_t T, size_t n_used);
+  void prefetch_guesses(State& st, int il, int64_t T);
+  backend::RouterParams router_params() const;
+  void matmul(State& st, const backend::Weight& w, const float* x, int64_t rows, float* y);
+
+  Qwen3MoeConfig cfg_;
+  ModelInfo info_;
+  int prefetch_lookahead_ = 1;
+  // The CPU backend itself rather than the Backend interface: the QKV and expert paths use its grouped ops
+  // (matmul_many, swiglu_ffn), which backend.h does not declare.
+  std::unique_ptr<backend::CpuBackend> backend_;
+  std::vector<std::vector<uint8_t>> storage_;
+  backend::Weight tok_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<Layer> layers_;  // every layer is a MoE layer: MoE index == model layer
+  ExpertLayout expert_layout_;
+  std::unique_ptr<ExpertProvider> experts_;
+  size_t max_act_row_bytes_ = 0;
+};
+
+std::unique_ptr<Model> load_qwen3moe(const gguf::File& file, const LoadOptions& options);
+
+}  // namespace df::models

@@ -1,0 +1,49 @@
+// Chat templates of synthetic models: ChatML turns as the real families render them
+// (ARCHITECTURES.md 2.4, 3.4, 10). Assistant turns before the last user turn lose their reasoning (the text
+// up to </think>). lfm2moe follows LFM2.5: the template emits bos_token itself and the generation prompt
+// opens <think> (reasoning-only model). qwen3moe follows Qwen3: no BOS, and enable_thinking=false closes an
+// empty reasoning block. Only constructs the real Qwen3 / LFM2 templates use (namespace, split, [-1], strip),
+// so every engine that renders those renders these.
+#include <string>
+
+#include "models/synthetic_vocab.h"
+
+namespace df::models::synthetic {
+
+namespace {
+
+constexpr const char* kFindLastUser =
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
+    "{%- endfor -%}";
+
+constexpr const char* kTurns =
+    "{%- for message in messages -%}"
+    "{%- set content = message['content'] -%}"
+    "{%- if message['role'] == 'assistant' and loop.index0 < ns.last_user -%}"
+    "{%- set content = content.split('</think>')[-1].strip() -%}"
+    "{%- endif -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>\\n' -}}"
+    "{%- endfor -%}";
+
+}  // namespace
+
+std::string chat_template(Arch arch) {
+  std::string t;
+  if (arch == Arch::lfm2moe) {
+    t += "{{- bos_token -}}";
+    t += kFindLastUser;
+    t += kTurns;
+    t += "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n<think>' -}}{%- endif -%}";
+  } else {
+    t += kFindLastUser;
+    t += kTurns;
+    t += "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
+         "{%- if enable_thinking is defined and enable_thinking is false -%}"
+         "{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}{%- endif -%}";
+  }
+  return t;
+}
+
+}  // namespace df::models::synthetic

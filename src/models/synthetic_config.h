@@ -1,0 +1,84 @@
+#pragma once
+// What `diskformer make-model` builds: the shape, block types and numerics knobs of a synthetic random-weight
+// MoE model with the real tensor names of its architecture. Presets give the golden fixtures' shapes, a
+// benchmark-sized model and the real flagship hyper-parameters; every field can be overridden and validate()
+// explains, by flag name, what is wrong with a combination.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gguf/ggml_types.h"
+
+namespace df::models::synthetic {
+
+enum class Arch { lfm2moe, qwen3moe };
+std::string_view arch_name(Arch a);
+Arch arch_from_name(std::string_view name);  // throws df::Error naming the accepted values
+
+struct Shape {
+  int n_layer = 0;
+  int n_embd = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;  // lfm2moe: always n_embd / n_head
+  int n_expert = 0;
+  int n_expert_used = 0;
+  int n_ff_exp = 0;
+  int n_ff =
+      0;  // lfm2moe: dense FFN of the leading layers; qwen3moe: feed_forward_length (unused by the graph)
+  int n_vocab = 0;
+  int n_ctx_train = 0;
+  float rope_theta = 0;
+  float rms_eps = 0;
+  int n_dense_lead = 0;          // lfm2moe only
+  std::vector<int> attn_layers;  // lfm2moe only: the attention layers, the others are short-conv layers
+  int conv_l_cache = 3;          // lfm2moe only
+};
+
+struct Types {
+  GgmlType matmul = GgmlType::Q4_0;      // attention / conv / dense FFN projections
+  GgmlType experts = GgmlType::Q4_0;     // ffn_{gate,up,down}_exps
+  GgmlType token_embd = GgmlType::Q6_K;  // lfm2moe: also the (tied) output head
+  GgmlType output = GgmlType::Q6_K;      // qwen3moe only: the untied output head
+};
+
+// Knobs of the weight distributions (the golden JSON's `numerics`). See synthetic_weights.h for how they are
+// used.
+struct Numerics {
+  float embd_std = 0.25f;   // std of the token embedding entries
+  float logit_std = 12.0f;  // target std of the logits over the vocabulary
+  float block_gain = 1.0f;  // RMS of what each block (mixer, FFN) adds to the residual stream
+  float router_std = 1.5f;  // target std of the router logits
+  float bias_std = 0.02f;   // std of the lfm2moe expert selection bias
+  int route_dims = 16;  // the last route_dims hidden dims carry only the token embedding; routers read them
+};
+
+struct Config {
+  Arch arch = Arch::lfm2moe;
+  std::string name;
+  Shape shape;
+  Types types;
+  Numerics numerics;
+  uint64_t seed = 1;
+
+  bool is_attention_layer(int il) const;  // lfm2moe: listed in attn_layers; qwen3moe: always
+  bool is_moe_layer(int il) const;        // lfm2moe: il >= n_dense_lead; qwen3moe: always
+  int n_moe_layers() const;
+};
+
+// Preset names: "tiny", "small" for both architectures; "lfm2-24b" (lfm2moe) and "qwen3-30b" (qwen3moe) with
+// the flagship hyper-parameters. Throws df::Error for an unknown name or one that does not fit the
+// architecture.
+Config preset(Arch arch, std::string_view name);
+std::vector<std::string> preset_names(Arch arch);
+
+// Throws df::Error naming the offending flag and value: divisibility by block sizes and heads, ranges,
+// attention layer indices, route dims, vocabulary size.
+void validate(const Config& c);
+
+// The general.file_type value llama.cpp uses for a file whose matmuls have this type.
+uint32_t file_type_of(GgmlType matmul);
+
+}  // namespace df::models::synthetic

@@ -1,0 +1,89 @@
+#include "models/synthetic_model.h"
+
+#include <fmt/format.h>
+
+#include "util/error.h"
+
+namespace df::models::synthetic {
+
+using gguf::Value;
+
+gguf::Writer make_writer(const Config& c, const Vocab& v, const std::vector<TensorRecipe>& tensors) {
+  const Shape& s = c.shape;
+  const std::string a(arch_name(c.arch));
+  const auto key = [&](const char* k) { return fmt::format("{}.{}", a, k); };
+  const auto u32 = [](int64_t x) { return Value::of_u32(static_cast<uint32_t>(x)); };
+
+  gguf::Writer w;
+  w.set("general.architecture", Value::of_string(a));
+  w.set("general.type", Value::of_string("model"));
+  w.set("general.name", Value::of_string(c.name));
+  w.set("general.description",
+        Value::of_string(
+            fmt::format("synthetic random-weight model (diskformer make-model, seed {}); not a trained "
+                        "model",
+                        c.seed)));
+  w.set("general.quantization_version", u32(2));
+  w.set("general.file_type", u32(file_type_of(c.types.matmul)));
+  w.set(key("block_count"), u32(s.n_layer));
+  w.set(key("context_length"), u32(s.n_ctx_train));
+  w.set(key("embedding_length"), u32(s.n_embd));
+  w.set(key("feed_forward_length"), u32(s.n_ff));
+  w.set(key("attention.head_count"), u32(s.n_head));
+  w.set(key("rope.freq_base"), Value::of_f32(s.rope_theta));
+  w.set(key("attention.layer_norm_rms_epsilon"), Value::of_f32(s.rms_eps));
+  w.set(key("expert_count"), u32(s.n_expert));
+  w.set(key("expert_used_count"), u32(s.n_expert_used));
+  w.set(key("expert_feed_forward_length"), u32(s.n_ff_exp));
+
+  w.set("tokenizer.ggml.model", Value::of_string("gpt2"));
+  w.set("tokenizer.ggml.pre", Value::of_string(v.pre));
+  w.set("tokenizer.ggml.tokens", Value::of_strings(v.tokens));
+  w.set("tokenizer.ggml.token_type", Value::of_i32s(v.token_types));
+  w.set("tokenizer.ggml.merges", Value::of_strings(v.merges));
+  w.set("tokenizer.ggml.bos_token_id", u32(v.bos_id));
+  w.set("tokenizer.ggml.eos_token_id", u32(v.eos_id));
+  w.set("tokenizer.ggml.padding_token_id", u32(v.pad_id));
+  w.set("tokenizer.ggml.add_bos_token", Value::of_bool(v.add_bos));
+  if (v.has_add_eos) w.set("tokenizer.ggml.add_eos_token", Value::of_bool(false));
+  w.set("tokenizer.chat_template", Value::of_string(v.chat_template));
+
+  if (c.arch == Arch::lfm2moe) {
+    // Per-layer KV heads: 0 marks a short-conv layer.
+    std::vector<int32_t> kv(static_cast<size_t>(s.n_layer), 0);
+    for (int il = 0; il < s.n_layer; ++il)
+      if (c.is_attention_layer(il)) kv[size_t(il)] = s.n_head_kv;
+    w.set(key("attention.head_count_kv"), Value::of_i32s(kv));
+    w.set(key("leading_dense_block_count"), u32(s.n_dense_lead));
+    w.set(key("expert_gating_func"), u32(2));  // sigmoid
+    w.set(key("vocab_size"), u32(s.n_vocab));
+    w.set(key("shortconv.l_cache"), u32(s.conv_l_cache));
+  } else {
+    w.set(key("attention.head_count_kv"), u32(s.n_head_kv));
+    w.set(key("attention.key_length"), u32(s.head_dim));
+    w.set(key("attention.value_length"), u32(s.head_dim));
+  }
+  for (const auto& t : tensors) w.add_tensor(t.spec);
+  return w;
+}
+
+WriteSummary write_model(const Config& c, const std::string& path, const WriteOptions& opt) {
+  validate(c);
+  const Vocab vocab = build_vocab(c.arch, c.shape.n_vocab);
+  const std::vector<TensorRecipe> tensors = plan_tensors(c);
+  const gguf::Writer writer = make_writer(c, vocab, tensors);
+
+  WriteSummary summary;
+  summary.n_tensors = tensors.size();
+  for (const auto& t : tensors) summary.tensor_bytes += t.spec.nbytes();
+  uint64_t done = 0;
+  if (opt.progress) opt.progress(0, summary.tensor_bytes);
+  writer.write(path, [&](size_t i, std::span<uint8_t> out) {
+    generate_tensor(tensors[i], c.seed, out, opt.threads);
+    done += out.size();
+    if (opt.progress) opt.progress(done, summary.tensor_bytes);
+  });
+  return summary;
+}
+
+}  // namespace df::models::synthetic

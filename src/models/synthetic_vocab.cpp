@@ -1,0 +1,372 @@
+#include "models/synthetic_vocab.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "models/synthetic_rng.h"
+#include "util/error.h"
+
+namespace df::models::synthetic {
+
+namespace {
+
+const std::vector<SpecialToken> kLfm2Specials = {
+    {"<|pad|>", kTokenControl},
+    {"<|startoftext|>", kTokenControl},
+    {"<|endoftext|>", kTokenControl},
+    {"<|fim_pre|>", kTokenControl},
+    {"<|fim_mid|>", kTokenControl},
+    {"<|fim_suf|>", kTokenControl},
+    {"<|im_start|>", kTokenControl},
+    {"<|im_end|>", kTokenControl},
+    {"<|tool_list_start|>", kTokenControl},
+    {"<|tool_list_end|>", kTokenControl},
+    {"<|tool_call_start|>", kTokenControl},
+    {"<|tool_call_end|>", kTokenControl},
+    {"<|tool_response_start|>", kTokenControl},
+    {"<|tool_response_end|>", kTokenControl},
+    {"<think>", kTokenUserDefined},
+    {"</think>", kTokenUserDefined},
+};
+
+const std::vector<SpecialToken> kQwenSpecials = {
+    {"<|endoftext|>", kTokenControl},      {"<|im_start|>", kTokenControl},
+    {"<|im_end|>", kTokenControl},         {"<|object_ref_start|>", kTokenControl},
+    {"<|object_ref_end|>", kTokenControl}, {"<tool_call>", kTokenUserDefined},
+    {"</tool_call>", kTokenUserDefined},   {"<think>", kTokenUserDefined},
+    {"</think>", kTokenUserDefined},
+};
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Decodes one code point at s[i] (the corpus is valid UTF-8) and advances i.
+uint32_t next_code_point(std::string_view s, size_t& i) {
+  const auto b = static_cast<unsigned char>(s[i]);
+  int len = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+  uint32_t cp = len == 1 ? b : len == 2 ? (b & 0x1F) : len == 3 ? (b & 0x0F) : (b & 0x07);
+  for (int k = 1; k < len && i + k < s.size(); ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  i += static_cast<size_t>(len);
+  return cp;
+}
+
+bool is_space(uint32_t c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' || c == 0xA0;
+}
+bool is_newline(uint32_t c) { return c == '\n' || c == '\r'; }
+bool is_digit(uint32_t c) { return c >= '0' && c <= '9'; }
+bool is_letter(uint32_t c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= 0x80 && !is_space(c));
+}
+bool is_other(uint32_t c) { return !is_space(c) && !is_letter(c) && !is_digit(c); }
+
+bool is_word_token(std::string_view t) {
+  // "Ġ" (U+0120, the mapped space) may lead; the rest must be ASCII letters.
+  if (t.substr(0, 2) == "\xC4\xA0") t.remove_prefix(2);
+  if (t.empty()) return false;
+  return std::all_of(t.begin(), t.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); });
+}
+
+size_t code_points(std::string_view s) {
+  return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
+// Byte-level BPE training on word counts: repeatedly merge the most frequent adjacent pair (ties: the smaller
+// pair of texts), then pad with filler merges of word-like tokens until the vocabulary has `target` tokens.
+class Trainer {
+ public:
+  explicit Trainer(size_t target) : target_(target) {
+    for (int b = 0; b < 256; ++b) add_token(byte_token_text(static_cast<uint8_t>(b)));
+  }
+
+  void learn(const std::map<std::string, int64_t>& word_counts) {
+    for (const auto& [word, count] : word_counts) {
+      std::vector<int> syms;
+      for (unsigned char b : word) syms.push_back(b);
+      words_.push_back({std::move(syms), count});
+    }
+    std::unordered_map<uint64_t, int64_t> pairs;
+    for (const auto& w : words_) count_pairs(w, pairs, +1);
+    while (texts_.size() < target_) {
+      uint64_t best = 0;
+      int64_t best_count = 0;
+      for (const auto& [key, count] : pairs) {
+        if (count > best_count || (count == best_count && count > 0 && pair_less(key, best))) {
+          best = key;
+          best_count = count;
+        }
+      }
+      if (best_count < 2) break;  // hapax pairs would only memorise the corpus
+      const int a = static_cast<int>(best >> 32), b = static_cast<int>(best & 0xffffffff);
+      const int merged = add_merge(a, b);
+      for (auto& w : words_) {
+        if (!contains_pair(w.syms, a, b)) continue;
+        count_pairs(w, pairs, -1);
+        std::vector<int> out;
+        for (size_t i = 0; i < w.syms.size(); ++i) {
+          if (i + 1 < w.syms.size() && w.syms[i] == a && w.syms[i + 1] == b) {
+            out.push_back(merged);
+            ++i;
+          } else {
+            out.push_back(w.syms[i]);
+          }
+        }
+        w.syms = std::move(out);
+        count_pairs(w, pairs, +1);
+      }
+      std::erase_if(pairs, [](const auto& kv) { return kv.second <= 0; });
+    }
+  }
+
+  // Filler merges: join a word-like token (optionally with a leading space mark) and a word-like token
+  // without one, at most 14 characters, never a duplicate. The pool grows with the filler tokens themselves.
+  void fill(uint64_t seed) {
+    std::vector<int> heads, tails;
+    for (size_t id = 0; id < texts_.size(); ++id) note_word(static_cast<int>(id), heads, tails);
+    Rng rng(seed);
+    size_t failures = 0;
+    while (texts_.size() < target_) {
+      int a, b;
+      if (failures < 10000 && !heads.empty() && !tails.empty()) {
+        a = heads[rng.below(heads.size())];
+        b = tails[rng.below(tails.size())];
+      } else {  // no fresh word-like pair found: any two non-empty tokens will do
+        a = static_cast<int>(rng.below(texts_.size()));
+        b = static_cast<int>(rng.below(texts_.size()));
+      }
+      const std::string text = texts_[a] + texts_[b];
+      if (ids_.count(text) || code_points(text) > 14) {
+        ++failures;
+        continue;
+      }
+      failures = 0;
+      const int id = add_merge(a, b);
+      note_word(id, heads, tails);
+    }
+  }
+
+  const std::vector<std::string>& texts() const { return texts_; }
+  const std::vector<std::string>& merges() const { return merges_; }
+
+ private:
+  struct Word {
+    std::vector<int> syms;
+    int64_t count;
+  };
+
+  static uint64_t key(int a, int b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
+
+  bool pair_less(uint64_t x, uint64_t y) const {
+    const auto& xa = texts_[x >> 32];
+    const auto& ya = texts_[y >> 32];
+    if (xa != ya) return xa < ya;
+    return texts_[x & 0xffffffff] < texts_[y & 0xffffffff];
+  }
+
+  static bool contains_pair(const std::vector<int>& s, int a, int b) {
+    for (size_t i = 0; i + 1 < s.size(); ++i)
+      if (s[i] == a && s[i + 1] == b) return true;
+    return false;
+  }
+
+  static void count_pairs(const Word& w, std::unordered_map<uint64_t, int64_t>& pairs, int sign) {
+    for (size_t i = 0; i + 1 < w.syms.size(); ++i) pairs[key(w.syms[i], w.syms[i + 1])] += sign * w.count;
+  }
+
+  int add_token(std::string text) {
+    const int id = static_cast<int>(texts_.size());
+    ids_.emplace(text, id);
+    texts_.push_back(std::move(text));
+    return id;
+  }
+
+  // Records the merge; the merged text may already be a token (two segmentations of one string), which is
+  // valid BPE and adds no token.
+  int add_merge(int a, int b) {
+    merges_.push_back(texts_[a] + " " + texts_[b]);
+    std::string text = texts_[a] + texts_[b];
+    if (auto it = ids_.find(text); it != ids_.end()) return it->second;
+    return add_token(std::move(text));
+  }
+
+  // Only short word-like tokens join the pools, so that any pair of them stays within the length cap and the
+  // draw rarely fails.
+  void note_word(int id, std::vector<int>& heads, std::vector<int>& tails) const {
+    if (!is_word_token(texts_[id]) || code_points(texts_[id]) > 7) return;
+    heads.push_back(id);
+    if (texts_[id].substr(0, 2) != "\xC4\xA0") tails.push_back(id);
+  }
+
+  size_t target_;
+  std::vector<Word> words_;
+  std::vector<std::string> texts_;
+  std::unordered_map<std::string, int> ids_;
+  std::vector<std::string> merges_;
+};
+
+}  // namespace
+
+const std::vector<SpecialToken>& special_tokens(Arch arch) {
+  return arch == Arch::lfm2moe ? kLfm2Specials : kQwenSpecials;
+}
+
+int min_vocab_size(Arch arch) { return static_cast<int>(special_tokens(arch).size()) + 256; }
+
+std::string byte_token_text(uint8_t b) {
+  // Printable Latin-1 bytes keep their code point; the other 68 map, in byte order, to U+0100 onwards.
+  const auto printable = [](int x) {
+    return (x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE);
+  };
+  uint32_t cp = b;
+  if (!printable(b)) {
+    uint32_t n = 0;
+    for (int x = 0; x < b; ++x) n += printable(x) ? 0 : 1;
+    cp = 256 + n;
+  }
+  std::string out;
+  append_utf8(out, cp);
+  return out;
+}
+
+std::vector<std::string> pretokenize(std::string_view text, int max_digits) {
+  std::vector<uint32_t> cps;
+  std::vector<size_t> at;  // byte offset of each code point, plus the end
+  for (size_t i = 0; i < text.size();) {
+    at.push_back(i);
+    cps.push_back(next_code_point(text, i));
+  }
+  at.push_back(text.size());
+  const size_t n = cps.size();
+  const auto lower = [&](size_t k) {
+    return k < n && cps[k] < 128 ? std::tolower(static_cast<int>(cps[k])) : -1;
+  };
+
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < n) {
+    size_t j = i;
+    // 's 't 're 've 'm 'll 'd (either case)
+    if (cps[i] == '\'') {
+      const int c1 = lower(i + 1), c2 = lower(i + 2);
+      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd')
+        j = i + 2;
+      else if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
+        j = i + 3;
+    }
+    // [^\r\n\p{L}\p{N}]?\p{L}+
+    if (j == i) {
+      size_t k = i;
+      if (!is_letter(cps[k]) && !is_digit(cps[k]) && !is_newline(cps[k]) && k + 1 < n &&
+          is_letter(cps[k + 1]))
+        ++k;
+      if (is_letter(cps[k])) {
+        while (k < n && is_letter(cps[k])) ++k;
+        j = k;
+      }
+    }
+    // \p{N}{1,max_digits}
+    if (j == i && is_digit(cps[i])) {
+      while (j < n && is_digit(cps[j]) && j - i < static_cast<size_t>(max_digits)) ++j;
+    }
+    // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+    if (j == i) {
+      size_t k = i;
+      if (cps[k] == ' ' && k + 1 < n && is_other(cps[k + 1])) ++k;
+      if (is_other(cps[k])) {
+        while (k < n && is_other(cps[k])) ++k;
+        while (k < n && is_newline(cps[k])) ++k;
+        j = k;
+      }
+    }
+    if (j == i) {  // whitespace: \s*[\r\n]+ | \s+(?!\S) | \s+
+      size_t end = i;
+      while (end < n && is_space(cps[end])) ++end;
+      size_t last_newline = n;
+      for (size_t k = i; k < end; ++k)
+        if (is_newline(cps[k])) last_newline = k;
+      if (last_newline != n)
+        j = last_newline + 1;
+      else if (end == n || end - i == 1)
+        j = end;
+      else
+        j = end - 1;
+    }
+    out.emplace_back(text.substr(at[i], at[j] - at[i]));
+    i = j;
+  }
+  return out;
+}
+
+Vocab build_vocab(Arch arch, int n_vocab) {
+  if (n_vocab < min_vocab_size(arch))
+    fail("--vocab {} is too small: {} needs at least {} tokens ({} special tokens and 256 byte tokens)",
+         n_vocab, arch_name(arch), min_vocab_size(arch), special_tokens(arch).size());
+  const auto& specials = special_tokens(arch);
+  const bool lfm2 = arch == Arch::lfm2moe;
+
+  std::map<std::string, int64_t> word_counts;
+  for (std::string_view part : builtin_corpus())
+    for (auto& piece : pretokenize(part, lfm2 ? 3 : 1)) ++word_counts[piece];
+  Trainer trainer(static_cast<size_t>(n_vocab) - specials.size());
+  trainer.learn(word_counts);
+  trainer.fill(0x5eed0f11e7ULL);
+
+  Vocab v;
+  const auto add_specials = [&] {
+    for (const auto& s : specials) {
+      v.tokens.emplace_back(s.text);
+      v.token_types.push_back(s.type);
+    }
+  };
+  if (lfm2) add_specials();
+  for (const auto& t : trainer.texts()) {
+    v.tokens.push_back(t);
+    v.token_types.push_back(kTokenNormal);
+  }
+  if (!lfm2) add_specials();
+  v.merges = trainer.merges();
+
+  const auto id_of = [&](std::string_view text) {
+    for (size_t i = 0; i < v.tokens.size(); ++i)
+      if (v.tokens[i] == text) return static_cast<uint32_t>(i);
+    fail("internal: special token '{}' missing from the synthetic vocabulary", text);
+  };
+  if (lfm2) {
+    v.pre = "lfm2";
+    v.bos_id = id_of("<|startoftext|>");
+    v.eos_id = id_of("<|im_end|>");
+    v.pad_id = id_of("<|pad|>");
+    v.add_bos = true;
+    v.has_add_eos = true;
+  } else {
+    v.pre = "qwen2";
+    v.bos_id = id_of("<|endoftext|>");
+    v.eos_id = id_of("<|im_end|>");
+    v.pad_id = id_of("<|endoftext|>");
+    v.add_bos = false;
+    v.has_add_eos = false;
+  }
+  v.chat_template = chat_template(arch);
+  return v;
+}
+
+}  // namespace df::models::synthetic

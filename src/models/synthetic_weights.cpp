@@ -1,0 +1,213 @@
+#include "models/synthetic_weights.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <string>
+#include <thread>
+
+#include "models/synthetic_rng.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace df::models::synthetic {
+
+namespace {
+
+// RMS of silu(a) * b for independent standard normal a, b: sqrt(E[silu(a)^2]) = 0.5965.
+constexpr float kSwigluRms = 0.5965f;
+// Relative jitter of norm weights around their mean, so that engines which ignore a norm weight are caught.
+constexpr float kNormJitter = 0.05f;
+// Mean of the Q and K norm weights: attention scores get a std of about kQkNorm^2, peaked enough that the
+// attention output keeps its RMS over long contexts.
+constexpr float kQkNorm = 1.5f;
+// Std of the short-conv taps; the conv output then has an RMS of about sqrt(3) * kConvStd.
+constexpr float kConvStd = 0.5f;
+
+std::string blk(int il, const char* name) { return fmt::format("blk.{}.{}", il, name); }
+
+class Planner {
+ public:
+  explicit Planner(const Config& c) : c_(c), s_(c.shape), n_(c.numerics), H_(s_.n_embd) {
+    route_from_ = H_ - n_.route_dims;
+  }
+
+  std::vector<TensorRecipe> plan() {
+    if (c_.arch == Arch::lfm2moe) {
+      // Tied head: logits = E (x_hat * w); std over the vocabulary = embd_std * sqrt(H) * |w|.
+      normal("token_embd.weight", c_.types.token_embd, {H_, s_.n_vocab}, n_.embd_std);
+      norm("token_embd_norm.weight", H_, n_.logit_std / (n_.embd_std * std::sqrt(float(H_))));
+    } else {
+      normal("token_embd.weight", c_.types.token_embd, {H_, s_.n_vocab}, n_.embd_std);
+      norm("output_norm.weight", H_, 1.0f);
+      normal("output.weight", c_.types.output, {H_, s_.n_vocab}, n_.logit_std / std::sqrt(float(H_)));
+    }
+    for (int il = 0; il < s_.n_layer; ++il) layer(il);
+    return std::move(out_);
+  }
+
+ private:
+  void layer(int il) {
+    const float in_std = 1.0f / std::sqrt(float(H_));  // unit-RMS input -> unit-RMS projections
+    const float g = n_.block_gain;
+    norm(blk(il, "attn_norm.weight"), H_, 1.0f);
+    if (c_.is_attention_layer(il)) {
+      const int64_t q_dim = int64_t{s_.n_head} * s_.head_dim, kv_dim = int64_t{s_.n_head_kv} * s_.head_dim;
+      const bool qwen = c_.arch == Arch::qwen3moe;
+      normal(blk(il, "attn_q.weight"), c_.types.matmul, {H_, q_dim}, in_std);
+      normal(blk(il, "attn_k.weight"), c_.types.matmul, {H_, kv_dim}, in_std);
+      normal(blk(il, "attn_v.weight"), c_.types.matmul, {H_, kv_dim}, in_std);
+      output_proj(blk(il, "attn_output.weight"), c_.types.matmul, {q_dim, H_}, g / std::sqrt(float(q_dim)));
+      // The golden files list the two QK norms in this order per architecture.
+      norm(blk(il, qwen ? "attn_k_norm.weight" : "attn_q_norm.weight"), s_.head_dim, kQkNorm);
+      norm(blk(il, qwen ? "attn_q_norm.weight" : "attn_k_norm.weight"), s_.head_dim, kQkNorm);
+    } else {
+      normal(blk(il, "shortconv.conv.weight"), GgmlType::F32, {s_.conv_l_cache, H_}, kConvStd);
+      normal(blk(il, "shortconv.in_proj.weight"), c_.types.matmul, {H_, 3 * H_}, in_std);
+      const float conv_rms = std::sqrt(float(s_.conv_l_cache)) * kConvStd;
+      output_proj(blk(il, "shortconv.out_proj.weight"), c_.types.matmul, {H_, H_},
+                  g / (conv_rms * std::sqrt(float(H_))));
+    }
+    norm(blk(il, "ffn_norm.weight"), H_, 1.0f);
+    if (!c_.is_moe_layer(il)) {
+      normal(blk(il, "ffn_gate.weight"), c_.types.matmul, {H_, s_.n_ff}, in_std);
+      output_proj(blk(il, "ffn_down.weight"), c_.types.matmul, {s_.n_ff, H_},
+                  g / (kSwigluRms * std::sqrt(float(s_.n_ff))));
+      normal(blk(il, "ffn_up.weight"), c_.types.matmul, {H_, s_.n_ff}, in_std);
+      return;
+    }
+    router(il);
+    const int64_t E = s_.n_expert, F = s_.n_ff_exp;
+    normal(blk(il, "ffn_gate_exps.weight"), c_.types.experts, {H_, F, E}, in_std);
+    // k experts mixed with weights summing to 1 have ~1/sqrt(k) of one expert's RMS.
+    output_proj(blk(il, "ffn_down_exps.weight"), c_.types.experts, {F, H_, E},
+                g * std::sqrt(float(s_.n_expert_used)) / (kSwigluRms * std::sqrt(float(F))));
+    normal(blk(il, "ffn_up_exps.weight"), c_.types.experts, {H_, F, E}, in_std);
+    if (c_.arch == Arch::lfm2moe) normal(blk(il, "exp_probs_b.bias"), GgmlType::F32, {E}, n_.bias_std);
+  }
+
+  // Router logits z = W (x_hat * w). With route dims, x_hat there is the token embedding over the residual
+  // RMS at this point, so W's std undoes both to give z a std of router_std.
+  void router(int il) {
+    TensorRecipe r = recipe(blk(il, "ffn_gate_inp.weight"), GgmlType::F32, {H_, s_.n_expert});
+    if (n_.route_dims > 0) {
+      const float rms = expected_residual_rms(n_, 2 * il + 1);
+      r.std = n_.router_std * rms / (std::sqrt(float(n_.route_dims)) * n_.embd_std);
+      r.cols_from = route_from_;
+    } else {
+      r.std = n_.router_std / std::sqrt(float(H_));
+    }
+    out_.push_back(std::move(r));
+  }
+
+  TensorRecipe recipe(std::string name, GgmlType type, std::vector<int64_t> ne) {
+    TensorRecipe r;
+    r.spec.name = std::move(name);
+    r.spec.type = type;
+    r.spec.ne = std::move(ne);
+    return r;
+  }
+  void normal(std::string name, GgmlType type, std::vector<int64_t> ne, float std) {
+    TensorRecipe r = recipe(std::move(name), type, std::move(ne));
+    r.std = std;
+    out_.push_back(std::move(r));
+  }
+  void norm(std::string name, int64_t n, float mean) {
+    TensorRecipe r = recipe(std::move(name), GgmlType::F32, {n});
+    r.mean = mean;
+    r.std = mean * kNormJitter;
+    out_.push_back(std::move(r));
+  }
+  // A projection into the residual stream: its rows for the route dims stay zero.
+  void output_proj(std::string name, GgmlType type, std::vector<int64_t> ne, float std) {
+    TensorRecipe r = recipe(std::move(name), type, std::move(ne));
+    r.std = std;
+    r.zero_rows_from = route_from_;
+    out_.push_back(std::move(r));
+  }
+
+  const Config& c_;
+  const Shape& s_;
+  const Numerics& n_;
+  int64_t H_;
+  int64_t route_from_;
+  std::vector<TensorRecipe> out_;
+};
+
+}  // namespace
+
+int64_t TensorRecipe::rows() const {
+  int64_t r = 1;
+  for (size_t d = 1; d < spec.ne.size(); ++d) r *= spec.ne[d];
+  return r;
+}
+int64_t TensorRecipe::row_len() const { return spec.ne[0]; }
+size_t TensorRecipe::row_bytes() const { return ggml_row_bytes(spec.type, spec.ne[0]); }
+
+std::vector<TensorRecipe> plan_tensors(const Config& c) { return Planner(c).plan(); }
+
+float expected_residual_rms(const Numerics& n, int blocks) {
+  return std::sqrt(n.embd_std * n.embd_std + float(blocks) * n.block_gain * n.block_gain);
+}
+
+void generate_rows(const TensorRecipe& r, uint64_t seed, int64_t row_begin, int64_t row_end,
+                   std::span<uint8_t> out) {
+  const int64_t n = r.row_len();
+  const size_t rb = r.row_bytes();
+  if (row_begin < 0 || row_end > r.rows() || row_begin > row_end ||
+      out.size() != size_t(row_end - row_begin) * rb)
+    fail("internal: bad row range [{}, {}) of '{}'", row_begin, row_end, r.spec.name);
+  const int64_t slab_rows = r.spec.ne.size() > 1 ? r.spec.ne[1] : 1;
+  std::vector<float> values(static_cast<size_t>(n));
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    if (r.zero_rows_from >= 0 && row % slab_rows >= r.zero_rows_from) {
+      std::fill(values.begin(), values.end(), 0.0f);
+    } else {
+      Rng rng(row_seed(seed, r.spec.name, static_cast<uint64_t>(row)));
+      for (int64_t j = 0; j < n; ++j) {
+        const float v = r.mean + r.std * rng.normal();
+        values[size_t(j)] = j < r.cols_from ? 0.0f : v;
+      }
+    }
+    quant::quantize_row(r.spec.type, values.data(), out.data() + size_t(row - row_begin) * rb, n);
+  }
+}
+
+void generate_tensor(const TensorRecipe& r, uint64_t seed, std::span<uint8_t> out, int threads) {
+  const int64_t rows = r.rows();
+  const size_t rb = r.row_bytes();
+  if (out.size() != size_t(rows) * rb)
+    fail("internal: '{}' needs {} bytes, got {}", r.spec.name, rows * rb, out.size());
+  if (threads <= 0)
+    threads = static_cast<int>(std::min(16u, std::max(1u, std::thread::hardware_concurrency())));
+  // Chunks of about 1 MiB of values: small tensors stay on this thread.
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, r.row_len()));
+  const int64_t n_chunks = (rows + chunk - 1) / chunk;
+  const auto run_chunk = [&](int64_t c) {
+    const int64_t b = c * chunk, e = std::min(rows, b + chunk);
+    generate_rows(r, seed, b, e, out.subspan(size_t(b) * rb, size_t(e - b) * rb));
+  };
+  if (threads == 1 || n_chunks == 1) {
+    for (int64_t c = 0; c < n_chunks; ++c) run_chunk(c);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::vector<std::thread> pool;
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+  for (int t = 0; t < std::min<int64_t>(threads, n_chunks); ++t)
+    pool.emplace_back([&] {
+      try {
+        for (int64_t c; !failed && (c = next.fetch_add(1)) < n_chunks;) run_chunk(c);
+      } catch (...) {
+        if (!failed.exchange(true)) error = std::current_exception();
+      }
+    });
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace df::models::synthetic

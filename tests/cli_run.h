@@ -1,0 +1,43 @@
+#pragma once
+// Runs the diskformer binary (DF_BINARY) through the shell and captures its output and exit status.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace df::testing {
+
+struct CliResult {
+  int status = -1;
+  std::string out;  // stdout and stderr together (2>&1) unless the command redirects
+};
+
+inline CliResult run_cli(const std::string& args) {
+  CliResult r;
+  std::string cmd = std::string(DF_BINARY) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// Runs with stdout only (stderr discarded).
+inline CliResult run_cli_stdout(const std::string& args) {
+  CliResult r;
+  std::string cmd = std::string(DF_BINARY) + " " + args + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+}  // namespace df::testing

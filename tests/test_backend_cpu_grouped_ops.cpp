@@ -1,0 +1,209 @@
+// The CPU backend's grouped ops against the ops they group: matmul_many equals one matmul per product, and
+// swiglu_ffn equals gate and up matmuls, swiglu and the down matmul on the gathered rows, bit for bit, for
+// any thread count; bad groups fail with df::Error.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace df::backend {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// A random n_out × n_in matrix of type t (its bytes live in the returned vector).
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  Weight w;
+  Matrix(GgmlType t, int64_t n_in, int64_t n_out, uint32_t seed) {
+    const auto f = random_floats(static_cast<size_t>(n_in * n_out), seed, 0.5f);
+    const size_t rb = ggml_row_bytes(t, n_in);
+    bytes.resize(rb * static_cast<size_t>(n_out));
+    for (int64_t r = 0; r < n_out; ++r)
+      quant::quantize_row(t, f.data() + r * n_in, bytes.data() + static_cast<size_t>(r) * rb, n_in);
+    w = Weight{t, bytes.data(), n_in, n_out};
+  }
+};
+
+std::vector<float> matmul(CpuBackend& be, const Weight& w, const float* x, int64_t rows) {
+  std::vector<uint8_t> scratch(be.matmul_scratch_bytes(w.type, w.n_in, rows));
+  std::vector<float> y(static_cast<size_t>(rows * w.n_out));
+  be.matmul(w, x, rows, y.data(), scratch);
+  return y;
+}
+
+TEST(MatmulMany, EqualsOneMatmulPerProductWithSharedAndSeparateInputs) {
+  const int64_t n_in = 256;
+  const Matrix a(GgmlType::Q4_0, n_in, 300, 1), b(GgmlType::Q6_K, n_in, 70, 2), c(GgmlType::F16, n_in, 33, 3),
+      d(GgmlType::Q4_0, n_in, 8, 4);
+  for (int64_t rows : {1, 5, 70}) {
+    const auto x1 = random_floats(static_cast<size_t>(rows * n_in), 10);
+    const auto x2 = random_floats(static_cast<size_t>(rows * n_in), 11);
+    CpuBackend one(1);
+    const std::vector<std::vector<float>> want = {
+        matmul(one, a.w, x1.data(), rows), matmul(one, b.w, x1.data(), rows),
+        matmul(one, c.w, x2.data(), rows), matmul(one, d.w, x2.data(), rows)};
+    for (int threads : {1, 2, 3}) {
+      CpuBackend be(threads);
+      std::vector<std::vector<float>> got(4);
+      for (size_t i = 0; i < 4; ++i) got[i].assign(want[i].size(), -1.0f);
+      // a and b share x1 (Q8_0 and Q8_K: two quantizations), d shares c's x2 in another format.
+      const MatmulTask tasks[] = {{a.w, x1.data(), got[0].data()},
+                                  {b.w, x1.data(), got[1].data()},
+                                  {c.w, x2.data(), got[2].data()},
+                                  {d.w, x2.data(), got[3].data()}};
+      be.matmul_many(tasks, rows);
+      for (size_t i = 0; i < 4; ++i)
+        EXPECT_EQ(got[i], want[i]) << "product " << i << " rows " << rows << " threads " << threads;
+    }
+  }
+}
+
+TEST(MatmulMany, RejectsTooManyProductsAndUnsupportedTypes) {
+  CpuBackend be(2);
+  const Matrix a(GgmlType::Q8_0, 32, 4, 5);
+  std::vector<float> x(32), y(4);
+  std::vector<MatmulTask> tasks(CpuBackend::kMaxMatmulTasks + 1, MatmulTask{a.w, x.data(), y.data()});
+  EXPECT_THROW(be.matmul_many(tasks, 1), Error);
+  const MatmulTask bad[] = {{Weight{GgmlType::Q8_K, a.bytes.data(), 256, 1}, x.data(), y.data()}};
+  EXPECT_THROW(be.matmul_many(bad, 1), Error);
+}
+
+struct FfnTypes {
+  GgmlType gate, up, down;
+  int64_t n_in, n_ff, n_out;
+};
+
+void PrintTo(const FfnTypes& c, std::ostream* os) {
+  *os << ggml_type_name(c.gate) << "/" << ggml_type_name(c.up) << "/" << ggml_type_name(c.down);
+}
+
+class SwigluFfn : public ::testing::TestWithParam<FfnTypes> {};
+
+// Five experts over 9 tokens as a MoE layer routes them (one expert with no token, one with all), then
+// one dense FFN over 70 rows (two token tiles).
+TEST_P(SwigluFfn, EqualsMatmulSwigluMatmulOnTheGatheredRowsBitForBit) {
+  const FfnTypes c = GetParam();
+  const int64_t T = 9, K = 3;
+  std::vector<Matrix> gates, ups, downs;
+  for (uint32_t e = 0; e < 5; ++e) {
+    gates.emplace_back(c.gate, c.n_in, c.n_ff, 100 + e);
+    ups.emplace_back(c.up, c.n_in, c.n_ff, 200 + e);
+    downs.emplace_back(c.down, c.n_ff, c.n_out, 300 + e);
+  }
+  // Entries (token, slot): expert of slot j of token t.
+  std::vector<int32_t> expert_of(static_cast<size_t>(T * K));
+  for (int64_t t = 0; t < T; ++t) {
+    expert_of[static_cast<size_t>(t * K)] = 0;                   // every token
+    expert_of[static_cast<size_t>(t * K + 1)] = t % 2 ? 1 : 2;   // alternate
+    expert_of[static_cast<size_t>(t * K + 2)] = t == 4 ? 1 : 3;  // expert 4: none
+  }
+  const auto x = random_floats(static_cast<size_t>(T * c.n_in), 7, 2.0f);
+
+  // Reference: per expert, its rows gathered, matmul gate/up, swiglu, matmul down, scattered.
+  CpuBackend one(1);
+  std::vector<float> want(static_cast<size_t>(T * K * c.n_out), -1.0f);
+  std::vector<std::vector<int32_t>> in_rows(5), out_rows(5);
+  for (int64_t i = 0; i < T * K; ++i) {
+    const size_t e = static_cast<size_t>(expert_of[static_cast<size_t>(i)]);
+    in_rows[e].push_back(static_cast<int32_t>(i / K));
+    out_rows[e].push_back(static_cast<int32_t>(i));
+  }
+  for (size_t e = 0; e < 5; ++e) {
+    const int64_t n = static_cast<int64_t>(in_rows[e].size());
+    if (n == 0) continue;
+    std::vector<float> xg;
+    for (int32_t r : in_rows[e]) xg.insert(xg.end(), x.begin() + r * c.n_in, x.begin() + (r + 1) * c.n_in);
+    auto g = matmul(one, gates[e].w, xg.data(), n);
+    const auto u = matmul(one, ups[e].w, xg.data(), n);
+    one.swiglu(g.data(), u.data(), n * c.n_ff, g.data());
+    const auto y = matmul(one, downs[e].w, g.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(y.begin() + i * c.n_out, c.n_out,
+                  want.begin() + out_rows[e][static_cast<size_t>(i)] * c.n_out);
+  }
+
+  // Dense: one FFN over every row of a 70-row input (two token tiles).
+  const int64_t rows = 70;
+  const auto xd = random_floats(static_cast<size_t>(rows * c.n_in), 8, 2.0f);
+  auto g = matmul(one, gates[0].w, xd.data(), rows);
+  const auto u = matmul(one, ups[0].w, xd.data(), rows);
+  one.swiglu(g.data(), u.data(), rows * c.n_ff, g.data());
+  const auto dense_want = matmul(one, downs[0].w, g.data(), rows);
+  SwigluFfnTask dense;
+  dense.gate = gates[0].w;
+  dense.up = ups[0].w;
+  dense.down = downs[0].w;
+  dense.n_rows = rows;
+
+  for (int threads : {1, 2, 3}) {
+    CpuBackend be(threads);
+    std::vector<SwigluFfnTask> ffns;
+    for (size_t e = 0; e < 5; ++e) {
+      SwigluFfnTask f;
+      f.gate = gates[e].w;
+      f.up = ups[e].w;
+      f.down = downs[e].w;
+      f.in_rows = in_rows[e].data();
+      f.out_rows = out_rows[e].data();
+      f.n_rows = static_cast<int64_t>(in_rows[e].size());
+      ffns.push_back(f);
+    }
+    std::vector<float> got(want.size(), -1.0f);
+    be.swiglu_ffn(ffns, x.data(), T, got.data());
+    EXPECT_EQ(got, want) << threads << " threads";
+
+    std::vector<float> dense_got(dense_want.size());
+    be.swiglu_ffn(std::span(&dense, 1), xd.data(), rows, dense_got.data());
+    EXPECT_EQ(dense_got, dense_want) << threads << " threads";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, SwigluFfn,
+    ::testing::Values(FfnTypes{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, 256, 160, 256},
+                      // K-quants: the down input is Q8_K, quantized per 256-value block of n_ff.
+                      FfnTypes{GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K, 256, 512, 64},
+                      // Gate and up in different activation formats (Q8_0, Q8_1).
+                      FfnTypes{GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::MXFP4, 64, 96, 40},
+                      FfnTypes{GgmlType::F16, GgmlType::F16, GgmlType::F16, 64, 72, 40}),
+    [](const auto& info) {
+      std::string s(ggml_type_name(info.param.gate));
+      s.append("_").append(ggml_type_name(info.param.up)).append("_").append(ggml_type_name(info.param.down));
+      return s;
+    });
+
+TEST(SwigluFfnErrors, MismatchedShapesAndInputRowsOutOfRange) {
+  CpuBackend be(2);
+  const Matrix g(GgmlType::Q8_0, 64, 32, 1), u(GgmlType::Q8_0, 64, 32, 2), d(GgmlType::Q8_0, 32, 64, 3),
+      other_down(GgmlType::Q8_0, 32, 32, 4);
+  const auto x = random_floats(2 * 64, 5);
+  std::vector<float> out(2 * 64);
+  const int32_t rows[] = {0, 2};
+  SwigluFfnTask a;
+  a.gate = g.w;
+  a.up = u.w;
+  a.down = d.w;
+  a.in_rows = rows;
+  a.n_rows = 2;
+  EXPECT_THROW(be.swiglu_ffn(std::span(&a, 1), x.data(), 2, out.data()), Error);  // row 2 of 2
+  a.n_rows = 1;
+  SwigluFfnTask b = a;
+  b.down = other_down.w;
+  const SwigluFfnTask both[] = {a, b};
+  EXPECT_THROW(be.swiglu_ffn(both, x.data(), 2, out.data()), Error);
+  EXPECT_NO_THROW(be.swiglu_ffn(std::span(&a, 1), x.data(), 2, out.data()));
+}
+
+}  // namespace
+}  // namespace df::backend

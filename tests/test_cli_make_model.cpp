@@ -1,0 +1,136 @@
+// `diskformer make-model` through the binary: same arguments and seed give the same sha256, flags reach the
+// file, the result passes inspect, and invalid flags exit non-zero with a message naming the flag, leaving no
+// file.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli_run.h"
+#include "gguf/gguf.h"
+
+namespace fs = std::filesystem;
+using df::testing::run_cli;
+using df::testing::run_cli_stdout;
+
+namespace {
+
+std::string tmp(const std::string& name) {
+  fs::create_directories(DF_TEST_TMP);
+  return std::string(DF_TEST_TMP) + "/cli_make_model_" + name;
+}
+
+std::string sha256_of(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  std::vector<char> buf(1 << 16);
+  while (f.read(buf.data(), std::streamsize(buf.size())) || f.gcount() > 0)
+    EVP_DigestUpdate(ctx, buf.data(), size_t(f.gcount()));
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(ctx, md, &n);
+  EVP_MD_CTX_free(ctx);
+  std::string hex;
+  for (unsigned int i = 0; i < n; ++i) hex += fmt::format("{:02x}", md[i]);
+  return hex;
+}
+
+}  // namespace
+
+TEST(CliMakeModel, SameSeedSameSha256OtherSeedOtherFile) {
+  const std::string a = tmp("a.gguf"), b = tmp("b.gguf"), c = tmp("c.gguf");
+  fs::remove(a), fs::remove(b), fs::remove(c);
+  auto r = run_cli("make-model --arch qwen3moe --preset tiny --seed 5 -o '" + a + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("qwen3moe"), std::string::npos) << r.out;
+  r = run_cli("make-model --arch qwen3moe --seed 5 --threads 1 --out '" + b + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run_cli("make-model --arch qwen3moe --seed 6 -q -o '" + c + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(r.out.empty()) << r.out;  // --quiet
+  const std::string sa = sha256_of(a);
+  EXPECT_EQ(sa.size(), 64u);
+  EXPECT_EQ(sa, sha256_of(b));
+  EXPECT_NE(sa, sha256_of(c));
+  EXPECT_EQ(fs::file_size(a), fs::file_size(c));
+}
+
+TEST(CliMakeModel, FlagsReachTheFileAndInspectReadsIt) {
+  const std::string p = tmp("custom.gguf");
+  auto r = run_cli(
+      "make-model --arch lfm2moe --layers 5 --hidden 512 --heads 8 --kv-heads 4 --dense-lead 1 --attn-layers "
+      "1,4 "
+      "--experts 8 --topk 2 --expert-ff 64 --dense-ff 256 --vocab 1000 --ctx 2048 --rope-theta 10000 --qtype "
+      "Q8_0 "
+      "--embd-type Q8_0 --route-dims 8 --seed 3 -o '" +
+      p + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const df::gguf::File f = df::gguf::File::open(p);
+  EXPECT_EQ(f.require_int("lfm2moe.block_count"), 5);
+  EXPECT_EQ(f.require_int("lfm2moe.embedding_length"), 512);
+  EXPECT_EQ(f.require_int("lfm2moe.expert_count"), 8);
+  EXPECT_EQ(f.require_int("lfm2moe.expert_used_count"), 2);
+  EXPECT_EQ(f.require_int("lfm2moe.leading_dense_block_count"), 1);
+  EXPECT_EQ(f.require_int("lfm2moe.context_length"), 2048);
+  EXPECT_FLOAT_EQ(float(f.require_float("lfm2moe.rope.freq_base")), 10000.0f);
+  EXPECT_EQ(f.require_int("general.file_type"), 7);  // MOSTLY_Q8_0
+  const auto& kv = f.require("lfm2moe.attention.head_count_kv").arr;
+  ASSERT_EQ(kv.size(), 5u);
+  EXPECT_EQ(kv[1].as_int(), 4);
+  EXPECT_EQ(kv[2].as_int(), 0);
+  EXPECT_EQ(kv[4].as_int(), 4);
+  EXPECT_EQ(f.require("tokenizer.ggml.tokens").arr.size(), 1000u);
+  EXPECT_EQ(f.require_tensor("blk.1.attn_k.weight").ne[1], 4 * 64);
+  EXPECT_EQ(f.require_tensor("blk.0.ffn_down.weight").ne[0], 256);
+  EXPECT_EQ(f.require_tensor("blk.3.ffn_gate_exps.weight").type, df::GgmlType::Q8_0);
+  EXPECT_EQ(f.require_tensor("token_embd.weight").type, df::GgmlType::Q8_0);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_gate_inp.weight"), nullptr);  // dense lead layer
+
+  const auto j = run_cli_stdout("inspect --json '" + p + "'");
+  ASSERT_EQ(j.status, 0) << j.out;
+  const auto report = nlohmann::json::parse(j.out);
+  EXPECT_EQ(report["memory"]["n_moe_layers"], 4);
+  EXPECT_EQ(report["memory"]["n_expert"], 8);
+  EXPECT_EQ(report["memory"]["n_expert_used"], 2);
+}
+
+TEST(CliMakeModel, InvalidFlagsFailNamingTheFlagAndWriteNothing) {
+  const std::string p = tmp("invalid.gguf");
+  fs::remove(p);
+  const std::pair<const char*, const char*> cases[] = {
+      {"--arch llama", "--arch"},
+      {"--preset huge", "--preset"},
+      {"--arch qwen3moe --preset lfm2-24b", "--preset"},
+      {"--hidden 272", "--hidden"},
+      {"--hidden 320", "Q6_K"},
+      {"--heads 3", "--heads"},
+      {"--kv-heads 3", "--kv-heads"},
+      {"--topk 17", "--topk"},
+      {"--expert-ff 100", "--expert-ff"},
+      {"--layers 4", "--attn-layers"},
+      {"--attn-layers 2,x", "--attn-layers"},
+      {"--attn-layers 9", "--attn-layers"},
+      {"--qtype Q9_9", "--qtype"},
+      {"--qtype Q8_K", "--qtype"},
+      {"--output-type Q8_0", "--output-type"},
+      {"--arch qwen3moe --attn-layers 1", "lfm2moe only"},
+      {"--vocab 100", "--vocab"},
+      {"--route-dims 200", "--route-dims"},
+      {"--rms-eps 0", "--rms-eps"},
+      {"--layers abc", "--layers"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    SCOPED_TRACE(flags);
+    const auto r = run_cli(std::string("make-model ") + flags + " -o '" + p + "'");
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(expected), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(p));
+  }
+  const auto r = run_cli("make-model --arch lfm2moe");  // no output file
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--out"), std::string::npos) << r.out;
+}

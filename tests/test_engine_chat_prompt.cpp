@@ -1,0 +1,58 @@
+// Chat prompts end to end: template rendering + BOS handling + tokenization must give llama.cpp's prompt ids.
+#include <gtest/gtest.h>
+
+#include "engine/chat_prompt.h"
+#include "gguf/gguf.h"
+#include "golden_json.h"
+
+using df::testing::golden_json;
+using df::testing::golden_path;
+
+namespace {
+
+std::vector<df::ChatMessage> messages_of(const nlohmann::json& j) {
+  std::vector<df::ChatMessage> out;
+  for (const auto& m : j) out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  return out;
+}
+
+}  // namespace
+
+class ChatPromptGolden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ChatPromptGolden, IdsEqualLlamaCpp) {
+  const std::string model = GetParam();
+  auto file = df::gguf::File::open(golden_path(model + ".gguf"));
+  auto tokenizer = df::tok::Tokenizer::from_gguf(file);
+  auto tmpl = file.get_string("tokenizer.chat_template");
+  ASSERT_TRUE(tmpl.has_value());
+  auto j = golden_json(model);
+  for (const auto& c : j["chat"]["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    auto p = df::build_chat_prompt(tokenizer, tmpl, messages_of(c["messages"]), c["add_generation_prompt"]);
+    EXPECT_EQ(p.text, c["prompt"].get<std::string>());
+    EXPECT_EQ(p.ids, c["prompt_ids"].get<std::vector<int32_t>>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, ChatPromptGolden,
+                         ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16", "qwen3moe-tiny",
+                                           "gpt-oss-tiny"));
+
+// Without a template in the file, lfm2moe falls back to the seed's LFM2.5 rendering (what the real template
+// produces): explicit <|startoftext|>, earlier reasoning dropped, generation prompt opening <think>.
+TEST(ChatPromptFallback, Lfm2RenderingWhenTheFileHasNoTemplate) {
+  auto file = df::gguf::File::open(golden_path("lfm2moe-tiny.gguf"));
+  auto tokenizer = df::tok::Tokenizer::from_gguf(file);
+  auto j = golden_json("lfm2moe-tiny");
+  for (const auto& c : j["chat"]["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const auto& seed = c["informational_seed_lfm2ChatPrompt"];
+    auto p = df::build_chat_prompt(tokenizer, std::nullopt, messages_of(c["messages"]));
+    EXPECT_EQ(p.ids, seed["ids_parse_special"].get<std::vector<int32_t>>());
+    EXPECT_TRUE(p.opens_reasoning);
+    ASSERT_FALSE(p.ids.empty());
+    EXPECT_EQ(p.ids[0], tokenizer.bos());
+    EXPECT_NE(p.ids[1], tokenizer.bos());  // no second BOS
+  }
+}
