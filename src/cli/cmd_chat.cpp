@@ -26,10 +26,11 @@ struct ChatFlags {
 };
 
 void chat(const ChatFlags& f) {
-  OpenedModel m = open_model(f.model.source());
+  OpenedModel m = open_from_flags(f.model);
   const auto& info = m.model->info();
   const auto& tokenizer = *m.tokenizer;
-  Session session(*m.model, f.model.context_for(info.n_ctx_train), f.model.batch);
+  auto session_ptr = make_session(m, f.model.context_for(info.n_ctx_train));
+  Session& session = *session_ptr;
   Sampler sampler(info.n_vocab, f.sampling.resolve());
   const bool tty_in = ::isatty(STDIN_FILENO), tty_out = ::isatty(STDOUT_FILENO);
   const char* dim = tty_out ? "\x1b[2m" : "";

@@ -8,12 +8,14 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "engine/chat_prompt.h"
 #include "engine/generate.h"
 #include "engine/session.h"
+#include "stream/cache_telemetry.h"
 #include "tokenizer/stream_decoder.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -78,7 +80,7 @@ void run(const RunFlags& f) {
   if (f.chat && !f.prompt_ids.empty()) fail("--chat renders text through the chat template: use -p, not --prompt-ids");
   if (f.n_predict < -1) fail("-n {} must be -1 (until the end) or at least 0", f.n_predict);
 
-  OpenedModel m = open_model(f.model.source());
+  OpenedModel m = open_from_flags(f.model);
   const auto& info = m.model->info();
   const auto& tokenizer = *m.tokenizer;
 
@@ -100,13 +102,13 @@ void run(const RunFlags& f) {
   if (prompt.empty()) fail("the prompt is empty");
 
   const int n_ctx = f.model.context_for(info.n_ctx_train);
-  int n_batch = f.model.batch;
   std::unique_ptr<LayerDumper> dumper;
   if (!f.dump_layers.empty()) {
     dumper = std::make_unique<LayerDumper>(f.dump_layers, info);
-    n_batch = std::max<int>(n_batch, static_cast<int>(prompt.size()));  // the prompt is one step
+    m.prefill_chunk = std::max<int>(m.prefill_chunk, static_cast<int>(prompt.size()));  // the prompt is one step
   }
-  Session session(*m.model, n_ctx, n_batch);
+  auto session_ptr = make_session(m, n_ctx);
+  Session& session = *session_ptr;
   Sampler sampler(info.n_vocab, f.sampling.resolve());
 
   const bool tty = ::isatty(STDOUT_FILENO);
@@ -154,7 +156,8 @@ void run(const RunFlags& f) {
                  "\nprompt: %d tokens in %.3f s (%.2f tok/s) | generated: %zu tokens, decode %.2f tok/s | "
                  "stop: %s | threads: %d, context: %d\n",
                  r.prompt_tokens, r.prefill_seconds, pre_tps, r.tokens.size(), dec_tps, stop_reason_name(r.reason),
-                 f.model.threads, n_ctx);
+                 f.model.threads > 0 ? f.model.threads : static_cast<int>(std::thread::hardware_concurrency()), n_ctx);
+    if (f.stats && m.cache) std::fprintf(stderr, "%s", stream::format_telemetry_table(m.cache->telemetry()).c_str());
   }
 }
 

@@ -10,5 +10,6 @@ void register_run(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_ingest(CLI::App& app);
 void register_verify(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace df::cli

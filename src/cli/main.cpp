@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   df::cli::register_chat(app);
   df::cli::register_ingest(app);
   df::cli::register_verify(app);
+  df::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

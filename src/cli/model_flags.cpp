@@ -1,26 +1,49 @@
 #include "cli/model_flags.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <random>
 
+#include "stream/byte_size.h"
 #include "util/error.h"
 
 namespace df::cli {
 
 void ModelFlags::add(CLI::App* app) {
-  app->add_option("-m,--model", model, "model: a GGUF file")->required();
+  app->add_option("-m,--model", model, "model: a GGUF file (ingested into an expert store on first use) or a store")
+      ->required();
+  app->add_option("--store", store, "where the expert store of a GGUF lives (default: $XDG_CACHE_HOME/diskformer)");
+  app->add_flag("--resident", resident, "keep every expert in RAM, read from the GGUF (no store, no streaming)");
+  app->add_option("--expert-cache", expert_cache, "expert cache budget, e.g. 512M, 2G (default: from free memory)");
+  app->add_option("--io", io, "expert reads: direct (O_DIRECT) or buffered (page cache)")
+      ->check(CLI::IsMember({"direct", "buffered"}))
+      ->capture_default_str();
+  app->add_option("--cache-policy", cache_policy, "expert cache eviction: lru or lfu (LFU with ageing)")
+      ->check(CLI::IsMember({"lru", "lfu"}))
+      ->capture_default_str();
+  app->add_option("--lookahead", lookahead, "MoE layers whose experts are guessed and read ahead (0 = off)")
+      ->check(CLI::Range(0, 8))
+      ->capture_default_str();
   app->add_option("-t,--threads", threads, "CPU threads (default: one per core)");
   app->add_option("-c,--ctx-size", ctx, "context size in tokens (default: the training context, at most 4096)");
-  app->add_option("-b,--batch-size", batch, "prompt tokens per forward pass (prefill chunk)")->check(CLI::PositiveNumber);
-  app->add_option("--lookahead", lookahead, "MoE layers whose experts are guessed ahead (0 = off)")
-      ->check(CLI::Range(0, 8));
+  app->add_option("-b,--batch-size", batch, "prompt tokens per forward pass (prefill chunk)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 }
 
 ModelSourceOptions ModelFlags::source() const {
   ModelSourceOptions o;
   o.path = model;
+  o.store_dir = store;
+  o.resident = resident;
+  if (!expert_cache.empty()) o.expert_cache_bytes = stream::parse_byte_size(expert_cache, "--expert-cache");
+  o.io = io;
+  o.cache_policy = cache_policy;
   o.n_threads = threads;
   o.lookahead = lookahead;
+  o.n_ctx = ctx > 0 ? ctx : 4096;
+  o.prefill_chunk = batch;
   return o;
 }
 
@@ -28,6 +51,21 @@ int ModelFlags::context_for(int n_ctx_train) const {
   if (ctx < 0) fail("context size -c {} must be positive", ctx);
   if (ctx > 0) return ctx;
   return n_ctx_train > 0 ? std::min(n_ctx_train, 4096) : 4096;
+}
+
+OpenedModel open_from_flags(const ModelFlags& flags) {
+  if (flags.resident && (!flags.expert_cache.empty() || !flags.store.empty()))
+    fail("--resident keeps every expert in RAM: it cannot be combined with --expert-cache or --store");
+  OpenedModel m = open_model(flags.source());
+  fmt::print(stderr, "{}\n", m.cache_description);
+  return m;
+}
+
+std::unique_ptr<Session> make_session(OpenedModel& m, int n_ctx) {
+  auto s = std::make_unique<Session>(*m.model, n_ctx, m.prefill_chunk);
+  s->on_step = [&m](uint64_t tokens, uint64_t ns) { m.on_step(tokens, ns); };
+  s->on_failure = [&m] { m.on_failure(); };
+  return s;
 }
 
 void SamplingFlags::add(CLI::App* app) {

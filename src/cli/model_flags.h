@@ -1,17 +1,20 @@
 #pragma once
-// Flags shared by run, chat and bench, named as llama.cpp names them.
+// Flags shared by run, chat and bench, named as llama.cpp names them, plus the streaming flags.
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "engine/model_source.h"
 #include "engine/sampler.h"
+#include "engine/session.h"
 
 namespace df::cli {
 
 struct ModelFlags {
-  std::string model;
+  std::string model, store, expert_cache, io = "direct", cache_policy = "lru";
+  bool resident = false;
   int threads = 0;
   int ctx = 0;      // 0: min(training context, 4096)
   int batch = 64;   // prefill chunk
@@ -20,6 +23,11 @@ struct ModelFlags {
   ModelSourceOptions source() const;
   int context_for(int n_ctx_train) const;
 };
+
+// Opens the model named by the flags and prints what the expert cache got (stderr).
+OpenedModel open_from_flags(const ModelFlags& flags);
+// A session wired to the model's expert cache (telemetry per step, clean-up after a failed step).
+std::unique_ptr<Session> make_session(OpenedModel& m, int n_ctx);
 
 struct SamplingFlags {
   SamplingParams params;

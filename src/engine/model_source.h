@@ -1,27 +1,51 @@
 #pragma once
-// Opens what the user names with -m: a GGUF file (and, from the streaming issue on, an expert store), and
-// gives back the model, its tokenizer and its chat template, ready to run.
+// Opens what the user names with -m, as llama.cpp users expect: a GGUF file (ingested into an expert store on
+// first use, then run from the store with its routed experts streamed from disk into a budgeted cache) or an
+// expert store directory. --resident instead loads every expert of a GGUF into RAM (no store, no streaming).
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "gguf/gguf.h"
 #include "models/model.h"
+#include "store/store.h"
+#include "stream/expert_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace df {
 
 struct ModelSourceOptions {
-  std::string path;        // -m
+  std::string path;        // -m: FILE.gguf or a store directory
+  std::string store_dir;   // --store: where the store of a .gguf lives (default: the cache directory)
+  bool resident = false;   // --resident: every expert in RAM, read from the GGUF
+  std::optional<uint64_t> expert_cache_bytes;  // --expert-cache; absent: automatic
+  std::string io = "direct";                   // --io direct|buffered
+  std::string cache_policy = "lru";            // --cache-policy lru|lfu
   int n_threads = 0;       // -t; <= 0: one per core
   int lookahead = 1;       // --lookahead
+  int n_ctx = 4096;        // for the memory reserve of the automatic budget
+  int prefill_chunk = 64;  // wanted prefill chunk; the cache may need it smaller
+  std::function<void(const std::string&)> notice;  // one-line notes for the user (stderr by default)
 };
 
 struct OpenedModel {
-  std::unique_ptr<gguf::File> file;  // kept open: the trunk and the resident experts were read from it
+  // Destruction runs bottom-up: the model (and its expert provider) goes before the cache it reads.
+  std::optional<store::Store> store;
+  std::unique_ptr<stream::ExpertCache> cache;  // null when resident
+  std::unique_ptr<gguf::File> file;            // the trunk's GGUF: the source, or the store's dense.bin
   std::unique_ptr<models::Model> model;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::optional<std::string> chat_template;  // tokenizer.chat_template, if the file has one
+  int prefill_chunk = 64;       // the chunk to use: at most what the cache can hold at once
+  uint64_t trunk_bytes = 0;     // resident tensors (the dense part of the model)
+  uint64_t expert_bytes = 0;    // all routed experts (on disk when streaming)
+  std::string cache_description;
+
+  // Hooks for a Session: each step's token count and time (telemetry), and clean-up after a failed step.
+  void on_step(uint64_t tokens, uint64_t ns);
+  void on_failure();
 };
 
 OpenedModel open_model(const ModelSourceOptions& options);

@@ -1,6 +1,7 @@
 #include "engine/session.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "util/error.h"
 
@@ -19,6 +20,23 @@ void Session::reset() {
   state_->reset();
   tokens_.clear();
   have_logits_ = false;
+}
+
+void Session::run_forward(std::span<const int32_t> tokens, models::ForwardCapture* capture) {
+  const auto t0 = std::chrono::steady_clock::now();
+  have_logits_ = false;
+  try {
+    model_.forward(*state_, tokens, logits_, false, capture);
+  } catch (...) {
+    // A step that failed half way leaves the state unusable: start the sequence again next time.
+    reset();
+    if (on_failure) on_failure();
+    throw;
+  }
+  if (on_step)
+    on_step(tokens.size(), static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                     std::chrono::steady_clock::now() - t0)
+                                                     .count()));
 }
 
 std::span<const float> Session::prefill(std::span<const int32_t> tokens, models::ForwardCapture* capture) {
@@ -49,8 +67,7 @@ std::span<const float> Session::prefill(std::span<const int32_t> tokens, models:
   for (size_t at = common; at < tokens.size(); at += static_cast<size_t>(n_batch_)) {
     size_t n = std::min(tokens.size() - at, static_cast<size_t>(n_batch_));
     auto chunk = tokens.subspan(at, n);
-    have_logits_ = false;
-    model_.forward(*state_, chunk, logits_, false, capture);
+    run_forward(chunk, capture);
     tokens_.insert(tokens_.end(), chunk.begin(), chunk.end());
   }
   have_logits_ = true;
@@ -61,9 +78,8 @@ std::span<const float> Session::decode(int32_t token, models::ForwardCapture* ca
   if (context_full())
     fail("the context is full ({} tokens): raise the context size (-c)", n_ctx_);
   if (token < 0 || token >= model_.info().n_vocab) fail("token {} is outside the vocabulary", token);
-  have_logits_ = false;
   const int32_t one[1] = {token};
-  model_.forward(*state_, one, logits_, false, capture);
+  run_forward(one, capture);
   tokens_.push_back(token);
   have_logits_ = true;
   return logits_;

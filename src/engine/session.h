@@ -4,6 +4,7 @@
 // is cached; because a recurrent (short-conv) state cannot be rewound, a change before the cached end restarts
 // from token 0, as the seed engine does.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -35,9 +36,17 @@ class Session {
   int n_vocab() const { return model_.info().n_vocab; }
   bool context_full() const { return static_cast<int>(tokens_.size()) >= n_ctx_; }
   const SessionStats& stats() const { return stats_; }
+  size_t state_bytes() const { return state_->bytes(); }
   models::Model& model() { return model_; }
 
+  // Called after every forward pass with its token count and time (the expert cache's telemetry).
+  std::function<void(uint64_t tokens, uint64_t ns)> on_step;
+  // Called when a forward pass failed (after the state was reset): releases what the step held.
+  std::function<void()> on_failure;
+
  private:
+  void run_forward(std::span<const int32_t> tokens, models::ForwardCapture* capture);
+
   models::Model& model_;
   std::unique_ptr<models::ModelState> state_;
   int n_ctx_, n_batch_;

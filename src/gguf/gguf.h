@@ -73,6 +73,7 @@ struct TensorInfo {
   uint64_t offset = 0;       // relative to the data section
   uint64_t file_offset = 0;  // absolute
   uint64_t nbytes = 0;
+  bool external = false;     // described here, stored elsewhere (an expert store): no data in this file
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
   std::string shape_string() const;  // "{256, 2048}"
@@ -119,6 +120,11 @@ class File {
   void read_tensor(const TensorInfo& t, void* dst) const;
   void read_range(uint64_t file_offset, uint64_t nbytes, void* dst) const;
   int fd() const { return fd_; }
+
+  // Registers a tensor whose data lives outside this file (the routed experts of an expert store, whose
+  // dense.bin holds everything else), so that a model binds its shape and type as if the file held it.
+  // read_tensor() of it throws. The name must be new.
+  void add_external_tensor(TensorInfo info);
 
  private:
   File() = default;

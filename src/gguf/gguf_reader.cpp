@@ -421,7 +421,18 @@ const TensorInfo& File::require_tensor(std::string_view name) const {
   return *t;
 }
 
-void File::read_tensor(const TensorInfo& t, void* dst) const { read_range(t.file_offset, t.nbytes, dst); }
+void File::read_tensor(const TensorInfo& t, void* dst) const {
+  if (t.external) fail("{}: tensor '{}' is not stored in this file (it lives in the expert store)", path_, t.name);
+  read_range(t.file_offset, t.nbytes, dst);
+}
+
+void File::add_external_tensor(TensorInfo info) {
+  if (tensor_index_.count(info.name)) fail("{}: tensor '{}' already exists", path_, info.name);
+  info.external = true;
+  info.offset = info.file_offset = 0;
+  tensor_index_.emplace(info.name, tensors_.size());
+  tensors_.push_back(std::move(info));
+}
 
 void File::read_range(uint64_t off, uint64_t n, void* dst) const {
   if (off > file_size_ || n > file_size_ - off)

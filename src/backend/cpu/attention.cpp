@@ -1,12 +1,17 @@
 // Causal GQA attention over the f16 KV cache, as llama.cpp computes it without flash attention:
 // kq = mul_mat(K_f16, Q) (Q rounded to f16), soft_max_ext (scale in f32, exp sum in double),
 // kqv = mul_mat(V_f16ᵀ, P) (P rounded to f16).
+//
+// Both products go through the kernels' F16 gemm (F16C conversions; each f16 × f16 product is exact in
+// float, the sum runs in double lanes), the roundings to f16 through the SIMD quantizer, which is
+// byte-identical to quant::fp32_to_fp16. The softmax keeps its scalar float exp and sequential double sum:
+// its cost is one exp per score, small next to the two products' 2 × head_dim multiply-adds per score.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/f16_table.h"
+#include "backend/cpu/kernels/vec_dot.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -19,18 +24,20 @@ size_t scratch_per_thread(int n_ctx, int head_dim) {
          static_cast<size_t>(head_dim + 1) / 2;
 }
 
+// Work below which a whole attention call stays on the calling thread (multiply-adds).
+constexpr int64_t kMinParallelAttention = int64_t{1} << 15;
+
 }  // namespace
 
 void CpuBackend::kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t rows, int pos0) {
   if (pos0 < 0 || pos0 + rows > kv.n_ctx)
     fail("kv cache: positions {}..{} do not fit in a context of {}", pos0, pos0 + rows - 1, kv.n_ctx);
   const int64_t row = static_cast<int64_t>(kv.n_head_kv) * kv.head_dim;
+  const kernels::QuantizeFn to_f16 = kernels::activation_quantizer(GgmlType::F16, level_);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t p = pos0 + r;
-    for (int64_t i = 0; i < row; ++i) {
-      kv.k[p * row + i] = quant::fp32_to_fp16(k[r * row + i]);
-      kv.v[i * kv.n_ctx + p] = quant::fp32_to_fp16(v[r * row + i]);
-    }
+    to_f16(k + r * row, kv.k + p * row, row);
+    for (int64_t i = 0; i < row; ++i) kv.v[i * kv.n_ctx + p] = quant::fp32_to_fp16(v[r * row + i]);
   }
 }
 
@@ -50,26 +57,31 @@ void CpuBackend::attention(const KvCacheView& kv, const float* q, int64_t rows, 
     fail("attention: scratch of {} floats, {} needed", scratch.size(),
          attention_scratch_floats(kv.n_ctx, kv.head_dim));
 
-  const float* f16 = f16_to_f32_table();
+  const kernels::VecDotKernels& f16 = kernels::vec_dot_kernels(GgmlType::F16, level_);
+  const kernels::QuantizeFn to_f16 = kernels::activation_quantizer(GgmlType::F16, level_);
   const int hd = kv.head_dim, group = n_head / kv.n_head_kv;
-  const int64_t kv_row = static_cast<int64_t>(kv.n_head_kv) * hd;
+  const size_t k_stride = static_cast<size_t>(kv.n_head_kv) * static_cast<size_t>(hd) * sizeof(uint16_t);
+  const size_t v_stride = static_cast<size_t>(kv.n_ctx) * sizeof(uint16_t);
 
-  pool_.parallel_parts(rows * n_head, 1, [&](int part, int64_t begin, int64_t end) {
-    float* scores = scratch.data() + per_thread * static_cast<size_t>(part);
+  // Work of the (row, head) pairs: about 2 · head_dim multiply-adds per visible key.
+  const int64_t avg_keys = pos0 + (rows + 1) / 2;
+  const int64_t work = rows * n_head * avg_keys * 2 * hd;
+  const int64_t grain = work < kMinParallelAttention ? rows * n_head : 1;
+  pool_.parallel_parts(rows * n_head, grain, [&](int thread, int64_t begin, int64_t end) {
+    float* scores = scratch.data() + per_thread * static_cast<size_t>(thread);
     auto* probs = reinterpret_cast<uint16_t*>(scores + kv.n_ctx);
     auto* q16 = probs + ((kv.n_ctx + 1) / 2) * 2;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t r = task / n_head;
       const int h = static_cast<int>(task % n_head), kh = h / group;
       const int64_t n_kv = pos0 + r + 1;  // causal: keys 0..p
-      const float* qr = q + (r * n_head + h) * hd;
-      for (int d = 0; d < hd; ++d) q16[d] = quant::fp32_to_fp16(qr[d]);
+      to_f16(q + (r * n_head + h) * hd, q16, hd);
 
+      f16.gemm(kv.k + static_cast<int64_t>(kh) * hd, k_stride, n_kv, q16, 0, 1, hd, scores, 0);
       float max = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n_kv; ++j) {
-        const float s = dot_f16(f16, kv.k + j * kv_row + kh * hd, q16, hd) * scale;
-        scores[j] = s;
-        max = std::max(max, s);
+        scores[j] *= scale;
+        max = std::max(max, scores[j]);
       }
       double sum = 0.0;
       for (int64_t j = 0; j < n_kv; ++j) {
@@ -78,11 +90,11 @@ void CpuBackend::attention(const KvCacheView& kv, const float* q, int64_t rows, 
         sum += static_cast<double>(e);
       }
       const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t j = 0; j < n_kv; ++j) probs[j] = quant::fp32_to_fp16(scores[j] * inv);
+      for (int64_t j = 0; j < n_kv; ++j) scores[j] *= inv;
+      to_f16(scores, probs, n_kv);
 
-      float* o = out + (r * n_head + h) * hd;
-      for (int d = 0; d < hd; ++d)
-        o[d] = dot_f16(f16, kv.v + (static_cast<int64_t>(kh) * hd + d) * kv.n_ctx, probs, n_kv);
+      f16.gemm(kv.v + static_cast<int64_t>(kh) * hd * kv.n_ctx, v_stride, hd, probs, 0, 1, n_kv,
+               out + (r * n_head + h) * hd, 0);
     }
   });
 }

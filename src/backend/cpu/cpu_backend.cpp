@@ -1,17 +1,21 @@
 // Construction and the elementwise ops.
 #include "backend/cpu/cpu_backend.h"
 
-#include <cmath>
+#include "backend/cpu/gemm_tiling.h"
+#include "util/error.h"
 
 namespace df::backend {
 
-CpuBackend::CpuBackend(int n_threads) : pool_(n_threads) {}
+CpuBackend::CpuBackend(int n_threads) : CpuBackend(n_threads, kernels::select_simd_level()) {}
+
+CpuBackend::CpuBackend(int n_threads, kernels::SimdLevel level) : pool_(n_threads), level_(level) {
+  if (!kernels::simd_level_supported(level))
+    fail("cpu backend: SIMD level {} is not supported by this CPU (the best it supports is {})",
+         kernels::simd_level_name(level), kernels::simd_level_name(kernels::best_simd_level()));
+}
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* y) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    y[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = detail::silu_mul(gate[i], up[i]);
 }
 
 void CpuBackend::add(float* x, const float* y, int64_t n) {

@@ -1,27 +1,71 @@
 #pragma once
-// The CPU backend: straightforward loops over the scalar references of quant/ (quantize_activation +
-// vec_dot), with the big matmuls split over output rows on a persistent thread pool. Every op computes each
-// output row with the same code whatever the batch size or thread count, so results do not depend on how
-// tokens are batched or on n_threads.
-#include <memory>
+// The CPU backend: the SIMD dot-product kernels of backend/cpu/kernels (chosen at run time, bit-identical
+// to the scalar references of quant/ for the quantized types) on a persistent thread pool.
+//
+// Every output element is computed by the same operations whatever the batch size, the split into tasks or
+// the thread count: activations are quantized per row, each product element is one kernel dot product (the
+// kernels' tiles give the same bits as a single dot), attention works per query row. So results depend
+// neither on how tokens are batched nor on n_threads.
+//
+// Besides the Backend ops it offers two grouped ops (matmul_many, swiglu_ffn) that run several products as
+// one parallel job: a decode step's matrices are small (a MoE expert of a 1-2B-active model is a few
+// hundred KB), so splitting each product over the threads separately would spend more on waking and
+// waiting than on computing.
+#include <span>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels/cpu_features.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace df::backend {
 
+// One product of matmul_many: y (rows × w.n_out) = W · x (rows × w.n_in).
+struct MatmulTask {
+  Weight w;
+  const float* x = nullptr;
+  float* y = nullptr;
+};
+
+// One SwiGLU FFN of swiglu_ffn, applied to n_rows rows of its input:
+//   out[out_rows[i]] = down · (silu(gate · x[in_rows[i]]) ⊙ (up · x[in_rows[i]])),  i < n_rows
+// gate and up are n_ff rows of n_in values, down n_out rows of n_ff values.
+struct SwigluFfnTask {
+  Weight gate, up, down;
+  const int32_t* in_rows = nullptr;   // nullptr: row i
+  const int32_t* out_rows = nullptr;  // nullptr: row i
+  int64_t n_rows = 0;
+};
+
 class CpuBackend final : public Backend {
  public:
-  // n_threads <= 0: one per hardware core.
+  // n_threads <= 0: one per hardware core. The SIMD level is kernels::select_simd_level() (DF_SIMD
+  // overrides it; df::Error for a level this machine cannot run).
   explicit CpuBackend(int n_threads = 0);
+  CpuBackend(int n_threads, kernels::SimdLevel level);
 
   std::string_view name() const override { return "cpu"; }
   int n_threads() const override { return pool_.size(); }
+  kernels::SimdLevel simd_level() const { return level_; }
 
   bool supports_matmul(GgmlType w) const override;
   size_t matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const override;
   void matmul(const Weight& w, const float* x, int64_t rows, float* y, std::span<uint8_t> scratch) override;
   void get_rows(const Weight& table, std::span<const int32_t> ids, float* out) override;
+
+  // Several products over `rows` activation rows each, as one parallel job; products that read the same
+  // x (for the same activation format) share its quantization. Each y equals matmul(w, x, rows) bit for
+  // bit. At most kMaxMatmulTasks products; x and y must not overlap.
+  static constexpr size_t kMaxMatmulTasks = 8;
+  void matmul_many(std::span<const MatmulTask> tasks, int64_t rows);
+
+  // Several SwiGLU FFNs over one input x (x_rows rows of n_in), writing rows of out (n_out wide) — the
+  // chosen experts of a MoE layer, each on the tokens routed to it, or one dense FFN on every row. Two
+  // parallel jobs over (FFN, row block, token tile): gate and up with the SwiGLU and the quantization of
+  // the down input fused in, then down. Every FFN must have the same n_in and n_out; the out rows written
+  // must be distinct. Each output row equals matmul(gate), matmul(up), swiglu, matmul(down) on that row,
+  // bit for bit. Scratch is the backend's own (grown when a call needs more, never shrunk).
+  void swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x, int64_t x_rows, float* out);
 
   void rms_norm(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y) override;
   void rope_neox(float* x, int64_t rows, int n_head, int head_dim, int n_rot, const int32_t* pos,
@@ -44,6 +88,11 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool pool_;
+  kernels::SimdLevel level_;
+  // Grown on demand by the grouped ops, never shrunk, so that a warm decode loop allocates nothing.
+  std::vector<uint8_t> act_scratch_;
+  std::vector<float> thread_scratch_;
+  std::vector<int64_t> task_offsets_;
 };
 
 }  // namespace df::backend

@@ -1,14 +1,17 @@
-// Quantized matrix products: each activation row is converted once to the weight's vec_dot type, then every
-// output element is one quant::vec_dot (the scalar reference), the output rows split over the pool.
-#include <algorithm>
+// Quantized matrix products: each activation row is converted once to the weight's vec_dot format by the
+// SIMD quantizer (byte-identical to quant::quantize_activation), then blocks of weight rows meet tiles of
+// activation rows in the kernels' gemm, as tasks of one pool job.
+#include <array>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/cpu/f16_table.h"
+#include "backend/cpu/gemm_tiling.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
 namespace df::backend {
 namespace {
+
+using detail::Tiling;
 
 bool is_matmul_type(GgmlType t) {
   switch (t) {
@@ -28,8 +31,24 @@ bool is_matmul_type(GgmlType t) {
   }
 }
 
-// Enough work per slice that waking a thread pays off.
-constexpr int64_t kMinMacsPerSlice = 1 << 15;
+// Quantizes `rows` rows of n values (x rows n apart) to dst rows dst_row bytes apart, over the pool when
+// there is enough of it.
+void quantize_rows(ThreadPool& pool, kernels::QuantizeFn quantize, const float* x, int64_t rows, int64_t n,
+                   uint8_t* dst, size_t dst_row) {
+  pool.parallel_for(rows, std::max<int64_t>(1, detail::kMinParallelQuantize / std::max<int64_t>(n, 1)),
+                    [&](int64_t b, int64_t e) {
+                      for (int64_t r = b; r < e; ++r)
+                        quantize(x + r * n, dst + static_cast<size_t>(r) * dst_row, n);
+                    });
+}
+
+// One task of a product: a block of weight rows against a tile of quantized activation rows.
+void run_tile(const kernels::VecDotKernels& k, const Weight& w, const Tiling& t, int64_t task,
+              const uint8_t* qx, size_t act_row, float* y) {
+  const int64_t r0 = t.row_begin(task), c0 = t.token_begin(task);
+  k.gemm(w.row(r0), w.row_bytes(), t.row_end(task) - r0, qx + static_cast<size_t>(c0) * act_row, act_row,
+         t.token_end(task) - c0, w.n_in, y + c0 * w.n_out + r0, static_cast<size_t>(w.n_out));
+}
 
 }  // namespace
 
@@ -46,38 +65,71 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t rows, float* y,
   if (scratch.size() < need)
     fail("cpu backend: matmul scratch of {} bytes, {} needed ({} rows of {} {} values)", scratch.size(), need,
          rows, w.n_in, ggml_type_name(w.type));
-  const GgmlType act = quant::vec_dot_type(w.type);
-  const int64_t n_in = w.n_in, n_out = w.n_out;
-  const size_t act_row = ggml_row_bytes(act, n_in);
-  uint8_t* qx = scratch.data();
+  kernels::check_row_length(w.type, w.n_in);
+  const kernels::VecDotKernels& k = kernels::vec_dot_kernels(w.type, level_);
+  const size_t act_row = ggml_row_bytes(k.activation, w.n_in);
+  quantize_rows(pool_, kernels::activation_quantizer(k.activation, level_), x, rows, w.n_in, scratch.data(),
+                act_row);
+  const Tiling t = detail::tile_product(w.n_out, rows, w.n_in, w.row_bytes(),
+                                        detail::task_macs(w.n_out * rows * w.n_in, pool_.size()), 4);
+  pool_.run_tasks(t.tasks(), [&](int, int64_t task) { run_tile(k, w, t, task, scratch.data(), act_row, y); });
+}
 
-  pool_.parallel_for(
-      rows, std::max<int64_t>(1, kMinMacsPerSlice / std::max<int64_t>(1, n_in)), [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r)
-          quant::quantize_activation(act, x + r * n_in, qx + static_cast<size_t>(r) * act_row, n_in);
-      });
-
-  const int64_t grain = std::max<int64_t>(1, kMinMacsPerSlice / std::max<int64_t>(1, n_in * rows));
-  if (w.type == GgmlType::F16) {
-    // Same arithmetic as quant::vec_dot (exact float products, sequential double sum), with a table
-    // instead of a conversion call per element.
-    const float* f16 = f16_to_f32_table();
-    pool_.parallel_for(n_out, grain, [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) {
-        const auto* wr = reinterpret_cast<const uint16_t*>(w.row(o));
-        for (int64_t r = 0; r < rows; ++r)
-          y[r * n_out + o] = dot_f16(
-              f16, wr, reinterpret_cast<const uint16_t*>(qx + static_cast<size_t>(r) * act_row), n_in);
+void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
+  if (tasks.size() > kMaxMatmulTasks)
+    fail("cpu backend: matmul_many takes at most {} products, got {}", kMaxMatmulTasks, tasks.size());
+  if (rows <= 0 || tasks.empty()) return;
+  struct Product {
+    const kernels::VecDotKernels* k = nullptr;
+    size_t act_row = 0, act_offset = 0;
+    bool quantizes = false;  // false: shares an earlier product's quantized rows
+    Tiling tiling;
+    int64_t first_task = 0;
+  };
+  std::array<Product, kMaxMatmulTasks> p;
+  size_t bytes = 0;
+  int64_t total_macs = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Weight& w = tasks[i].w;
+    if (!is_matmul_type(w.type)) fail("cpu backend: no matmul for weight type {}", ggml_type_name(w.type));
+    kernels::check_row_length(w.type, w.n_in);
+    p[i].k = &kernels::vec_dot_kernels(w.type, level_);
+    p[i].act_row = ggml_row_bytes(p[i].k->activation, w.n_in);
+    p[i].quantizes = true;
+    for (size_t j = 0; j < i; ++j) {
+      if (p[j].quantizes && tasks[j].x == tasks[i].x && tasks[j].w.n_in == w.n_in &&
+          p[j].k->activation == p[i].k->activation) {
+        p[i].quantizes = false;
+        p[i].act_offset = p[j].act_offset;
+        break;
       }
-    });
-    return;
-  }
-  pool_.parallel_for(n_out, grain, [&](int64_t b, int64_t e) {
-    for (int64_t o = b; o < e; ++o) {
-      const uint8_t* wr = w.row(o);
-      for (int64_t r = 0; r < rows; ++r)
-        y[r * n_out + o] = quant::vec_dot(w.type, wr, qx + static_cast<size_t>(r) * act_row, n_in);
     }
+    if (p[i].quantizes) {
+      p[i].act_offset = bytes;
+      bytes += p[i].act_row * static_cast<size_t>(rows);
+    }
+    total_macs += w.n_out * rows * w.n_in;
+  }
+  if (act_scratch_.size() < bytes) act_scratch_.resize(bytes);
+  uint8_t* qx = act_scratch_.data();
+  for (size_t i = 0; i < tasks.size(); ++i)
+    if (p[i].quantizes)
+      quantize_rows(pool_, kernels::activation_quantizer(p[i].k->activation, level_), tasks[i].x, rows,
+                    tasks[i].w.n_in, qx + p[i].act_offset, p[i].act_row);
+
+  const int64_t target = detail::task_macs(total_macs, pool_.size());
+  int64_t n_tasks = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    p[i].tiling =
+        detail::tile_product(tasks[i].w.n_out, rows, tasks[i].w.n_in, tasks[i].w.row_bytes(), target, 4);
+    p[i].first_task = n_tasks;
+    n_tasks += p[i].tiling.tasks();
+  }
+  pool_.run_tasks(n_tasks, [&](int, int64_t task) {
+    size_t i = 0;
+    while (i + 1 < tasks.size() && task >= p[i + 1].first_task) ++i;
+    run_tile(*p[i].k, tasks[i].w, p[i].tiling, task - p[i].first_task, qx + p[i].act_offset, p[i].act_row,
+             tasks[i].y);
   });
 }
 

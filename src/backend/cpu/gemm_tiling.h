@@ -1,0 +1,80 @@
+#pragma once
+// Internal to the CPU backend: how products are cut into pool tasks, and the pieces the matmul ops share.
+//
+// A task is a block of weight rows against a tile of activation rows (tokens). Tiles of up to 64 tokens
+// let each weight block be loaded once for many tokens (the kernels' gemm keeps four weight rows in L1
+// while the tile's activation rows pass); row blocks are sized so that every task of a job carries about
+// the same work, a few tasks per thread. The split never changes results: the kernels compute each output
+// with the same operations whatever the tile.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels/vec_dot.h"
+#include "backend/cpu/thread_pool.h"
+
+namespace df::backend::detail {
+
+inline constexpr int64_t kMaxTokenTile = 64;
+// Below this many multiply-adds a task is not worth a claim (at tens of MACs per ns: about a microsecond).
+inline constexpr int64_t kMinTaskMacs = int64_t{1} << 16;
+// A weight block that several token tiles reuse is kept to this size, to stay in L2.
+inline constexpr size_t kMaxBlockBytes = size_t{512} << 10;
+// Quantizing fewer values than this stays on the calling thread.
+inline constexpr int64_t kMinParallelQuantize = int64_t{1} << 15;
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t m) { return ceil_div(a, m) * m; }
+
+// The work each task of a job should carry: the job split in kTasksPerThread tasks per thread, but not
+// below kMinTaskMacs (a single thread takes the whole job as few tasks as the tiles allow).
+inline int64_t task_macs(int64_t total_macs, int n_threads) {
+  if (n_threads <= 1) return std::max<int64_t>(total_macs, 1);
+  return std::max(kMinTaskMacs, ceil_div(total_macs, int64_t{n_threads} * ThreadPool::kTasksPerThread));
+}
+
+// One product cut into n_blocks × n_tiles tasks: rows [b * row_block, ...) of the weight against tokens
+// [t * token_tile, ...). Task i is (i / n_tiles, i % n_tiles): the tasks of one weight block are claimed one
+// after another, so the block comes from memory once and then from cache.
+struct Tiling {
+  int64_t n_out = 0, rows = 0;
+  int64_t row_block = 0, n_blocks = 0;
+  int64_t token_tile = 0, n_tiles = 0;
+
+  int64_t tasks() const { return n_blocks * n_tiles; }
+  int64_t row_begin(int64_t task) const { return task / n_tiles * row_block; }
+  int64_t row_end(int64_t task) const { return std::min(n_out, row_begin(task) + row_block); }
+  int64_t token_begin(int64_t task) const { return task % n_tiles * token_tile; }
+  int64_t token_end(int64_t task) const { return std::min(rows, token_begin(task) + token_tile); }
+};
+
+// macs_per_row_token: the work of one weight row against one token (n_in, or 2 n_in when gate and up go
+// together); block_row_bytes: the weight bytes of one row of the block (both matrices' when two go
+// together). Row blocks are multiples of `align` (the kernels' 4-row tile, or an activation block size when
+// the outputs are quantized per block), balanced across the product, and small enough to stay in L2 while
+// a thread runs them against successive token tiles.
+inline Tiling tile_product(int64_t n_out, int64_t rows, int64_t macs_per_row_token, size_t block_row_bytes,
+                           int64_t target_macs, int64_t align) {
+  Tiling t;
+  t.n_out = n_out;
+  t.rows = rows;
+  if (n_out <= 0 || rows <= 0) return t;  // no tasks
+  t.n_tiles = ceil_div(rows, kMaxTokenTile);
+  t.token_tile = ceil_div(rows, t.n_tiles);
+  const int64_t tile_macs = std::max<int64_t>(1, t.token_tile * macs_per_row_token);
+  int64_t want_rows = std::max<int64_t>(1, target_macs / tile_macs);
+  if (t.n_tiles > 1)
+    want_rows =
+        std::min(want_rows, static_cast<int64_t>(kMaxBlockBytes / std::max<size_t>(block_row_bytes, 1)));
+  const int64_t n_blocks = std::max<int64_t>(
+      1, std::min(ceil_div(n_out, std::max<int64_t>(want_rows, 1)), ceil_div(n_out, align)));
+  t.row_block = round_up(ceil_div(n_out, n_blocks), align);
+  t.n_blocks = ceil_div(n_out, t.row_block);
+  return t;
+}
+
+// One SwiGLU output: ggml's scalar silu (x / (1 + e^-x)), then the product with up.
+inline float silu_mul(float g, float u) { return g / (1.0f + std::exp(-g)) * u; }
+
+}  // namespace df::backend::detail

@@ -1,0 +1,165 @@
+// SwiGLU FFNs (MoE experts, dense FFNs) as three pool jobs for the whole group:
+//   1. each (FFN, row) input quantized to the gate/up activation format, gathered per FFN;
+//   2. tasks (FFN, block of n_ff rows, token tile): gate and up tiles, SwiGLU, and the quantization of
+//      those n_ff values of each token's down input — the row blocks are whole activation blocks (32 values
+//      for Q8_0, 256 for Q8_K), so quantizing a segment writes exactly the bytes that quantizing the whole
+//      row would, and the SwiGLU output never makes a trip through memory in float;
+//   3. tasks (FFN, block of output rows, token tile): down, scattered to the output rows.
+// A decode step's k experts thus keep every thread busy with two waits in all, however small each expert.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm_tiling.h"
+#include "util/error.h"
+
+namespace df::backend {
+namespace {
+
+using detail::Tiling;
+
+// Index of the group [offsets[i], offsets[i + 1]) holding `at` (offsets ascending, n + 1 of them).
+size_t group_of(const int64_t* offsets, size_t n, int64_t at) {
+  return static_cast<size_t>(std::upper_bound(offsets, offsets + n + 1, at) - offsets) - 1;
+}
+
+void check_shapes(std::span<const SwigluFfnTask> ffns, int64_t x_rows) {
+  const SwigluFfnTask& a = ffns[0];
+  for (size_t f = 0; f < ffns.size(); ++f) {
+    const SwigluFfnTask& b = ffns[f];
+    const bool same = b.gate.type == a.gate.type && b.up.type == a.up.type && b.down.type == a.down.type &&
+                      b.gate.n_in == a.gate.n_in && b.gate.n_out == a.gate.n_out &&
+                      b.up.n_in == a.gate.n_in && b.up.n_out == a.gate.n_out && b.down.n_in == a.gate.n_out &&
+                      b.down.n_out == a.down.n_out;
+    if (!same)
+      fail(
+          "swiglu_ffn: FFN {} (gate {} {}x{}, up {} {}x{}, down {} {}x{}) does not match the shapes and "
+          "types "
+          "of FFN 0 (gate {} {}x{}, down {} {}x{})",
+          f, ggml_type_name(b.gate.type), b.gate.n_out, b.gate.n_in, ggml_type_name(b.up.type), b.up.n_out,
+          b.up.n_in, ggml_type_name(b.down.type), b.down.n_out, b.down.n_in, ggml_type_name(a.gate.type),
+          a.gate.n_out, a.gate.n_in, ggml_type_name(a.down.type), a.down.n_out, a.down.n_in);
+    if (b.n_rows < 0) fail("swiglu_ffn: FFN {} has {} rows", f, b.n_rows);
+    for (int64_t i = 0; i < b.n_rows; ++i) {
+      const int64_t r = b.in_rows ? b.in_rows[i] : i;
+      if (r < 0 || r >= x_rows) fail("swiglu_ffn: FFN {} reads input row {} of {}", f, r, x_rows);
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x, int64_t x_rows, float* out) {
+  if (ffns.empty()) return;
+  check_shapes(ffns, x_rows);
+  const SwigluFfnTask& first = ffns[0];
+  const int64_t n_in = first.gate.n_in, n_ff = first.gate.n_out, n_out = first.down.n_out;
+  kernels::check_row_length(first.gate.type, n_in);
+  kernels::check_row_length(first.up.type, n_in);
+  kernels::check_row_length(first.down.type, n_ff);
+  const kernels::VecDotKernels& kg = kernels::vec_dot_kernels(first.gate.type, level_);
+  const kernels::VecDotKernels& ku = kernels::vec_dot_kernels(first.up.type, level_);
+  const kernels::VecDotKernels& kd = kernels::vec_dot_kernels(first.down.type, level_);
+  const kernels::QuantizeFn quantize_g = kernels::activation_quantizer(kg.activation, level_);
+  const kernels::QuantizeFn quantize_u = kernels::activation_quantizer(ku.activation, level_);
+  const kernels::QuantizeFn quantize_h = kernels::activation_quantizer(kd.activation, level_);
+  const bool shared_input = ku.activation == kg.activation;
+  const size_t qg_row = ggml_row_bytes(kg.activation, n_in);
+  const size_t qu_row = shared_input ? 0 : ggml_row_bytes(ku.activation, n_in);
+  const size_t qh_row = ggml_row_bytes(kd.activation, n_ff);
+  const GgmlTypeTraits& h_format = ggml_traits(kd.activation);
+  const int64_t h_block = std::max<int64_t>(4, h_format.block_size);  // a whole activation block, and of 4
+
+  // Offsets per FFN: its first entry (gathered input row), first task of job 2, first task of job 3.
+  const size_t n = ffns.size();
+  task_offsets_.resize(3 * (n + 1));
+  int64_t* entry_at = task_offsets_.data();
+  int64_t* gate_up_at = entry_at + (n + 1);
+  int64_t* down_at = gate_up_at + (n + 1);
+  entry_at[0] = 0;
+  for (size_t f = 0; f < n; ++f) entry_at[f + 1] = entry_at[f] + ffns[f].n_rows;
+  const int64_t entries = entry_at[n];
+  if (entries == 0) return;
+
+  const int threads = pool_.size();
+  const int64_t gate_up_target = detail::task_macs(entries * n_ff * 2 * n_in, threads);
+  const int64_t down_target = detail::task_macs(entries * n_out * n_ff, threads);
+  const auto gate_up_tiling = [&](size_t f) {
+    return detail::tile_product(n_ff, ffns[f].n_rows, 2 * n_in, first.gate.row_bytes() + first.up.row_bytes(),
+                                gate_up_target, h_block);
+  };
+  const auto down_tiling = [&](size_t f) {
+    return detail::tile_product(n_out, ffns[f].n_rows, n_ff, first.down.row_bytes(), down_target, 4);
+  };
+  gate_up_at[0] = down_at[0] = 0;
+  size_t per_thread = 0;
+  for (size_t f = 0; f < n; ++f) {
+    const Tiling gu = gate_up_tiling(f), d = down_tiling(f);
+    gate_up_at[f + 1] = gate_up_at[f] + gu.tasks();
+    down_at[f + 1] = down_at[f] + d.tasks();
+    per_thread = std::max({per_thread, static_cast<size_t>(2 * gu.token_tile * gu.row_block),
+                           static_cast<size_t>(d.token_tile * d.row_block)});
+  }
+
+  const size_t in_bytes = static_cast<size_t>(entries) * (qg_row + qu_row);
+  const size_t bytes = in_bytes + static_cast<size_t>(entries) * qh_row;
+  if (act_scratch_.size() < bytes) act_scratch_.resize(bytes);
+  if (thread_scratch_.size() < per_thread * static_cast<size_t>(threads))
+    thread_scratch_.resize(per_thread * static_cast<size_t>(threads));
+  uint8_t* const qg = act_scratch_.data();
+  uint8_t* const qu = shared_input ? qg : qg + static_cast<size_t>(entries) * qg_row;
+  uint8_t* const qh = act_scratch_.data() + in_bytes;
+
+  // 1. Inputs, gathered per FFN so that a token tile is one strided run of activation rows.
+  pool_.parallel_for(entries, std::max<int64_t>(1, detail::kMinParallelQuantize / n_in),
+                     [&](int64_t b, int64_t e) {
+                       for (int64_t entry = b; entry < e; ++entry) {
+                         const SwigluFfnTask& ffn = ffns[group_of(entry_at, n, entry)];
+                         const int64_t i = entry - entry_at[&ffn - ffns.data()];
+                         const float* row = x + (ffn.in_rows ? ffn.in_rows[i] : i) * n_in;
+                         quantize_g(row, qg + static_cast<size_t>(entry) * qg_row, n_in);
+                         if (!shared_input) quantize_u(row, qu + static_cast<size_t>(entry) * qu_row, n_in);
+                       }
+                     });
+
+  // 2. Gate and up, SwiGLU, quantized down input.
+  pool_.run_tasks(gate_up_at[n], [&](int thread, int64_t task) {
+    const size_t f = group_of(gate_up_at, n, task);
+    const SwigluFfnTask& ffn = ffns[f];
+    const Tiling t = gate_up_tiling(f);
+    const int64_t local = task - gate_up_at[f];
+    const int64_t r0 = t.row_begin(local), len = t.row_end(local) - r0;
+    const int64_t c0 = t.token_begin(local), cols = t.token_end(local) - c0;
+    const int64_t entry0 = entry_at[f] + c0;
+    float* g = thread_scratch_.data() + per_thread * static_cast<size_t>(thread);
+    float* u = g + cols * len;
+    kg.gemm(ffn.gate.row(r0), ffn.gate.row_bytes(), len, qg + static_cast<size_t>(entry0) * qg_row, qg_row,
+            cols, n_in, g, static_cast<size_t>(len));
+    const size_t u_row = shared_input ? qg_row : qu_row;
+    ku.gemm(ffn.up.row(r0), ffn.up.row_bytes(), len, qu + static_cast<size_t>(entry0) * u_row, u_row, cols,
+            n_in, u, static_cast<size_t>(len));
+    for (int64_t i = 0; i < cols * len; ++i) g[i] = detail::silu_mul(g[i], u[i]);
+    const size_t segment = static_cast<size_t>(r0 / h_format.block_size) * h_format.type_size;
+    for (int64_t c = 0; c < cols; ++c)
+      quantize_h(g + c * len, qh + static_cast<size_t>(entry0 + c) * qh_row + segment, len);
+  });
+
+  // 3. Down, scattered to the output rows.
+  pool_.run_tasks(down_at[n], [&](int thread, int64_t task) {
+    const size_t f = group_of(down_at, n, task);
+    const SwigluFfnTask& ffn = ffns[f];
+    const Tiling t = down_tiling(f);
+    const int64_t local = task - down_at[f];
+    const int64_t r0 = t.row_begin(local), len = t.row_end(local) - r0;
+    const int64_t c0 = t.token_begin(local), cols = t.token_end(local) - c0;
+    float* o = thread_scratch_.data() + per_thread * static_cast<size_t>(thread);
+    kd.gemm(ffn.down.row(r0), ffn.down.row_bytes(), len, qh + static_cast<size_t>(entry_at[f] + c0) * qh_row,
+            qh_row, cols, n_ff, o, static_cast<size_t>(len));
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t row = ffn.out_rows ? ffn.out_rows[c0 + c] : c0 + c;
+      std::memcpy(out + row * n_out + r0, o + c * len, static_cast<size_t>(len) * sizeof(float));
+    }
+  });
+}
+
+}  // namespace df::backend

@@ -1,0 +1,157 @@
+// `diskformer bench`: a fixed prompt and decode length, timed, with the expert cache's telemetry and the peak
+// RSS; --json ends with one JSON object on the last line (for scripts and docs/PERF.md).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/model_flags.h"
+#include "engine/session.h"
+#include "stream/byte_size.h"
+#include "stream/cache_telemetry.h"
+#include "stream/telemetry_json.h"
+#include "util/error.h"
+
+namespace df::cli {
+namespace {
+
+struct BenchFlags {
+  ModelFlags model;
+  int n_prompt = 64, n_decode = 32, repeats = 1;
+  bool cold = false, json = false;
+};
+
+uint64_t status_kib(const char* field) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(f, line))
+    if (line.rfind(key, 0) == 0) return std::stoull(line.substr(key.size()));
+  return 0;
+}
+
+// Drops the page cache so that a --cold run reads the store from the disk. Needs root; says so otherwise.
+bool drop_page_cache() {
+  ::sync();
+  std::ofstream f("/proc/sys/vm/drop_caches");
+  if (!f) return false;
+  f << "3\n";
+  return static_cast<bool>(f.flush());
+}
+
+void bench(const BenchFlags& f) {
+  if (f.n_prompt < 1 || f.n_decode < 1) fail("bench needs -p >= 1 prompt tokens and -n >= 1 decode tokens");
+  if (f.cold && !drop_page_cache())
+    fmt::print(stderr, "note: --cold could not drop the page cache (needs root): the store may be served from RAM\n");
+  using clock = std::chrono::steady_clock;
+  const auto t_load = clock::now();
+  OpenedModel m = open_from_flags(f.model);
+  const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
+  const auto& info = m.model->info();
+  const int n_ctx = f.n_prompt + f.n_decode + 1;
+
+  // A fixed prompt: deterministic ids spread over the vocabulary (the tokens' meaning does not matter for speed).
+  std::vector<int32_t> prompt(static_cast<size_t>(f.n_prompt));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(info.n_vocab));
+
+  double prefill_s = 0, decode_s = 0;
+  stream::TelemetrySnapshot prefill_tel, decode_tel;
+  uint64_t kv_bytes = 0;
+  for (int rep = 0; rep < f.repeats; ++rep) {
+    auto session = make_session(m, n_ctx);
+    if (m.cache) m.cache->reset_telemetry();
+    auto t0 = clock::now();
+    auto logits = session->prefill(prompt);
+    prefill_s += std::chrono::duration<double>(clock::now() - t0).count();
+    if (m.cache) {
+      prefill_tel = m.cache->telemetry();
+      m.cache->reset_telemetry();
+    }
+    auto t1 = clock::now();
+    for (int i = 0; i < f.n_decode; ++i) {
+      int32_t next = 0;  // greedy: argmax, lowest id on a tie
+      for (int v = 1; v < info.n_vocab; ++v)
+        if (logits[static_cast<size_t>(v)] > logits[static_cast<size_t>(next)]) next = v;
+      logits = session->decode(next);
+    }
+    decode_s += std::chrono::duration<double>(clock::now() - t1).count();
+    if (m.cache) decode_tel = m.cache->telemetry();
+    kv_bytes = session->state_bytes();
+  }
+  const double prefill_tps = f.repeats * f.n_prompt / prefill_s;
+  const double decode_tps = f.repeats * f.n_decode / decode_s;
+  const uint64_t peak_rss = status_kib("VmHWM") * 1024;
+  const uint64_t cache_bytes = m.cache ? m.cache->pool_bytes() : m.expert_bytes;
+  const int threads = f.model.threads > 0 ? f.model.threads : static_cast<int>(std::thread::hardware_concurrency());
+
+  fmt::print("model        {} ({}, {} layers, {} experts top-{})\n", f.model.model, info.arch, info.n_layer,
+             info.n_expert, info.n_expert_used);
+  fmt::print("memory       experts {} ({}), trunk {}, KV {}, peak RSS {}\n", stream::format_bytes(cache_bytes),
+             m.cache ? "cache" : "resident", stream::format_bytes(m.trunk_bytes), stream::format_bytes(kv_bytes),
+             stream::format_bytes(peak_rss));
+  fmt::print("load         {:.2f} s\n", load_s);
+  fmt::print("prefill      {} tokens: {:.2f} tok/s\n", f.n_prompt, prefill_tps);
+  fmt::print("decode       {} tokens: {:.2f} tok/s ({} threads)\n", f.n_decode, decode_tps, threads);
+  if (m.cache) fmt::print("decode telemetry:\n{}\n", stream::format_telemetry_table(decode_tel));
+
+  if (f.json) {
+    nlohmann::json j;
+    j["model"] = f.model.model;
+    j["arch"] = info.arch;
+    j["threads"] = threads;
+    j["n_prompt"] = f.n_prompt;
+    j["n_decode"] = f.n_decode;
+    j["repeats"] = f.repeats;
+    j["prefill_tps"] = prefill_tps;
+    j["decode_tps"] = decode_tps;
+    j["load_seconds"] = load_s;
+    j["streaming"] = m.cache != nullptr;
+    j["expert_cache_bytes"] = cache_bytes;
+    j["trunk_bytes"] = m.trunk_bytes;
+    j["kv_bytes"] = kv_bytes;
+    j["peak_rss_bytes"] = peak_rss;
+    j["lookahead"] = f.model.lookahead;
+    j["io"] = f.model.io;
+    j["cache_policy"] = f.model.cache_policy;
+    j["cold"] = f.cold;
+    if (m.cache) {
+      j["hit_rate"] = decode_tel.hit_rate();
+      j["bytes_per_token"] = decode_tel.bytes_per_token();
+      j["io_wait_share"] = decode_tel.io_wait_share();
+      j["read_bandwidth"] = decode_tel.read_bandwidth();
+      j["prefetch_precision"] = decode_tel.prefetch_precision();
+      j["prefetch_recall"] = decode_tel.prefetch_recall();
+      j["prefill_telemetry"] = stream::telemetry_json(prefill_tel);
+      j["decode_telemetry"] = stream::telemetry_json(decode_tel);
+    } else {
+      j["hit_rate"] = 1.0;
+      j["bytes_per_token"] = 0;
+      j["io_wait_share"] = 0.0;
+    }
+    std::puts(j.dump().c_str());
+  }
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto flags = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand("bench", "time prefill and decode, with expert-cache telemetry and peak RSS");
+  flags->model.add(cmd);
+  cmd->add_option("-p,--n-prompt", flags->n_prompt, "prompt tokens")->capture_default_str();
+  cmd->add_option("-n,--n-decode", flags->n_decode, "decoded tokens")->capture_default_str();
+  cmd->add_option("-r,--repeats", flags->repeats, "repetitions (fresh session each, warm cache)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_flag("--cold", flags->cold, "drop the page cache first (needs root)");
+  cmd->add_flag("--json", flags->json, "end with one JSON object on the last line");
+  cmd->callback([flags] { bench(*flags); });
+}
+
+}  // namespace df::cli
