@@ -13,9 +13,12 @@ struct CliResult {
   std::string out;  // stdout and stderr together (2>&1) unless the command redirects
 };
 
+// Stores made on first use of a .gguf go under the build tree, not the user's cache.
+inline std::string env() { return std::string("XDG_CACHE_HOME=") + DF_TEST_TMP + "/xdg-cache "; }
+
 inline CliResult run_cli(const std::string& args) {
   CliResult r;
-  std::string cmd = std::string(DF_BINARY) + " " + args + " 2>&1";
+  std::string cmd = env() + std::string(DF_BINARY) + " " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf{};
@@ -29,7 +32,7 @@ inline CliResult run_cli(const std::string& args) {
 // Runs with stdout only (stderr discarded).
 inline CliResult run_cli_stdout(const std::string& args) {
   CliResult r;
-  std::string cmd = std::string(DF_BINARY) + " " + args + " 2>/dev/null";
+  std::string cmd = env() + std::string(DF_BINARY) + " " + args + " 2>/dev/null";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf{};
