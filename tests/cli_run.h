@@ -18,7 +18,7 @@ inline std::string env() { return std::string("XDG_CACHE_HOME=") + DF_TEST_TMP +
 
 inline CliResult run_cli(const std::string& args) {
   CliResult r;
-  std::string cmd = env() + std::string(DF_BINARY) + " " + args + " 2>&1";
+  std::string cmd = env() + std::string(DF_BINARY) + " 2>&1 " + args;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf{};
@@ -32,7 +32,7 @@ inline CliResult run_cli(const std::string& args) {
 // Runs with stdout only (stderr discarded).
 inline CliResult run_cli_stdout(const std::string& args) {
   CliResult r;
-  std::string cmd = env() + std::string(DF_BINARY) + " " + args + " 2>/dev/null";
+  std::string cmd = env() + std::string(DF_BINARY) + " 2>/dev/null " + args;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf{};
