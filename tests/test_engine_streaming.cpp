@@ -43,6 +43,7 @@ std::string ingest_once(const std::string& model) {
   df::store::IngestOptions o;
   o.output_dir = dir;
   o.use_index = false;
+  o.wait_for_lock = true;  // tests of this file run in parallel processes and share the stores
   return df::store::resolve_store(golden_path(model + ".gguf"), o);
 }
 

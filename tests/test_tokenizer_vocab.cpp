@@ -131,7 +131,9 @@ TEST(VocabSpecDefaults, EmptyTokenGetsLlamaCppPlaceholderName) {
 class VocabGguf : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(DF_TEST_TMP) / "tokenizer_vocab";
+    // One directory per test: ctest runs the tests of this file in parallel processes.
+    dir_ = std::filesystem::path(DF_TEST_TMP) / "tokenizer_vocab" /
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::create_directories(dir_);
     std::vector<std::string> tokens;
     for (int b = 0; b < 256; ++b) tokens.push_back(df::tok::byte_to_unicode(static_cast<uint8_t>(b)));
