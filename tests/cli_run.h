@@ -10,15 +10,16 @@ namespace df::testing {
 
 struct CliResult {
   int status = -1;
-  std::string out;  // stdout and stderr together (2>&1) unless the command redirects
+  std::string out;
 };
 
 // Stores made on first use of a .gguf go under the build tree, not the user's cache.
 inline std::string env() { return std::string("XDG_CACHE_HOME=") + DF_TEST_TMP + "/xdg-cache "; }
 
-inline CliResult run_cli(const std::string& args) {
+// `stderr_to`: "&1" to capture stderr with stdout, "/dev/null" to drop it.
+inline CliResult run_shell(const std::string& args, const char* stderr_to) {
   CliResult r;
-  std::string cmd = env() + std::string(DF_BINARY) + " 2>&1 " + args;
+  std::string cmd = env() + std::string(DF_BINARY) + " 2>" + stderr_to + " " + args;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf{};
@@ -29,18 +30,9 @@ inline CliResult run_cli(const std::string& args) {
   return r;
 }
 
-// Runs with stdout only (stderr discarded).
-inline CliResult run_cli_stdout(const std::string& args) {
-  CliResult r;
-  std::string cmd = env() + std::string(DF_BINARY) + " 2>/dev/null " + args;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+// stdout and stderr together.
+inline CliResult run_cli(const std::string& args) { return run_shell(args, "&1"); }
+// stdout only.
+inline CliResult run_cli_stdout(const std::string& args) { return run_shell(args, "/dev/null"); }
 
 }  // namespace df::testing
