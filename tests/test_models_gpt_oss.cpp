@@ -20,58 +20,21 @@
 #include "gguf/gguf.h"
 #include "models/gpt_oss.h"
 #include "models/model.h"
+#include "models_test_util.h"
 #include "util/error.h"
-
-// Counts heap allocations while `g_counting` is set (all threads), to check the decode path.
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_allocations{0};
-// Out of line so that gcc does not pair the inlined new/delete with malloc/free and warn.
-[[gnu::noinline]] void* counted_malloc(size_t n) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n ? n : 1);
-}
-[[gnu::noinline]] void counted_free(void* p) { std::free(p); }
-}  // namespace
-
-void* operator new(size_t n) {
-  if (void* p = counted_malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { counted_free(p); }
-void operator delete(void* p, size_t) noexcept { counted_free(p); }
 
 namespace df::models {
 namespace {
 
-const std::string kGolden = DF_GOLDEN_DIR;
-const std::string kTiny = kGolden + "/gpt-oss-tiny.gguf";
+using test_util::expect_load_error;
+using test_util::load_error;
+using test_util::RecordingProvider;
+using test_util::run_chunks;
 
-std::vector<int32_t> teacher_forced_tokens() {
-  std::ifstream in(kGolden + "/gpt-oss-tiny.json");
-  const auto meta = nlohmann::json::parse(in);
-  return meta["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
-}
-
-const gguf::File& tiny_file() {
-  static const gguf::File f = gguf::File::open(kTiny);
-  return f;
-}
-
-std::vector<float> run_chunks(Model& m, std::span<const int32_t> tokens, size_t chunk) {
-  const size_t V = static_cast<size_t>(m.info().n_vocab);
-  auto st = m.new_state(static_cast<int>(tokens.size()));
-  std::vector<float> all(tokens.size() * V);
-  for (size_t at = 0; at < tokens.size(); at += chunk) {
-    const size_t n = std::min(chunk, tokens.size() - at);
-    m.forward(*st, tokens.subspan(at, n), std::span<float>(all.data() + at * V, n * V), true);
-  }
-  EXPECT_EQ(st->n_past, static_cast<int>(tokens.size()));
-  return all;
-}
+const test_util::GoldenModel kTiny("gpt-oss-tiny", "gpt-oss");
 
 TEST(GptOss, InfoFromTheGgufKeys) {
-  auto m = load_model(tiny_file(), {});
+  auto m = load_model(kTiny.file(), {});
   const ModelInfo& i = m->info();
   EXPECT_EQ(i.arch, "gpt-oss");
   EXPECT_EQ(i.name, "gpt-oss-tiny");
@@ -102,8 +65,8 @@ TEST(GptOss, InfoFromTheGgufKeys) {
 }
 
 TEST(GptOss, ChunkedPrefillAndDecodeEqualOneBatchBitForBit) {
-  auto m = load_model(tiny_file(), {});
-  const auto tokens = teacher_forced_tokens();
+  auto m = load_model(kTiny.file(), {});
+  const auto tokens = kTiny.teacher_forced_tokens();
   const auto one = run_chunks(*m, tokens, tokens.size());
   EXPECT_EQ(run_chunks(*m, tokens, 5), one);
   EXPECT_EQ(run_chunks(*m, tokens, 17), one);  // chunks longer than the window
@@ -122,8 +85,8 @@ TEST(GptOss, ChunkedPrefillAndDecodeEqualOneBatchBitForBit) {
 TEST(GptOss, DecodeAllocatesNothingOnceWarm) {
   LoadOptions threaded;
   threaded.n_threads = 2;
-  auto m = load_model(tiny_file(), threaded);
-  const auto tokens = teacher_forced_tokens();
+  auto m = load_model(kTiny.file(), threaded);
+  const auto tokens = kTiny.teacher_forced_tokens();
   auto st = m->new_state(64);
   std::vector<float> logits(static_cast<size_t>(m->info().n_vocab));
   m->forward(*st, std::span<const int32_t>(tokens).first(8), logits, false);
@@ -141,9 +104,9 @@ TEST(GptOss, ResetRestartsTheSequenceAndThreadsDoNotChangeResults) {
   LoadOptions one, three;
   one.n_threads = 1;
   three.n_threads = 3;
-  auto m1 = load_model(tiny_file(), one);
-  auto m3 = load_model(tiny_file(), three);
-  const auto tokens = teacher_forced_tokens();
+  auto m1 = load_model(kTiny.file(), one);
+  auto m3 = load_model(kTiny.file(), three);
+  const auto tokens = kTiny.teacher_forced_tokens();
   const std::span<const int32_t> first(tokens.data(), 12);
   const size_t V = static_cast<size_t>(m1->info().n_vocab);
   std::vector<float> a(V), b(V), c(V);
@@ -162,8 +125,8 @@ TEST(GptOss, ResetRestartsTheSequenceAndThreadsDoNotChangeResults) {
 // gpt-oss's weights are a softmax over the k chosen (biased) router logits: positive, summing to 1, in
 // descending order (the selection order), k distinct experts.
 TEST(GptOss, RoutingWeightsAreASoftmaxOverTheChosenInSelectionOrder) {
-  auto m = load_model(tiny_file(), {});
-  const auto tokens = teacher_forced_tokens();
+  auto m = load_model(kTiny.file(), {});
+  const auto tokens = kTiny.teacher_forced_tokens();
   const int T = 9, K = m->info().n_expert_used;
   auto st = m->new_state(T);
   std::vector<float> logits(static_cast<size_t>(m->info().n_vocab));
@@ -187,52 +150,9 @@ TEST(GptOss, RoutingWeightsAreASoftmaxOverTheChosenInSelectionOrder) {
   }
 }
 
-// Forwards to a resident provider and records every call.
-class RecordingProvider final : public ExpertProvider {
- public:
-  RecordingProvider(const gguf::File& f, const ExpertLayout& l) : inner_(f, l), layout(l) {}
-  void prefetch(int layer, std::span<const int32_t> ids) override {
-    prefetches.push_back({layer, std::vector<int32_t>(ids.begin(), ids.end())});
-  }
-  void will_acquire(int layer, std::span<const int32_t> ids) override {
-    announced[layer].push_back(std::vector<int32_t>(ids.begin(), ids.end()));
-  }
-  ExpertView acquire(int layer, int e) override {
-    ++acquired[{layer, e}];
-    ++outstanding;
-    return inner_.acquire(layer, e);
-  }
-  void release(int layer, int e) override {
-    --outstanding;
-    inner_.release(layer, e);
-  }
-
-  std::vector<std::pair<int, std::vector<int32_t>>> prefetches;
-  std::map<int, std::vector<std::vector<int32_t>>> announced;
-  std::map<std::pair<int, int>, int> acquired;
-  int outstanding = 0;
-
- private:
-  ResidentExpertProvider inner_;
-
- public:
-  ExpertLayout layout;
-};
-
-std::unique_ptr<Model> load_recording(int lookahead, RecordingProvider** out) {
-  LoadOptions o;
-  o.prefetch_lookahead = lookahead;
-  o.make_expert_provider = [out](const gguf::File& f, const ExpertLayout& l) {
-    auto p = std::make_unique<RecordingProvider>(f, l);
-    *out = p.get();
-    return p;
-  };
-  return load_model(tiny_file(), o);
-}
-
 TEST(GptOss, ExpertLayoutDescribesTheGgufTensors) {
   RecordingProvider* rec = nullptr;
-  auto m = load_recording(1, &rec);
+  auto m = kTiny.load_recording(1, &rec);
   ASSERT_NE(rec, nullptr);
   ASSERT_EQ(rec->layout.layers.size(), 4u);
   const ExpertLayerLayout& l = rec->layout.layers[2];
@@ -245,14 +165,14 @@ TEST(GptOss, ExpertLayoutDescribesTheGgufTensors) {
   EXPECT_EQ(l.down_name, "blk.2.ffn_down_exps.weight");
   EXPECT_EQ(l.gate_type, GgmlType::MXFP4);
   EXPECT_EQ(l.down_type, GgmlType::MXFP4);
-  EXPECT_EQ(l.gate_bytes() * 16, tiny_file().find_tensor(l.gate_name)->nbytes);
+  EXPECT_EQ(l.gate_bytes() * 16, kTiny.file().find_tensor(l.gate_name)->nbytes);
 }
 
 TEST(GptOss, EachChosenExpertIsAcquiredOncePerLayerPerBatch) {
   RecordingProvider* rec = nullptr;
-  auto m = load_recording(1, &rec);
+  auto m = kTiny.load_recording(1, &rec);
   ASSERT_NE(rec, nullptr);
-  const auto tokens = teacher_forced_tokens();
+  const auto tokens = kTiny.teacher_forced_tokens();
   const int T = 7, K = m->info().n_expert_used, n_moe = static_cast<int>(m->info().moe_layers.size());
   auto st = m->new_state(T);
   std::vector<float> logits(static_cast<size_t>(m->info().n_vocab));
@@ -274,12 +194,12 @@ TEST(GptOss, EachChosenExpertIsAcquiredOncePerLayerPerBatch) {
 }
 
 TEST(GptOss, PrefetchGuessesNeverChangeTheLogits) {
-  const auto tokens = teacher_forced_tokens();
+  const auto tokens = kTiny.teacher_forced_tokens();
   const std::span<const int32_t> prompt(tokens.data(), 20);
   std::vector<std::vector<float>> results;
   for (int lookahead : {0, 1, 2}) {
     RecordingProvider* rec = nullptr;
-    auto m = load_recording(lookahead, &rec);
+    auto m = kTiny.load_recording(lookahead, &rec);
     const int n_moe = static_cast<int>(m->info().moe_layers.size());
     const size_t V = static_cast<size_t>(m->info().n_vocab);
     auto st = m->new_state(32);
@@ -305,8 +225,8 @@ TEST(GptOss, PrefetchGuessesNeverChangeTheLogits) {
 }
 
 TEST(GptOss, ForwardRejectsBadCalls) {
-  auto m = load_model(tiny_file(), {});
-  auto other = load_model(tiny_file(), {});
+  auto m = load_model(kTiny.file(), {});
+  auto other = load_model(kTiny.file(), {});
   const size_t V = static_cast<size_t>(m->info().n_vocab);
   auto st = m->new_state(4);
   std::vector<float> logits(V);
@@ -333,112 +253,75 @@ TEST(GptOss, ForwardRejectsBadCalls) {
 
 // ---- files that differ from gpt-oss-tiny in one place ----
 
-std::string write_variant(const std::string& name, const std::function<void(gguf::Writer&)>& meta,
-                          const std::function<bool(gguf::TensorSpec&, std::vector<uint8_t>&)>& tensor,
-                          const std::string& drop_key = "") {
-  const gguf::File& src = tiny_file();
-  gguf::Writer w(src.alignment());
-  for (const auto& [k, v] : src.metadata())
-    if (k != drop_key) w.set(k, v);
-  if (meta) meta(w);
-  std::vector<std::vector<uint8_t>> data;
-  for (const auto& t : src.tensors()) {
-    gguf::TensorSpec spec{t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims)};
-    std::vector<uint8_t> bytes(t.nbytes);
-    src.read_tensor(t, bytes.data());
-    if (tensor && !tensor(spec, bytes)) continue;
-    w.add_tensor(spec);
-    data.push_back(std::move(bytes));
-  }
-  std::filesystem::create_directories(DF_TEST_TMP);
-  const std::string path = std::string(DF_TEST_TMP) + "/gpt-oss-" + name + ".gguf";
-  w.write(path, data);
-  return path;
-}
-
-std::string load_error(const std::string& path) {
-  try {
-    const auto f = gguf::File::open(path);
-    load_model(f, {});
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(loaded without error)";
-}
-
-void expect_load_error(const std::string& path, const std::string& what) {
-  const std::string err = load_error(path);
-  EXPECT_NE(err.find(what), std::string::npos) << err;
-}
-
 TEST(GptOssLoad, MissingTensorsAreNamed) {
   const auto without = [](const std::string& name) {
     return [name](gguf::TensorSpec& s, std::vector<uint8_t>&) { return s.name != name; };
   };
-  expect_load_error(write_variant("missing-sinks", nullptr, without("blk.2.attn_sinks.weight")),
+  expect_load_error(kTiny.write_variant("missing-sinks", nullptr, without("blk.2.attn_sinks.weight")),
                     "gpt-oss: missing tensor 'blk.2.attn_sinks.weight' (expected shape {4})");
-  expect_load_error(write_variant("missing-q-bias", nullptr, without("blk.0.attn_q.bias")),
+  expect_load_error(kTiny.write_variant("missing-q-bias", nullptr, without("blk.0.attn_q.bias")),
                     "missing tensor 'blk.0.attn_q.bias' (expected shape {256})");
-  expect_load_error(write_variant("missing-exp-bias", nullptr, without("blk.1.ffn_down_exps.bias")),
+  expect_load_error(kTiny.write_variant("missing-exp-bias", nullptr, without("blk.1.ffn_down_exps.bias")),
                     "missing tensor 'blk.1.ffn_down_exps.bias' (expected shape {256, 16})");
-  expect_load_error(write_variant("missing-exps", nullptr, without("blk.3.ffn_gate_exps.weight")),
+  expect_load_error(kTiny.write_variant("missing-exps", nullptr, without("blk.3.ffn_gate_exps.weight")),
                     "missing tensor 'blk.3.ffn_gate_exps.weight' (expected shape {256, 128, 16})");
   // gpt-oss's head is never tied to the embedding.
-  expect_load_error(write_variant("missing-output", nullptr, without("output.weight")),
+  expect_load_error(kTiny.write_variant("missing-output", nullptr, without("output.weight")),
                     "missing tensor 'output.weight' (expected shape {256, 2048})");
 }
 
 TEST(GptOssLoad, WrongShapeAndTypeNameExpectedAndFound) {
-  expect_load_error(write_variant("shape", nullptr,
-                                  [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
-                                    if (s.name == "blk.1.ffn_up_exps.bias") {
-                                      s.ne = {128, 8};
-                                      bytes.resize(bytes.size() / 2);
-                                    }
-                                    return true;
-                                  }),
+  expect_load_error(kTiny.write_variant("shape", nullptr,
+                                        [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
+                                          if (s.name == "blk.1.ffn_up_exps.bias") {
+                                            s.ne = {128, 8};
+                                            bytes.resize(bytes.size() / 2);
+                                          }
+                                          return true;
+                                        }),
                     "tensor 'blk.1.ffn_up_exps.bias' has shape {128, 8}, expected {128, 16}");
-  expect_load_error(write_variant("type", nullptr,
-                                  [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
-                                    if (s.name == "blk.3.attn_sinks.weight") {
-                                      s.type = GgmlType::F16;
-                                      bytes.resize(bytes.size() / 2);
-                                    }
-                                    return true;
-                                  }),
+  expect_load_error(kTiny.write_variant("type", nullptr,
+                                        [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
+                                          if (s.name == "blk.3.attn_sinks.weight") {
+                                            s.type = GgmlType::F16;
+                                            bytes.resize(bytes.size() / 2);
+                                          }
+                                          return true;
+                                        }),
                     "tensor 'blk.3.attn_sinks.weight' has type F16, expected F32");
 }
 
 TEST(GptOssLoad, KeysOutsideWhatTheEngineImplementsAreRefused) {
   const auto with = [](const char* k, gguf::Value v) { return [k, v](gguf::Writer& w) { w.set(k, v); }; };
   expect_load_error(
-      write_variant("heads", with("gpt-oss.attention.head_count_kv", gguf::Value::of_u32(3)), nullptr),
+      kTiny.write_variant("heads", with("gpt-oss.attention.head_count_kv", gguf::Value::of_u32(3)), nullptr),
       "4 query heads cannot be grouped over 3 KV heads");
   expect_load_error(
-      write_variant("rot", with("gpt-oss.rope.dimension_count", gguf::Value::of_u32(32)), nullptr),
+      kTiny.write_variant("rot", with("gpt-oss.rope.dimension_count", gguf::Value::of_u32(32)), nullptr),
       "gpt-oss.rope.dimension_count 32 differs from the head size 64");
   expect_load_error(
-      write_variant("scaling", with("gpt-oss.rope.scaling.type", gguf::Value::of_string("longrope")),
-                    nullptr),
+      kTiny.write_variant("scaling", with("gpt-oss.rope.scaling.type", gguf::Value::of_string("longrope")),
+                          nullptr),
       "gpt-oss: rope scaling 'longrope' is not supported (none, linear, yarn)");
   expect_load_error(
-      write_variant("gating", with("gpt-oss.expert_gating_func", gguf::Value::of_u32(1)), nullptr),
+      kTiny.write_variant("gating", with("gpt-oss.expert_gating_func", gguf::Value::of_u32(1)), nullptr),
       "gpt-oss.expert_gating_func is 1");
-  expect_load_error(
-      write_variant("window", with("gpt-oss.attention.sliding_window", gguf::Value::of_u32(0)), nullptr),
-      "'gpt-oss.attention.sliding_window' = 0 is out of range");
-  expect_load_error(write_variant("no-window", nullptr, nullptr, "gpt-oss.attention.sliding_window"),
+  expect_load_error(kTiny.write_variant(
+                        "window", with("gpt-oss.attention.sliding_window", gguf::Value::of_u32(0)), nullptr),
+                    "'gpt-oss.attention.sliding_window' = 0 is out of range");
+  expect_load_error(kTiny.write_variant("no-window", nullptr, nullptr, "gpt-oss.attention.sliding_window"),
                     "missing GGUF key 'gpt-oss.attention.sliding_window'");
-  expect_load_error(write_variant("no-eps", nullptr, nullptr, "gpt-oss.attention.layer_norm_rms_epsilon"),
-                    "missing GGUF key 'gpt-oss.attention.layer_norm_rms_epsilon'");
   expect_load_error(
-      write_variant("factor", with("gpt-oss.rope.scaling.factor", gguf::Value::of_f32(-2.0f)), nullptr),
+      kTiny.write_variant("no-eps", nullptr, nullptr, "gpt-oss.attention.layer_norm_rms_epsilon"),
+      "missing GGUF key 'gpt-oss.attention.layer_norm_rms_epsilon'");
+  expect_load_error(
+      kTiny.write_variant("factor", with("gpt-oss.rope.scaling.factor", gguf::Value::of_f32(-2.0f)), nullptr),
       "gpt-oss.rope.scaling.factor = -2 must be positive");
 }
 
 // A sliding_window_pattern key changes which layers slide (llama.cpp: layer i slides iff i % P < P - 1).
 TEST(GptOssLoad, SlidingWindowPatternKeySetsTheSlidingLayers) {
-  const auto path = write_variant(
+  const auto path = kTiny.write_variant(
       "pattern",
       [](gguf::Writer& w) { w.set("gpt-oss.attention.sliding_window_pattern", gguf::Value::of_u32(4)); },
       nullptr);
@@ -449,13 +332,13 @@ TEST(GptOssLoad, SlidingWindowPatternKeySetsTheSlidingLayers) {
 // A window as large as the sequence makes the sliding layers full-attention layers: the logits then change
 // only where some key is older than the window.
 TEST(GptOssLoad, TheWindowMasksExactlyTheKeysOlderThanItsSize) {
-  const auto path = write_variant(
+  const auto path = kTiny.write_variant(
       "wide", [](gguf::Writer& w) { w.set("gpt-oss.attention.sliding_window", gguf::Value::of_u32(4096)); },
       nullptr);
   const auto f = gguf::File::open(path);
   auto wide = load_model(f, {});
-  auto narrow = load_model(tiny_file(), {});
-  const auto tokens = teacher_forced_tokens();
+  auto narrow = load_model(kTiny.file(), {});
+  const auto tokens = kTiny.teacher_forced_tokens();
   const std::span<const int32_t> prompt(tokens.data(), 24);
   const size_t V = 2048;
   std::vector<float> a(prompt.size() * V), b(prompt.size() * V);

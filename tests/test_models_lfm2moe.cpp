@@ -21,58 +21,21 @@
 #include "gguf/gguf.h"
 #include "models/lfm2moe.h"
 #include "models/model.h"
+#include "models_test_util.h"
 #include "util/error.h"
-
-// Counts heap allocations while `g_counting` is set (all threads), to check the decode path.
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_allocations{0};
-// Out of line so that gcc does not pair the inlined new/delete with malloc/free and warn.
-[[gnu::noinline]] void* counted_malloc(size_t n) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n ? n : 1);
-}
-[[gnu::noinline]] void counted_free(void* p) { std::free(p); }
-}  // namespace
-
-void* operator new(size_t n) {
-  if (void* p = counted_malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { counted_free(p); }
-void operator delete(void* p, size_t) noexcept { counted_free(p); }
 
 namespace df::models {
 namespace {
 
-const std::string kGolden = DF_GOLDEN_DIR;
-const std::string kTiny = kGolden + "/lfm2moe-tiny.gguf";
+using test_util::expect_load_error;
+using test_util::load_error;
+using test_util::RecordingProvider;
+using test_util::run_chunks;
 
-std::vector<int32_t> teacher_forced_tokens() {
-  std::ifstream in(kGolden + "/lfm2moe-tiny.json");
-  const auto meta = nlohmann::json::parse(in);
-  return meta["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
-}
-
-const gguf::File& tiny_file() {
-  static const gguf::File f = gguf::File::open(kTiny);
-  return f;
-}
-
-std::vector<float> run_chunks(Model& m, std::span<const int32_t> tokens, size_t chunk) {
-  const size_t V = static_cast<size_t>(m.info().n_vocab);
-  auto st = m.new_state(static_cast<int>(tokens.size()));
-  std::vector<float> all(tokens.size() * V);
-  for (size_t at = 0; at < tokens.size(); at += chunk) {
-    const size_t n = std::min(chunk, tokens.size() - at);
-    m.forward(*st, tokens.subspan(at, n), std::span<float>(all.data() + at * V, n * V), true);
-  }
-  EXPECT_EQ(st->n_past, static_cast<int>(tokens.size()));
-  return all;
-}
+const test_util::GoldenModel kTiny("lfm2moe-tiny", "lfm2moe");
 
 TEST(Lfm2Moe, InfoFromTheGgufKeys) {
-  auto m = load_model(tiny_file(), {});
+  auto m = load_model(kTiny.file(), {});
   const ModelInfo& i = m->info();
   EXPECT_EQ(i.arch, "lfm2moe");
   EXPECT_EQ(i.n_layer, 6);
@@ -88,8 +51,8 @@ TEST(Lfm2Moe, InfoFromTheGgufKeys) {
 }
 
 TEST(Lfm2Moe, ChunkedPrefillAndDecodeEqualOneBatchBitForBit) {
-  auto m = load_model(tiny_file(), {});
-  const auto tokens = teacher_forced_tokens();
+  auto m = load_model(kTiny.file(), {});
+  const auto tokens = kTiny.teacher_forced_tokens();
   const auto one = run_chunks(*m, tokens, tokens.size());
   EXPECT_EQ(run_chunks(*m, tokens, 3), one);
   EXPECT_EQ(run_chunks(*m, tokens, 7), one);
@@ -108,8 +71,8 @@ TEST(Lfm2Moe, ChunkedPrefillAndDecodeEqualOneBatchBitForBit) {
 TEST(Lfm2Moe, DecodeAllocatesNothingOnceWarm) {
   LoadOptions threaded;
   threaded.n_threads = 2;
-  auto m = load_model(tiny_file(), threaded);
-  const auto tokens = teacher_forced_tokens();
+  auto m = load_model(kTiny.file(), threaded);
+  const auto tokens = kTiny.teacher_forced_tokens();
   auto st = m->new_state(64);
   std::vector<float> logits(static_cast<size_t>(m->info().n_vocab));
   m->forward(*st, std::span<const int32_t>(tokens).first(8), logits, false);
@@ -124,8 +87,8 @@ TEST(Lfm2Moe, DecodeAllocatesNothingOnceWarm) {
 }
 
 TEST(Lfm2Moe, ResetRestartsTheSequence) {
-  auto m = load_model(tiny_file(), {});
-  const auto tokens = teacher_forced_tokens();
+  auto m = load_model(kTiny.file(), {});
+  const auto tokens = kTiny.teacher_forced_tokens();
   const std::span<const int32_t> first(tokens.data(), 12);
   const size_t V = static_cast<size_t>(m->info().n_vocab);
   std::vector<float> a(V), b(V);
@@ -140,13 +103,13 @@ TEST(Lfm2Moe, ResetRestartsTheSequence) {
 
 // Every row of a 40-token prefill, then 6 decode steps: the same bits on 1, 2 and 3 threads.
 TEST(Lfm2Moe, ThreadCountDoesNotChangeResults) {
-  const auto tokens = teacher_forced_tokens();
+  const auto tokens = kTiny.teacher_forced_tokens();
   const std::span<const int32_t> prompt(tokens.data(), 40);
   std::vector<std::vector<float>> results;
   for (int threads : {1, 2, 3}) {
     LoadOptions o;
     o.n_threads = threads;
-    auto m = load_model(tiny_file(), o);
+    auto m = load_model(kTiny.file(), o);
     const size_t V = static_cast<size_t>(m->info().n_vocab);
     auto st = m->new_state(64);
     std::vector<float> logits(prompt.size() * V), step(V);
@@ -161,56 +124,11 @@ TEST(Lfm2Moe, ThreadCountDoesNotChangeResults) {
   EXPECT_EQ(results[2], results[0]) << "3 threads";
 }
 
-// Forwards to a resident provider and records every call.
-class RecordingProvider final : public ExpertProvider {
- public:
-  RecordingProvider(const gguf::File& f, const ExpertLayout& l) : inner_(f, l) {}
-  void prefetch(int layer, std::span<const int32_t> ids) override {
-    prefetches.push_back({layer, std::vector<int32_t>(ids.begin(), ids.end())});
-  }
-  void will_acquire(int layer, std::span<const int32_t> ids) override {
-    announced[layer].push_back(std::vector<int32_t>(ids.begin(), ids.end()));
-  }
-  ExpertView acquire(int layer, int e) override {
-    ++acquired[{layer, e}];
-    ++outstanding;
-    return inner_.acquire(layer, e);
-  }
-  void release(int layer, int e) override {
-    --outstanding;
-    inner_.release(layer, e);
-  }
-  void clear() {
-    prefetches.clear();
-    announced.clear();
-    acquired.clear();
-  }
-
-  std::vector<std::pair<int, std::vector<int32_t>>> prefetches;
-  std::map<int, std::vector<std::vector<int32_t>>> announced;
-  std::map<std::pair<int, int>, int> acquired;
-  int outstanding = 0;
-
- private:
-  ResidentExpertProvider inner_;
-};
-
-std::unique_ptr<Model> load_recording(int lookahead, RecordingProvider** out) {
-  LoadOptions o;
-  o.prefetch_lookahead = lookahead;
-  o.make_expert_provider = [out](const gguf::File& f, const ExpertLayout& l) {
-    auto p = std::make_unique<RecordingProvider>(f, l);
-    *out = p.get();
-    return p;
-  };
-  return load_model(tiny_file(), o);
-}
-
 TEST(Lfm2Moe, EachChosenExpertIsAcquiredOncePerLayerPerBatch) {
   RecordingProvider* rec = nullptr;
-  auto m = load_recording(1, &rec);
+  auto m = kTiny.load_recording(1, &rec);
   ASSERT_NE(rec, nullptr);
-  const auto tokens = teacher_forced_tokens();
+  const auto tokens = kTiny.teacher_forced_tokens();
   const int T = 7, K = m->info().n_expert_used, n_moe = static_cast<int>(m->info().moe_layers.size());
   auto st = m->new_state(T);
   std::vector<float> logits(static_cast<size_t>(m->info().n_vocab));
@@ -231,12 +149,12 @@ TEST(Lfm2Moe, EachChosenExpertIsAcquiredOncePerLayerPerBatch) {
 }
 
 TEST(Lfm2Moe, PrefetchGuessesNeverChangeTheLogits) {
-  const auto tokens = teacher_forced_tokens();
+  const auto tokens = kTiny.teacher_forced_tokens();
   const std::span<const int32_t> prompt(tokens.data(), 20);
   std::vector<std::vector<float>> results;
   for (int lookahead : {0, 1, 2}) {
     RecordingProvider* rec = nullptr;
-    auto m = load_recording(lookahead, &rec);
+    auto m = kTiny.load_recording(lookahead, &rec);
     const int n_moe = static_cast<int>(m->info().moe_layers.size());
     const size_t V = static_cast<size_t>(m->info().n_vocab);
     auto st = m->new_state(32);
@@ -263,8 +181,8 @@ TEST(Lfm2Moe, PrefetchGuessesNeverChangeTheLogits) {
 }
 
 TEST(Lfm2Moe, ForwardRejectsBadCalls) {
-  auto m = load_model(tiny_file(), {});
-  auto other = load_model(tiny_file(), {});
+  auto m = load_model(kTiny.file(), {});
+  auto other = load_model(kTiny.file(), {});
   const size_t V = static_cast<size_t>(m->info().n_vocab);
   auto st = m->new_state(4);
   std::vector<float> logits(V);
@@ -290,41 +208,8 @@ TEST(Lfm2Moe, ForwardRejectsBadCalls) {
 
 // ---- bad files ----
 
-// Copies the tiny model with edits: `meta` may change keys, `tensor` may change a tensor's spec and bytes
-// (return false to drop it).
-std::string write_variant(const std::string& name, const std::function<void(gguf::Writer&)>& meta,
-                          const std::function<bool(gguf::TensorSpec&, std::vector<uint8_t>&)>& tensor) {
-  const gguf::File& src = tiny_file();
-  gguf::Writer w(src.alignment());
-  for (const auto& [k, v] : src.metadata()) w.set(k, v);
-  if (meta) meta(w);
-  std::vector<std::vector<uint8_t>> data;
-  for (const auto& t : src.tensors()) {
-    gguf::TensorSpec spec{t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims)};
-    std::vector<uint8_t> bytes(t.nbytes);
-    src.read_tensor(t, bytes.data());
-    if (tensor && !tensor(spec, bytes)) continue;
-    w.add_tensor(spec);
-    data.push_back(std::move(bytes));
-  }
-  std::filesystem::create_directories(DF_TEST_TMP);
-  const std::string path = std::string(DF_TEST_TMP) + "/lfm2moe-" + name + ".gguf";
-  w.write(path, data);
-  return path;
-}
-
-std::string load_error(const std::string& path) {
-  try {
-    const auto f = gguf::File::open(path);
-    load_model(f, {});
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(loaded without error)";
-}
-
 TEST(Lfm2MoeLoad, UnknownArchitectureIsRefused) {
-  const auto path = write_variant(
+  const auto path = kTiny.write_variant(
       "arch", [](gguf::Writer& w) { w.set("general.architecture", gguf::Value::of_string("nosucharch")); },
       nullptr);
   const std::string err = load_error(path);
@@ -332,7 +217,7 @@ TEST(Lfm2MoeLoad, UnknownArchitectureIsRefused) {
 }
 
 TEST(Lfm2MoeLoad, MissingTensorIsNamed) {
-  const auto path = write_variant("missing", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>&) {
+  const auto path = kTiny.write_variant("missing", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>&) {
     return s.name != "blk.2.attn_q.weight";
   });
   const std::string err = load_error(path);
@@ -341,9 +226,9 @@ TEST(Lfm2MoeLoad, MissingTensorIsNamed) {
 }
 
 TEST(Lfm2MoeLoad, MissingExpertTensorIsNamed) {
-  const auto path = write_variant("missing-exps", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>&) {
-    return s.name != "blk.4.ffn_down_exps.weight";
-  });
+  const auto path = kTiny.write_variant(
+      "missing-exps", nullptr,
+      [](gguf::TensorSpec& s, std::vector<uint8_t>&) { return s.name != "blk.4.ffn_down_exps.weight"; });
   const std::string err = load_error(path);
   EXPECT_NE(err.find("missing tensor 'blk.4.ffn_down_exps.weight' (expected shape {128, 256, 16})"),
             std::string::npos)
@@ -351,32 +236,34 @@ TEST(Lfm2MoeLoad, MissingExpertTensorIsNamed) {
 }
 
 TEST(Lfm2MoeLoad, WrongShapeNamesExpectedAndFound) {
-  const auto path = write_variant("shape", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
-    if (s.name == "blk.5.attn_k_norm.weight") {
-      s.ne = {32};
-      bytes.resize(32 * sizeof(float));
-    }
-    return true;
-  });
+  const auto path =
+      kTiny.write_variant("shape", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
+        if (s.name == "blk.5.attn_k_norm.weight") {
+          s.ne = {32};
+          bytes.resize(32 * sizeof(float));
+        }
+        return true;
+      });
   const std::string err = load_error(path);
   EXPECT_NE(err.find("tensor 'blk.5.attn_k_norm.weight' has shape {32}, expected {64}"), std::string::npos)
       << err;
 }
 
 TEST(Lfm2MoeLoad, WrongTypeNamesExpectedAndFound) {
-  const auto path = write_variant("type", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
-    if (s.name == "blk.0.attn_norm.weight") {
-      s.type = GgmlType::F16;
-      bytes.resize(bytes.size() / 2);
-    }
-    return true;
-  });
+  const auto path =
+      kTiny.write_variant("type", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
+        if (s.name == "blk.0.attn_norm.weight") {
+          s.type = GgmlType::F16;
+          bytes.resize(bytes.size() / 2);
+        }
+        return true;
+      });
   const std::string err = load_error(path);
   EXPECT_NE(err.find("tensor 'blk.0.attn_norm.weight' has type F16, expected F32"), std::string::npos) << err;
 }
 
 TEST(Lfm2MoeLoad, MatmulTypeTheBackendCannotMultiply) {
-  const auto path = write_variant("i32", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
+  const auto path = kTiny.write_variant("i32", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
     if (s.name == "blk.1.shortconv.out_proj.weight") {
       s.type = GgmlType::I32;
       bytes.assign(256 * 256 * 4, 0);
@@ -392,7 +279,7 @@ TEST(Lfm2MoeLoad, MatmulTypeTheBackendCannotMultiply) {
 }
 
 TEST(Lfm2MoeLoad, GatingFunctionOtherThanSigmoidIsRefused) {
-  const auto path = write_variant(
+  const auto path = kTiny.write_variant(
       "softmax", [](gguf::Writer& w) { w.set("lfm2moe.expert_gating_func", gguf::Value::of_u32(1)); },
       nullptr);
   const std::string err = load_error(path);
@@ -402,7 +289,7 @@ TEST(Lfm2MoeLoad, GatingFunctionOtherThanSigmoidIsRefused) {
 }
 
 TEST(Lfm2MoeLoad, UnevenKvHeadsAndWrongArrayLengthAreRefused) {
-  const auto uneven = write_variant(
+  const auto uneven = kTiny.write_variant(
       "kv-uneven",
       [](gguf::Writer& w) {
         w.set("lfm2moe.attention.head_count_kv", gguf::Value::of_i32s({0, 0, 2, 0, 0, 1}));
@@ -410,7 +297,7 @@ TEST(Lfm2MoeLoad, UnevenKvHeadsAndWrongArrayLengthAreRefused) {
       nullptr);
   std::string err = load_error(uneven);
   EXPECT_NE(err.find("attention layers with different KV head counts (1, 2)"), std::string::npos) << err;
-  const auto short_array = write_variant(
+  const auto short_array = kTiny.write_variant(
       "kv-short",
       [](gguf::Writer& w) {
         w.set("lfm2moe.attention.head_count_kv", gguf::Value::of_i32s({0, 2}));
@@ -424,7 +311,7 @@ TEST(Lfm2MoeLoad, UnevenKvHeadsAndWrongArrayLengthAreRefused) {
 
 TEST(Lfm2MoeLoad, ScalarKvHeadCountMakesEveryLayerAttention) {
   // A scalar head_count_kv means attention everywhere: the conv layers' attention tensors are then missing.
-  const auto path = write_variant(
+  const auto path = kTiny.write_variant(
       "kv-scalar", [](gguf::Writer& w) { w.set("lfm2moe.attention.head_count_kv", gguf::Value::of_u32(2)); },
       nullptr);
   const std::string err = load_error(path);
@@ -432,7 +319,7 @@ TEST(Lfm2MoeLoad, ScalarKvHeadCountMakesEveryLayerAttention) {
 }
 
 TEST(Lfm2MoeLoad, MissingRequiredKeyIsNamed) {
-  const gguf::File& src = tiny_file();
+  const gguf::File& src = kTiny.file();
   gguf::Writer w(src.alignment());
   for (const auto& [k, v] : src.metadata())
     if (k != "lfm2moe.attention.layer_norm_rms_epsilon") w.set(k, v);

@@ -20,58 +20,21 @@
 #include "gguf/gguf.h"
 #include "models/model.h"
 #include "models/qwen3moe.h"
+#include "models_test_util.h"
 #include "util/error.h"
-
-// Counts heap allocations while `g_counting` is set (all threads), to check the decode path.
-namespace {
-std::atomic<bool> g_counting{false};
-std::atomic<long> g_allocations{0};
-// Out of line so that gcc does not pair the inlined new/delete with malloc/free and warn.
-[[gnu::noinline]] void* counted_malloc(size_t n) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n ? n : 1);
-}
-[[gnu::noinline]] void counted_free(void* p) { std::free(p); }
-}  // namespace
-
-void* operator new(size_t n) {
-  if (void* p = counted_malloc(n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { counted_free(p); }
-void operator delete(void* p, size_t) noexcept { counted_free(p); }
 
 namespace df::models {
 namespace {
 
-const std::string kGolden = DF_GOLDEN_DIR;
-const std::string kTiny = kGolden + "/qwen3moe-tiny.gguf";
+using test_util::expect_load_error;
+using test_util::load_error;
+using test_util::RecordingProvider;
+using test_util::run_chunks;
 
-std::vector<int32_t> teacher_forced_tokens() {
-  std::ifstream in(kGolden + "/qwen3moe-tiny.json");
-  const auto meta = nlohmann::json::parse(in);
-  return meta["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
-}
-
-const gguf::File& tiny_file() {
-  static const gguf::File f = gguf::File::open(kTiny);
-  return f;
-}
-
-std::vector<float> run_chunks(Model& m, std::span<const int32_t> tokens, size_t chunk) {
-  const size_t V = static_cast<size_t>(m.info().n_vocab);
-  auto st = m.new_state(static_cast<int>(tokens.size()));
-  std::vector<float> all(tokens.size() * V);
-  for (size_t at = 0; at < tokens.size(); at += chunk) {
-    const size_t n = std::min(chunk, tokens.size() - at);
-    m.forward(*st, tokens.subspan(at, n), std::span<float>(all.data() + at * V, n * V), true);
-  }
-  EXPECT_EQ(st->n_past, static_cast<int>(tokens.size()));
-  return all;
-}
+const test_util::GoldenModel kTiny("qwen3moe-tiny", "qwen3moe");
 
 TEST(Qwen3Moe, InfoFromTheGgufKeys) {
-  auto m = load_model(tiny_file(), {});
+  auto m = load_model(kTiny.file(), {});
   const ModelInfo& i = m->info();
   EXPECT_EQ(i.arch, "qwen3moe");
   EXPECT_EQ(i.name, "qwen3moe-tiny");
@@ -94,8 +57,8 @@ TEST(Qwen3Moe, InfoFromTheGgufKeys) {
 }
 
 TEST(Qwen3Moe, ChunkedPrefillAndDecodeEqualOneBatchBitForBit) {
-  auto m = load_model(tiny_file(), {});
-  const auto tokens = teacher_forced_tokens();
+  auto m = load_model(kTiny.file(), {});
+  const auto tokens = kTiny.teacher_forced_tokens();
   const auto one = run_chunks(*m, tokens, tokens.size());
   EXPECT_EQ(run_chunks(*m, tokens, 5), one);
   EXPECT_EQ(run_chunks(*m, tokens, 1), one);
@@ -113,8 +76,8 @@ TEST(Qwen3Moe, ChunkedPrefillAndDecodeEqualOneBatchBitForBit) {
 TEST(Qwen3Moe, DecodeAllocatesNothingOnceWarm) {
   LoadOptions threaded;
   threaded.n_threads = 2;
-  auto m = load_model(tiny_file(), threaded);
-  const auto tokens = teacher_forced_tokens();
+  auto m = load_model(kTiny.file(), threaded);
+  const auto tokens = kTiny.teacher_forced_tokens();
   auto st = m->new_state(64);
   std::vector<float> logits(static_cast<size_t>(m->info().n_vocab));
   m->forward(*st, std::span<const int32_t>(tokens).first(8), logits, false);
@@ -132,9 +95,9 @@ TEST(Qwen3Moe, ResetRestartsTheSequenceAndThreadsDoNotChangeResults) {
   LoadOptions one, three;
   one.n_threads = 1;
   three.n_threads = 3;
-  auto m1 = load_model(tiny_file(), one);
-  auto m3 = load_model(tiny_file(), three);
-  const auto tokens = teacher_forced_tokens();
+  auto m1 = load_model(kTiny.file(), one);
+  auto m3 = load_model(kTiny.file(), three);
+  const auto tokens = kTiny.teacher_forced_tokens();
   const std::span<const int32_t> first(tokens.data(), 12);
   const size_t V = static_cast<size_t>(m1->info().n_vocab);
   std::vector<float> a(V), b(V), c(V);
@@ -153,8 +116,8 @@ TEST(Qwen3Moe, ResetRestartsTheSequenceAndThreadsDoNotChangeResults) {
 // qwen3moe's weights are the softmax probabilities of the chosen experts renormalised to sum 1, in
 // descending order (the selection order).
 TEST(Qwen3Moe, RoutingWeightsAreRenormalisedSoftmaxInSelectionOrder) {
-  auto m = load_model(tiny_file(), {});
-  const auto tokens = teacher_forced_tokens();
+  auto m = load_model(kTiny.file(), {});
+  const auto tokens = kTiny.teacher_forced_tokens();
   const int T = 9, K = m->info().n_expert_used;
   auto st = m->new_state(T);
   std::vector<float> logits(static_cast<size_t>(m->info().n_vocab));
@@ -178,52 +141,9 @@ TEST(Qwen3Moe, RoutingWeightsAreRenormalisedSoftmaxInSelectionOrder) {
   }
 }
 
-// Forwards to a resident provider and records every call.
-class RecordingProvider final : public ExpertProvider {
- public:
-  RecordingProvider(const gguf::File& f, const ExpertLayout& l) : inner_(f, l), layout(l) {}
-  void prefetch(int layer, std::span<const int32_t> ids) override {
-    prefetches.push_back({layer, std::vector<int32_t>(ids.begin(), ids.end())});
-  }
-  void will_acquire(int layer, std::span<const int32_t> ids) override {
-    announced[layer].push_back(std::vector<int32_t>(ids.begin(), ids.end()));
-  }
-  ExpertView acquire(int layer, int e) override {
-    ++acquired[{layer, e}];
-    ++outstanding;
-    return inner_.acquire(layer, e);
-  }
-  void release(int layer, int e) override {
-    --outstanding;
-    inner_.release(layer, e);
-  }
-
-  std::vector<std::pair<int, std::vector<int32_t>>> prefetches;
-  std::map<int, std::vector<std::vector<int32_t>>> announced;
-  std::map<std::pair<int, int>, int> acquired;
-  int outstanding = 0;
-
- private:
-  ResidentExpertProvider inner_;
-
- public:
-  ExpertLayout layout;
-};
-
-std::unique_ptr<Model> load_recording(int lookahead, RecordingProvider** out) {
-  LoadOptions o;
-  o.prefetch_lookahead = lookahead;
-  o.make_expert_provider = [out](const gguf::File& f, const ExpertLayout& l) {
-    auto p = std::make_unique<RecordingProvider>(f, l);
-    *out = p.get();
-    return p;
-  };
-  return load_model(tiny_file(), o);
-}
-
 TEST(Qwen3Moe, ExpertLayoutDescribesTheGgufTensors) {
   RecordingProvider* rec = nullptr;
-  auto m = load_recording(1, &rec);
+  auto m = kTiny.load_recording(1, &rec);
   ASSERT_NE(rec, nullptr);
   ASSERT_EQ(rec->layout.layers.size(), 4u);
   const ExpertLayerLayout& l = rec->layout.layers[2];
@@ -236,14 +156,14 @@ TEST(Qwen3Moe, ExpertLayoutDescribesTheGgufTensors) {
   EXPECT_EQ(l.down_name, "blk.2.ffn_down_exps.weight");
   EXPECT_EQ(l.gate_type, GgmlType::Q4_0);
   EXPECT_EQ(l.down_type, GgmlType::Q4_0);
-  EXPECT_EQ(l.gate_bytes() * 16, tiny_file().find_tensor(l.gate_name)->nbytes);
+  EXPECT_EQ(l.gate_bytes() * 16, kTiny.file().find_tensor(l.gate_name)->nbytes);
 }
 
 TEST(Qwen3Moe, EachChosenExpertIsAcquiredOncePerLayerPerBatch) {
   RecordingProvider* rec = nullptr;
-  auto m = load_recording(1, &rec);
+  auto m = kTiny.load_recording(1, &rec);
   ASSERT_NE(rec, nullptr);
-  const auto tokens = teacher_forced_tokens();
+  const auto tokens = kTiny.teacher_forced_tokens();
   const int T = 7, K = m->info().n_expert_used, n_moe = static_cast<int>(m->info().moe_layers.size());
   auto st = m->new_state(T);
   std::vector<float> logits(static_cast<size_t>(m->info().n_vocab));
@@ -265,12 +185,12 @@ TEST(Qwen3Moe, EachChosenExpertIsAcquiredOncePerLayerPerBatch) {
 }
 
 TEST(Qwen3Moe, PrefetchGuessesNeverChangeTheLogits) {
-  const auto tokens = teacher_forced_tokens();
+  const auto tokens = kTiny.teacher_forced_tokens();
   const std::span<const int32_t> prompt(tokens.data(), 20);
   std::vector<std::vector<float>> results;
   for (int lookahead : {0, 1, 2}) {
     RecordingProvider* rec = nullptr;
-    auto m = load_recording(lookahead, &rec);
+    auto m = kTiny.load_recording(lookahead, &rec);
     const int n_moe = static_cast<int>(m->info().moe_layers.size());
     const size_t V = static_cast<size_t>(m->info().n_vocab);
     auto st = m->new_state(32);
@@ -296,8 +216,8 @@ TEST(Qwen3Moe, PrefetchGuessesNeverChangeTheLogits) {
 }
 
 TEST(Qwen3Moe, ForwardRejectsBadCalls) {
-  auto m = load_model(tiny_file(), {});
-  auto other = load_model(tiny_file(), {});
+  auto m = load_model(kTiny.file(), {});
+  auto other = load_model(kTiny.file(), {});
   const size_t V = static_cast<size_t>(m->info().n_vocab);
   auto st = m->new_state(4);
   std::vector<float> logits(V);
@@ -324,120 +244,83 @@ TEST(Qwen3Moe, ForwardRejectsBadCalls) {
 
 // ---- files that differ from qwen3moe-tiny in one place ----
 
-std::string write_variant(const std::string& name, const std::function<void(gguf::Writer&)>& meta,
-                          const std::function<bool(gguf::TensorSpec&, std::vector<uint8_t>&)>& tensor,
-                          const std::string& drop_key = "") {
-  const gguf::File& src = tiny_file();
-  gguf::Writer w(src.alignment());
-  for (const auto& [k, v] : src.metadata())
-    if (k != drop_key) w.set(k, v);
-  if (meta) meta(w);
-  std::vector<std::vector<uint8_t>> data;
-  for (const auto& t : src.tensors()) {
-    gguf::TensorSpec spec{t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims)};
-    std::vector<uint8_t> bytes(t.nbytes);
-    src.read_tensor(t, bytes.data());
-    if (tensor && !tensor(spec, bytes)) continue;
-    w.add_tensor(spec);
-    data.push_back(std::move(bytes));
-  }
-  std::filesystem::create_directories(DF_TEST_TMP);
-  const std::string path = std::string(DF_TEST_TMP) + "/qwen3moe-" + name + ".gguf";
-  w.write(path, data);
-  return path;
-}
-
-std::string load_error(const std::string& path) {
-  try {
-    const auto f = gguf::File::open(path);
-    load_model(f, {});
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(loaded without error)";
-}
-
-void expect_load_error(const std::string& path, const std::string& what) {
-  const std::string err = load_error(path);
-  EXPECT_NE(err.find(what), std::string::npos) << err;
-}
-
 TEST(Qwen3MoeLoad, MissingTensorsAreNamed) {
-  expect_load_error(write_variant("missing-q-norm", nullptr,
-                                  [](gguf::TensorSpec& s, std::vector<uint8_t>&) {
-                                    return s.name != "blk.1.attn_q_norm.weight";
-                                  }),
+  expect_load_error(kTiny.write_variant("missing-q-norm", nullptr,
+                                        [](gguf::TensorSpec& s, std::vector<uint8_t>&) {
+                                          return s.name != "blk.1.attn_q_norm.weight";
+                                        }),
                     "qwen3moe: missing tensor 'blk.1.attn_q_norm.weight' (expected shape {64})");
-  expect_load_error(write_variant("missing-exps", nullptr,
-                                  [](gguf::TensorSpec& s, std::vector<uint8_t>&) {
-                                    return s.name != "blk.3.ffn_up_exps.weight";
-                                  }),
+  expect_load_error(kTiny.write_variant("missing-exps", nullptr,
+                                        [](gguf::TensorSpec& s, std::vector<uint8_t>&) {
+                                          return s.name != "blk.3.ffn_up_exps.weight";
+                                        }),
                     "missing tensor 'blk.3.ffn_up_exps.weight' (expected shape {256, 128, 16})");
-  expect_load_error(write_variant("missing-router", nullptr,
-                                  [](gguf::TensorSpec& s, std::vector<uint8_t>&) {
-                                    return s.name != "blk.0.ffn_gate_inp.weight";
-                                  }),
+  expect_load_error(kTiny.write_variant("missing-router", nullptr,
+                                        [](gguf::TensorSpec& s, std::vector<uint8_t>&) {
+                                          return s.name != "blk.0.ffn_gate_inp.weight";
+                                        }),
                     "missing tensor 'blk.0.ffn_gate_inp.weight' (expected shape {256, 16})");
 }
 
 TEST(Qwen3MoeLoad, WrongShapeAndTypeNameExpectedAndFound) {
-  expect_load_error(write_variant("shape", nullptr,
-                                  [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
-                                    if (s.name == "blk.2.attn_k.weight") {
-                                      s.ne = {256, 64};
-                                      bytes.resize(bytes.size() / 2);
-                                    }
-                                    return true;
-                                  }),
+  expect_load_error(kTiny.write_variant("shape", nullptr,
+                                        [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
+                                          if (s.name == "blk.2.attn_k.weight") {
+                                            s.ne = {256, 64};
+                                            bytes.resize(bytes.size() / 2);
+                                          }
+                                          return true;
+                                        }),
                     "tensor 'blk.2.attn_k.weight' has shape {256, 64}, expected {256, 128}");
-  expect_load_error(write_variant("type", nullptr,
-                                  [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
-                                    if (s.name == "blk.0.ffn_norm.weight") {
-                                      s.type = GgmlType::F16;
-                                      bytes.resize(bytes.size() / 2);
-                                    }
-                                    return true;
-                                  }),
+  expect_load_error(kTiny.write_variant("type", nullptr,
+                                        [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
+                                          if (s.name == "blk.0.ffn_norm.weight") {
+                                            s.type = GgmlType::F16;
+                                            bytes.resize(bytes.size() / 2);
+                                          }
+                                          return true;
+                                        }),
                     "tensor 'blk.0.ffn_norm.weight' has type F16, expected F32");
 }
 
 TEST(Qwen3MoeLoad, KeysOutsideWhatTheEngineImplementsAreRefused) {
   expect_load_error(
-      write_variant(
+      kTiny.write_variant(
           "heads", [](gguf::Writer& w) { w.set("qwen3moe.attention.head_count_kv", gguf::Value::of_u32(3)); },
           nullptr),
       "4 query heads cannot be grouped over 3 KV heads");
   expect_load_error(
-      write_variant(
+      kTiny.write_variant(
           "rot", [](gguf::Writer& w) { w.set("qwen3moe.rope.dimension_count", gguf::Value::of_u32(32)); },
           nullptr),
       "qwen3moe.rope.dimension_count 32 differs from the head size 64");
   expect_load_error(
-      write_variant(
+      kTiny.write_variant(
           "yarn",
           [](gguf::Writer& w) { w.set("qwen3moe.rope.scaling.type", gguf::Value::of_string("yarn")); },
           nullptr),
       "qwen3moe: rope scaling 'yarn' is not supported (none, linear)");
   expect_load_error(
-      write_variant(
+      kTiny.write_variant(
           "sigmoid", [](gguf::Writer& w) { w.set("qwen3moe.expert_gating_func", gguf::Value::of_u32(2)); },
           nullptr),
       "qwen3moe.expert_gating_func is 2: qwen3moe routes with softmax (1)");
   expect_load_error(
-      write_variant(
+      kTiny.write_variant(
           "used", [](gguf::Writer& w) { w.set("qwen3moe.expert_used_count", gguf::Value::of_u32(17)); },
           nullptr),
       "'qwen3moe.expert_used_count' = 17 is out of range (1..16)");
-  expect_load_error(write_variant("no-eps", nullptr, nullptr, "qwen3moe.attention.layer_norm_rms_epsilon"),
-                    "missing GGUF key 'qwen3moe.attention.layer_norm_rms_epsilon'");
+  expect_load_error(
+      kTiny.write_variant("no-eps", nullptr, nullptr, "qwen3moe.attention.layer_norm_rms_epsilon"),
+      "missing GGUF key 'qwen3moe.attention.layer_norm_rms_epsilon'");
 }
 
 // Without expert_feed_forward_length llama.cpp takes feed_forward_length / expert_used_count (512 / 4).
 TEST(Qwen3MoeLoad, ExpertWidthFallsBackToFeedForwardLengthOverK) {
-  const auto path = write_variant("no-ff-exp", nullptr, nullptr, "qwen3moe.expert_feed_forward_length");
+  const auto path = kTiny.write_variant("no-ff-exp", nullptr, nullptr, "qwen3moe.expert_feed_forward_length");
   const auto f = gguf::File::open(path);
   EXPECT_EQ(qwen3moe_config(f).n_ff_exp, 128);
-  const auto wrong = write_variant(
+  const auto wrong = kTiny.write_variant(
       "no-ff-exp-wrong",
       [](gguf::Writer& w) { w.set("qwen3moe.feed_forward_length", gguf::Value::of_u32(1024)); }, nullptr,
       "qwen3moe.expert_feed_forward_length");
@@ -447,7 +330,7 @@ TEST(Qwen3MoeLoad, ExpertWidthFallsBackToFeedForwardLengthOverK) {
 
 // expert_weights_scale multiplies the renormalised weights (llama.cpp applies it when not 0 and not 1).
 TEST(Qwen3MoeLoad, ExpertWeightsScaleIsApplied) {
-  const auto path = write_variant(
+  const auto path = kTiny.write_variant(
       "scale", [](gguf::Writer& w) { w.set("qwen3moe.expert_weights_scale", gguf::Value::of_f32(2.5f)); },
       nullptr);
   const auto f = gguf::File::open(path);
@@ -468,11 +351,11 @@ TEST(Qwen3MoeLoad, ExpertWeightsScaleIsApplied) {
 
 // Without `output.weight` the head is token_embd (llama.cpp's TENSOR_DUPLICATED fallback).
 TEST(Qwen3MoeLoad, MissingOutputFallsBackToTheTokenEmbedding) {
-  const auto path = write_variant(
+  const auto path = kTiny.write_variant(
       "tied", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>&) { return s.name != "output.weight"; });
   const auto f = gguf::File::open(path);
   auto tied = load_model(f, {});
-  auto untied = load_model(tiny_file(), {});
+  auto untied = load_model(kTiny.file(), {});
   const int32_t tok[] = {3, 1, 4, 1, 5};
   std::vector<float> a(2048), b(2048);
   auto sa = tied->new_state(8), sb = untied->new_state(8);

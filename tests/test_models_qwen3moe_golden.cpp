@@ -1,6 +1,6 @@
 // qwen3moe against llama.cpp on the golden model qwen3moe-tiny (Q4_0 matmuls and experts, Q6_K output), with
-// exactly the comparison rule of golden/README.md (test_models_moe_golden.h).
-#include "test_models_moe_golden.h"
+// exactly the comparison rule of golden/README.md (models_golden_rules.h).
+#include "models_golden_rules.h"
 
 namespace df::models::golden {
 namespace {

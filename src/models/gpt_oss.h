@@ -54,13 +54,11 @@ class GptOssModel final : public Model {
 
  private:
   class State;
-  struct Workspace;
   void run_layer(State& st, int il, int64_t T, ForwardCapture* capture);
   void run_moe(State& st, int il, int64_t T, ForwardCapture* capture);
   void run_experts(State& st, int il, size_t n_used);
   void route(State& st, const Layer& l, const float* x, int64_t T, float* xn, float* router_logits,
              int32_t* ids, float* weights);
-  void prefetch_guesses(State& st, int il, int64_t T);
   void matmul(State& st, const backend::Weight& w, const float* x, int64_t rows, float* y);
 
   GptOssConfig cfg_;

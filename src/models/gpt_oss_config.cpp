@@ -3,10 +3,10 @@
 // rope.scaling.type is "yarn" (ext_factor 1, beta_fast 32, beta_slow 1, n_ctx_orig from
 // rope.scaling.original_context_length or else context_length).
 #include <cmath>
-#include <set>
 
 #include "gguf/gguf.h"
 #include "models/gpt_oss.h"
+#include "models/moe_config.h"
 #include "models/weight_loader.h"
 #include "util/error.h"
 
@@ -15,13 +15,6 @@ namespace {
 
 const std::string kArch = "gpt-oss";
 std::string key(const char* k) { return kArch + "." + k; }
-
-int uniform_per_layer(const gguf::File& f, const std::string& k, int n_layer) {
-  const auto v = per_layer_ints(f, k, n_layer);
-  if (std::set<int64_t>(v.begin(), v.end()).size() != 1 || v[0] <= 0 || v[0] > 65536)
-    fail("{}: {} must be one positive value for every layer", f.path(), k);
-  return static_cast<int>(v[0]);
-}
 
 float positive_float(const gguf::File& f, const std::string& k, double fallback) {
   const double v = f.get_float(k).value_or(fallback);
@@ -74,26 +67,10 @@ GptOssConfig gpt_oss_config(const gguf::File& f) {
   c.n_embd = static_cast<int>(require_int_in(f, key("embedding_length"), 1, kBig));
   c.n_ctx_train = static_cast<int>(f.get_int(key("context_length")).value_or(0));
 
-  c.n_head = uniform_per_layer(f, key("attention.head_count"), c.n_layer);
-  c.n_head_kv = f.has(key("attention.head_count_kv"))
-                    ? uniform_per_layer(f, key("attention.head_count_kv"), c.n_layer)
-                    : c.n_head;
-  if (c.n_head % c.n_head_kv != 0)
-    fail("{}: {} query heads cannot be grouped over {} KV heads", f.path(), c.n_head, c.n_head_kv);
-  if (!f.has(key("attention.key_length")) && c.n_embd % c.n_head != 0)
-    fail(
-        "{}: gpt-oss.attention.key_length is absent and the embedding length {} is not a multiple of the "
-        "head count {}",
-        f.path(), c.n_embd, c.n_head);
-  c.head_dim = static_cast<int>(f.get_int(key("attention.key_length")).value_or(c.n_embd / c.n_head));
-  if (c.head_dim <= 0 || c.head_dim > 1024 || c.head_dim % 2 != 0)
-    fail("{}: gpt-oss.attention.key_length {} must be even and in 2..1024", f.path(), c.head_dim);
-  if (auto vl = f.get_int(key("attention.value_length")); vl && *vl != c.head_dim)
-    fail("{}: gpt-oss.attention.value_length {} differs from key_length {}", f.path(), *vl, c.head_dim);
-  // The graph reshapes Q/K/V heads to n_rot values, so the head size must be the rotated width.
-  if (auto rot = f.get_int(key("rope.dimension_count")); rot && *rot != c.head_dim)
-    fail("{}: gpt-oss.rope.dimension_count {} differs from the head size {} (gpt-oss rotates whole heads)",
-         f.path(), *rot, c.head_dim);
+  const AttentionHeads heads = read_attention_heads(f, kArch, c.n_layer, c.n_embd, 1024);
+  c.n_head = heads.n_head;
+  c.n_head_kv = heads.n_head_kv;
+  c.head_dim = heads.head_dim;
 
   c.n_swa = static_cast<int>(require_int_in(f, key("attention.sliding_window"), 1, kBig));
   // llama.cpp's set_swa_pattern(P): layer i slides iff i % P < P - 1; gpt-oss uses P = 2.
@@ -119,19 +96,7 @@ GptOssConfig gpt_oss_config(const gguf::File& f) {
         "that expects it",
         f.path(), *s);
 
-  // The vocabulary is token_embd's row count; the tokenizer's list, when present, must agree.
-  const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
-  if (!embd) fail("{}: gpt-oss: missing tensor 'token_embd.weight'", f.path());
-  if (embd->n_dims != 2 || embd->ne[0] != c.n_embd)
-    fail("{}: gpt-oss: tensor 'token_embd.weight' has shape {}, expected {{{}, n_vocab}}", f.path(),
-         embd->shape_string(), c.n_embd);
-  if (embd->ne[1] < 1 || embd->ne[1] > kBig)
-    fail("{}: gpt-oss: token_embd.weight has {} rows", f.path(), embd->ne[1]);
-  c.n_vocab = static_cast<int>(embd->ne[1]);
-  if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens");
-      toks && toks->is_array() && toks->arr.size() != static_cast<size_t>(c.n_vocab))
-    fail("{}: tokenizer.ggml.tokens has {} entries but token_embd.weight has {} rows", f.path(),
-         toks->arr.size(), c.n_vocab);
+  c.n_vocab = vocab_from_token_embd(f, kArch, c.n_embd);
   return c;
 }
 

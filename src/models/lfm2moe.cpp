@@ -1,119 +1,62 @@
 // lfm2moe forward pass (ARCHITECTURES.md 3.3), written against the backend ops. One batch of T tokens goes
 // through every layer together; each MoE layer routes all T tokens, then acquires each chosen expert once
-// and applies it to the tokens routed to it, a wave of experts at a time (run_experts). All buffers live in
+// and applies it to the tokens routed to it, a wave of experts at a time (moe_block.h). All buffers live in
 // the state and grow only when a batch is larger than any before, so decoding allocates nothing.
 #include "models/lfm2moe.h"
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 
+#include "models/model_common.h"
+#include "models/moe_block.h"
+#include "models/sequence_state.h"
 #include "util/error.h"
 
 namespace df::models {
 
-// Buffers for a batch of up to `rows` tokens.
-struct Lfm2MoeModel::Workspace {
-  int64_t rows = 0;
-  std::vector<int32_t> pos;
-  std::vector<float> x, xn, mix, y, bcx, q, k, v, att;
-  std::vector<float> router_logits, expert_weights, expert_out, moe;
-  std::vector<int32_t> expert_ids;
-  // Per-expert batches: the (token, slot) entries routed to each expert, grouped by expert, and the token
-  // of each of those entries.
-  std::vector<int32_t> expert_count, expert_start, expert_entries, entry_tokens, used;
-  // One wave of experts: the ids held and the FFNs handed to the backend.
-  std::vector<int32_t> wave_ids;
-  std::vector<backend::SwigluFfnTask> wave;
-  // Prefetch guesses.
-  std::vector<float> guess_xn, guess_logits, guess_weights;
-  std::vector<int32_t> guess_ids, guess_list;
-  std::vector<uint8_t> guess_mask;
-  std::vector<uint8_t> scratch;
-  std::vector<float> attn_scratch;
-};
-
-class Lfm2MoeModel::State final : public ModelState {
+class Lfm2MoeModel::State final : public MoeSequenceState {
  public:
-  State(const Lfm2MoeModel& model, int n_ctx) : model_(&model), n_ctx_(n_ctx) {
+  State(const Lfm2MoeModel& model, int n_ctx)
+      : MoeSequenceState(n_ctx, KvCache(model.cfg_.attn, model.cfg_.n_layer, n_ctx, model.cfg_.n_head_kv,
+                                        model.cfg_.head_dim)),
+        model_(&model) {
     const auto& c = model.cfg_;
-    const size_t kv_row = static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim);
-    k.resize(static_cast<size_t>(c.n_layer));
-    v.resize(static_cast<size_t>(c.n_layer));
     conv.resize(static_cast<size_t>(c.n_layer));
-    for (size_t il = 0; il < static_cast<size_t>(c.n_layer); ++il) {
-      if (c.attn[il]) {
-        k[il].assign(kv_row * static_cast<size_t>(n_ctx), 0);
-        v[il].assign(kv_row * static_cast<size_t>(n_ctx), 0);
-      } else {
+    for (size_t il = 0; il < static_cast<size_t>(c.n_layer); ++il)
+      if (!c.attn[il])
         conv[il].assign(static_cast<size_t>(c.l_cache - 1) * static_cast<size_t>(c.n_embd), 0.0f);
-      }
-    }
-    ws.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, c.head_dim));
+    trunk.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, c.head_dim));
   }
 
-  int n_ctx() const override { return n_ctx_; }
   void reset() override {
-    n_past = 0;
+    MoeSequenceState::reset();
     for (auto& s : conv) std::fill(s.begin(), s.end(), 0.0f);
   }
   size_t bytes() const override {
-    size_t total = ws.attn_scratch.size() * sizeof(float) + ws.scratch.size();
-    for (size_t il = 0; il < k.size(); ++il)
-      total += (k[il].size() + v[il].size()) * sizeof(uint16_t) + conv[il].size() * sizeof(float);
-    for (const auto* b :
-         {&ws.x, &ws.xn, &ws.mix, &ws.y, &ws.bcx, &ws.q, &ws.k, &ws.v, &ws.att, &ws.router_logits,
-          &ws.expert_weights, &ws.expert_out, &ws.moe, &ws.guess_xn, &ws.guess_logits, &ws.guess_weights})
-      total += b->size() * sizeof(float);
+    size_t total = MoeSequenceState::bytes();
+    for (const auto& s : conv) total += s.size() * sizeof(float);
+    for (const auto* b : {&y, &bcx}) total += b->size() * sizeof(float);
     return total;
-  }
-
-  backend::KvCacheView kv(int il) {
-    const auto& c = model_->cfg_;
-    return backend::KvCacheView{k[static_cast<size_t>(il)].data(), v[static_cast<size_t>(il)].data(), n_ctx_,
-                                c.n_head_kv, c.head_dim};
   }
 
   // Grows the batch buffers to hold T tokens (no-op when they already do).
   void reserve(int64_t T) {
-    if (T <= ws.rows) return;
+    if (!batch_too_small(T)) return;
     const auto& c = model_->cfg_;
     const size_t t = static_cast<size_t>(T), H = static_cast<size_t>(c.n_embd);
-    const size_t q_dim = static_cast<size_t>(c.n_head) * static_cast<size_t>(c.head_dim);
-    const size_t kv_dim = static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim);
-    const size_t E = static_cast<size_t>(c.n_expert), K = static_cast<size_t>(c.n_expert_used);
-    ws.pos.resize(t);
-    for (auto* b : {&ws.x, &ws.xn, &ws.mix, &ws.y, &ws.moe, &ws.guess_xn}) b->resize(t * H);
-    ws.bcx.resize(t * 3 * H);
-    ws.q.resize(t * q_dim);
-    ws.att.resize(t * q_dim);
-    ws.k.resize(t * kv_dim);
-    ws.v.resize(t * kv_dim);
-    ws.router_logits.resize(t * E);
-    ws.guess_logits.resize(t * E);
-    ws.expert_ids.resize(t * K);
-    ws.expert_weights.resize(t * K);
-    ws.guess_ids.resize(t * K);
-    ws.guess_weights.resize(t * K);
-    ws.expert_out.resize(t * K * H);
-    ws.expert_entries.resize(t * K);
-    ws.entry_tokens.resize(t * K);
-    ws.expert_count.resize(E);
-    ws.expert_start.resize(E + 1);
-    ws.used.resize(E);
-    ws.guess_list.resize(E);
-    ws.guess_mask.resize(E);
-    ws.wave_ids.resize(K);
-    ws.wave.resize(K);
-    ws.scratch.resize(t * model_->max_act_row_bytes_);
-    ws.rows = T;
+    grow_batch(T, BatchDims{H, static_cast<size_t>(c.n_head) * static_cast<size_t>(c.head_dim),
+                            static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim),
+                            static_cast<size_t>(c.n_expert), static_cast<size_t>(c.n_expert_used),
+                            model_->max_act_row_bytes_});
+    y.resize(t * H);
+    bcx.resize(t * 3 * H);
+    wave.reserve(static_cast<size_t>(c.n_expert_used));
+    batch_grown(T);
   }
 
   const Lfm2MoeModel* model_;
-  int n_ctx_;
-  std::vector<std::vector<uint16_t>> k, v;  // per layer, attention layers only
-  std::vector<std::vector<float>> conv;     // per layer, short-conv layers only
-  Workspace ws;
+  std::vector<std::vector<float>> conv;  // per layer, short-conv layers only
+  std::vector<float> y, bcx;             // short-conv batch buffers
+  SwigluWave wave;
 };
 
 std::unique_ptr<ModelState> Lfm2MoeModel::new_state(int n_ctx) {
@@ -122,7 +65,7 @@ std::unique_ptr<ModelState> Lfm2MoeModel::new_state(int n_ctx) {
 }
 
 void Lfm2MoeModel::matmul(State& st, const backend::Weight& w, const float* x, int64_t rows, float* y) {
-  backend_->matmul(w, x, rows, y, st.ws.scratch);
+  backend_->matmul(w, x, rows, y, st.trunk.scratch);
 }
 
 backend::RouterParams Lfm2MoeModel::router_params(const Layer& layer) const {
@@ -140,73 +83,33 @@ void Lfm2MoeModel::forward(ModelState& state, std::span<const int32_t> tokens, s
                            bool all_rows, ForwardCapture* capture) {
   auto* st = dynamic_cast<State*>(&state);
   if (!st || st->model_ != this) fail("lfm2moe: forward() was given a state made by another model");
+  check_forward_args("lfm2moe", *st, tokens, logits, all_rows, cfg_.n_vocab);
+
   const int64_t T = static_cast<int64_t>(tokens.size());
-  if (T == 0) fail("lfm2moe: forward() needs at least one token");
-  if (st->n_past < 0 || st->n_past + T > st->n_ctx())
-    fail("lfm2moe: context full: {} positions used + {} new tokens > context size {}", st->n_past, T,
-         st->n_ctx());
-  const size_t want = static_cast<size_t>(all_rows ? T : 1) * static_cast<size_t>(cfg_.n_vocab);
-  if (logits.size() != want)
-    fail("lfm2moe: logits buffer holds {} floats, {} expected ({} rows of {})", logits.size(), want,
-         all_rows ? T : 1, cfg_.n_vocab);
-  for (int32_t id : tokens)
-    if (id < 0 || id >= cfg_.n_vocab)
-      fail("lfm2moe: token id {} is out of range (vocabulary of {})", id, cfg_.n_vocab);
-
   st->reserve(T);
-  Workspace& ws = st->ws;
-  const int64_t H = cfg_.n_embd;
-  for (int64_t t = 0; t < T; ++t) ws.pos[static_cast<size_t>(t)] = static_cast<int32_t>(st->n_past + t);
-  if (capture) {
-    const size_t moe_entries = expert_layout_.layers.size() * static_cast<size_t>(T * cfg_.n_expert_used);
-    capture->expert_ids.assign(moe_entries, -1);
-    capture->expert_weights.assign(moe_entries, 0.0f);
-    if (capture->want_layers) capture->l_out.assign(static_cast<size_t>(cfg_.n_layer * T * H), 0.0f);
-  }
-
-  backend_->get_rows(tok_embd_, tokens, ws.x.data());
-  for (int il = 0; il < cfg_.n_layer; ++il) {
-    run_layer(*st, il, T, capture);
-    if (capture && capture->want_layers)
-      std::copy_n(ws.x.data(), T * H,
-                  capture->l_out.data() + static_cast<size_t>(il) * static_cast<size_t>(T * H));
-  }
-
-  const int64_t rows = all_rows ? T : 1;
-  const float* last = ws.x.data() + (T - rows) * H;
-  backend_->rms_norm(last, rows, H, output_norm_, cfg_.eps, ws.xn.data());
-  matmul(*st, output_, ws.xn.data(), rows, logits.data());
-  st->n_past += static_cast<int>(T);
+  run_trunk(*backend_, TrunkWeights{tok_embd_, output_norm_, cfg_.eps, output_}, st->trunk, *st, tokens,
+            logits, all_rows, cfg_.n_layer, cfg_.n_embd, expert_layout_.layers.size(), cfg_.n_expert_used,
+            capture, [&](int il) { run_layer(*st, il, T, capture); });
 }
 
 void Lfm2MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* capture) {
   const Layer& l = layers_[static_cast<size_t>(il)];
-  Workspace& ws = st.ws;
-  const int64_t H = cfg_.n_embd, hd = cfg_.head_dim;
+  TrunkBuffers& ws = st.trunk;
+  const int64_t H = cfg_.n_embd;
   backend::Backend& be = *backend_;
 
   be.rms_norm(ws.x.data(), T, H, l.attn_norm, cfg_.eps, ws.xn.data());
   if (cfg_.attn[static_cast<size_t>(il)]) {
-    const backend::MatmulTask qkv[] = {{l.wq, ws.xn.data(), ws.q.data()},
-                                       {l.wk, ws.xn.data(), ws.k.data()},
-                                       {l.wv, ws.xn.data(), ws.v.data()}};
-    backend_->matmul_many(qkv, T);
-    be.rms_norm(ws.q.data(), T * cfg_.n_head, hd, l.q_norm, cfg_.eps, ws.q.data());
-    be.rms_norm(ws.k.data(), T * cfg_.n_head_kv, hd, l.k_norm, cfg_.eps, ws.k.data());
-    be.rope_neox(ws.q.data(), T, cfg_.n_head, cfg_.head_dim, cfg_.n_rot, ws.pos.data(), cfg_.rope_theta,
-                 cfg_.rope_freq_scale);
-    be.rope_neox(ws.k.data(), T, cfg_.n_head_kv, cfg_.head_dim, cfg_.n_rot, ws.pos.data(), cfg_.rope_theta,
-                 cfg_.rope_freq_scale);
-    const backend::KvCacheView kv = st.kv(il);
-    be.kv_store(kv, ws.k.data(), ws.v.data(), T, st.n_past);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    be.attention(kv, ws.q.data(), T, st.n_past, cfg_.n_head, scale, ws.att.data(), ws.attn_scratch);
-    matmul(st, l.wo, ws.att.data(), T, ws.mix.data());
+    qk_norm_attention(
+        *backend_,
+        QkNormAttention{l.wq, l.wk, l.wv, l.wo, l.q_norm, l.k_norm, cfg_.n_head, cfg_.n_head_kv,
+                        cfg_.head_dim, cfg_.n_rot, cfg_.eps, cfg_.rope_theta, cfg_.rope_freq_scale},
+        st.kv.view(il), st.n_past, T, ws);
   } else {
-    matmul(st, l.in_proj, ws.xn.data(), T, ws.bcx.data());
-    be.short_conv(ws.bcx.data(), T, H, l.conv, cfg_.l_cache, st.conv[static_cast<size_t>(il)].data(),
-                  ws.y.data());
-    matmul(st, l.out_proj, ws.y.data(), T, ws.mix.data());
+    matmul(st, l.in_proj, ws.xn.data(), T, st.bcx.data());
+    be.short_conv(st.bcx.data(), T, H, l.conv, cfg_.l_cache, st.conv[static_cast<size_t>(il)].data(),
+                  st.y.data());
+    matmul(st, l.out_proj, st.y.data(), T, ws.mix.data());
   }
   be.add(ws.x.data(), ws.mix.data(), T * H);
 
@@ -224,132 +127,30 @@ void Lfm2MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* captu
   }
 }
 
-// The seed's prefetch rule: the routers of the next MoE layers applied to the current (post-operator)
-// state. Only the provider sees the result.
-void Lfm2MoeModel::prefetch_guesses(State& st, int moe_index, int64_t T) {
-  Workspace& ws = st.ws;
-  const int n_moe = static_cast<int>(expert_layout_.layers.size());
-  const int64_t H = cfg_.n_embd, K = cfg_.n_expert_used;
-  for (int ahead = 1; ahead <= prefetch_lookahead_ && moe_index + ahead < n_moe; ++ahead) {
-    const int target = moe_index + ahead;
-    const Layer& g =
-        layers_[static_cast<size_t>(expert_layout_.layers[static_cast<size_t>(target)].model_layer)];
-    backend_->rms_norm(ws.x.data(), T, H, g.ffn_norm, cfg_.eps, ws.guess_xn.data());
-    matmul(st, g.router, ws.guess_xn.data(), T, ws.guess_logits.data());
-    backend_->route(router_params(g), ws.guess_logits.data(), T, ws.guess_ids.data(),
-                    ws.guess_weights.data());
-    std::fill(ws.guess_mask.begin(), ws.guess_mask.end(), 0);
-    for (int64_t i = 0; i < T * K; ++i)
-      ws.guess_mask[static_cast<size_t>(ws.guess_ids[static_cast<size_t>(i)])] = 1;
-    size_t n = 0;
-    for (int e = 0; e < cfg_.n_expert; ++e)
-      if (ws.guess_mask[static_cast<size_t>(e)]) ws.guess_list[n++] = e;
-    experts_->prefetch(target, std::span<const int32_t>(ws.guess_list.data(), n));
-  }
+// ffn_norm(x) into xn, then the layer's router: the k experts of every token and their weights.
+void Lfm2MoeModel::route(State& st, const Layer& l, int64_t T, float* xn, float* logits, int32_t* ids,
+                         float* weights) {
+  const backend::RouterParams params = router_params(l);
+  route_normed(*backend_, RouterInputs{params, l.ffn_norm, cfg_.eps, l.router}, st.trunk.x.data(), T,
+               cfg_.n_embd, st.trunk.scratch, xn, logits, ids, weights);
 }
-
-namespace {
-
-// The experts of one wave, released (in acquisition order) on every path out of the scope.
-class WaveLeases {
- public:
-  WaveLeases(ExpertProvider& p, int layer, int32_t* held) : p_(p), layer_(layer), held_(held) {}
-  ~WaveLeases() {
-    for (size_t i = 0; i < n_; ++i) p_.release(layer_, held_[i]);
-  }
-  WaveLeases(const WaveLeases&) = delete;
-  WaveLeases& operator=(const WaveLeases&) = delete;
-
-  ExpertView acquire(int32_t expert) {
-    const ExpertView v = p_.acquire(layer_, expert);
-    held_[n_++] = expert;
-    return v;
-  }
-
- private:
-  ExpertProvider& p_;
-  int layer_;
-  int32_t* held_;  // room for a whole wave
-  size_t n_ = 0;
-};
-
-}  // namespace
 
 void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture* capture) {
-  Workspace& ws = st.ws;
-  backend::Backend& be = *backend_;
-  const int64_t H = cfg_.n_embd, K = cfg_.n_expert_used, E = cfg_.n_expert;
-  const int moe = l.moe_index;
-
-  prefetch_guesses(st, moe, T);
-
-  be.rms_norm(ws.x.data(), T, H, l.ffn_norm, cfg_.eps, ws.xn.data());
-  matmul(st, l.router, ws.xn.data(), T, ws.router_logits.data());
-  be.route(router_params(l), ws.router_logits.data(), T, ws.expert_ids.data(), ws.expert_weights.data());
-
-  // Group the T·K (token, slot) entries by expert, tokens in order within each expert.
-  std::fill(ws.expert_count.begin(), ws.expert_count.end(), 0);
-  for (int64_t i = 0; i < T * K; ++i)
-    ++ws.expert_count[static_cast<size_t>(ws.expert_ids[static_cast<size_t>(i)])];
-  size_t n_used = 0;
-  ws.expert_start[0] = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    ws.expert_start[static_cast<size_t>(e + 1)] =
-        ws.expert_start[static_cast<size_t>(e)] + ws.expert_count[static_cast<size_t>(e)];
-    if (ws.expert_count[static_cast<size_t>(e)] > 0) ws.used[n_used++] = static_cast<int32_t>(e);
-  }
-  std::fill(ws.expert_count.begin(), ws.expert_count.end(), 0);
-  for (int64_t i = 0; i < T * K; ++i) {
-    const size_t e = static_cast<size_t>(ws.expert_ids[static_cast<size_t>(i)]);
-    const size_t at = static_cast<size_t>(ws.expert_start[e] + ws.expert_count[e]++);
-    ws.expert_entries[at] = static_cast<int32_t>(i);
-    ws.entry_tokens[at] = static_cast<int32_t>(i / K);
-  }
-
-  run_experts(st, moe, T, n_used);
-
-  be.moe_combine(ws.expert_out.data(), ws.expert_weights.data(), T, static_cast<int>(K), H, ws.moe.data());
-  be.add(ws.x.data(), ws.moe.data(), T * H);
-
-  if (capture) {
-    const size_t off = static_cast<size_t>(moe) * static_cast<size_t>(T * K);
-    std::copy_n(ws.expert_ids.data(), T * K, capture->expert_ids.data() + off);
-    std::copy_n(ws.expert_weights.data(), T * K, capture->expert_weights.data() + off);
-  }
-}
-
-// The chosen experts (ws.used[0..n_used)), each applied to its tokens: expert_out row (token · K + slot)
-// gets its output for that token. The experts go in waves of k: acquire the wave's experts in order, run
-// them as one swiglu_ffn (two parallel jobs over (expert, row block, token tile), so that even a decode
-// step's k small experts keep every thread busy), release them. How this meets a provider whose acquire()
-// blocks on a read: will_acquire() has issued every read of the layer beforehand, so the reads of a wave
-// arrive together (in parallel on the device) and the wave's compute starts when its last expert is in —
-// the first expert's compute no longer overlaps the later experts' reads, a trade of a few microseconds of
-// compute for a split that uses every core; for a prefill chunk, a wave's compute overlaps the reads of the
-// following waves. A wave never pins more than k experts, as a decode step needs anyway.
-void Lfm2MoeModel::run_experts(State& st, int moe, int64_t T, size_t n_used) {
-  Workspace& ws = st.ws;
-  const int64_t H = cfg_.n_embd, F = cfg_.n_ff_exp;
-  const size_t wave_size = static_cast<size_t>(cfg_.n_expert_used);
-  experts_->will_acquire(moe, std::span<const int32_t>(ws.used.data(), n_used));
-  for (size_t w0 = 0; w0 < n_used; w0 += wave_size) {
-    const size_t n = std::min(wave_size, n_used - w0);
-    WaveLeases leases(*experts_, moe, ws.wave_ids.data());
-    for (size_t i = 0; i < n; ++i) {
-      const int32_t e = ws.used[w0 + i];
-      const ExpertView v = leases.acquire(e);
-      const size_t start = static_cast<size_t>(ws.expert_start[static_cast<size_t>(e)]);
-      backend::SwigluFfnTask& task = ws.wave[i];
-      task.gate = backend::Weight{v.gate_type, v.gate, H, F};
-      task.up = backend::Weight{v.up_type, v.up, H, F};
-      task.down = backend::Weight{v.down_type, v.down, F, H};
-      task.in_rows = ws.entry_tokens.data() + start;
-      task.out_rows = ws.expert_entries.data() + start;
-      task.n_rows = ws.expert_count[static_cast<size_t>(e)];
-    }
-    backend_->swiglu_ffn(std::span<const backend::SwigluFfnTask>(ws.wave.data(), n), ws.xn.data(), T,
-                         ws.expert_out.data());
-  }
+  MoeBuffers& m = st.moe;
+  const int K = cfg_.n_expert_used, moe = l.moe_index;
+  const int n_moe = static_cast<int>(expert_layout_.layers.size());
+  // The guesses use the post-operator state, before this layer's FFN.
+  prefetch_next_layers(*experts_, m, moe, n_moe, prefetch_lookahead_, T, K, cfg_.n_expert, [&](int target) {
+    const Layer& g =
+        layers_[static_cast<size_t>(expert_layout_.layers[static_cast<size_t>(target)].model_layer)];
+    route(st, g, T, m.guess_xn.data(), m.guess_logits.data(), m.guess_ids.data(), m.guess_weights.data());
+  });
+  route(st, l, T, st.trunk.xn.data(), m.router_logits.data(), m.expert_ids.data(), m.expert_weights.data());
+  const size_t n_used = group_by_expert(m, T, K, cfg_.n_expert);
+  run_swiglu_experts(*backend_, *experts_, moe, m, n_used, st.wave, st.trunk.xn.data(), T, cfg_.n_embd,
+                     cfg_.n_ff_exp, K);
+  add_expert_outputs(*backend_, m, st.trunk.x.data(), T, K, cfg_.n_embd);
+  capture_routing(capture, moe, T, K, m);
 }
 
 }  // namespace df::models

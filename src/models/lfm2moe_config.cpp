@@ -5,6 +5,7 @@
 
 #include "gguf/gguf.h"
 #include "models/lfm2moe.h"
+#include "models/moe_config.h"
 #include "models/weight_loader.h"
 #include "util/error.h"
 
@@ -87,19 +88,7 @@ Lfm2MoeConfig lfm2moe_config(const gguf::File& f) {
   if (std::find(c.attn.begin(), c.attn.end(), false) != c.attn.end())
     c.l_cache = static_cast<int>(require_int_in(f, key("shortconv.l_cache"), 2, 64));
 
-  // The vocabulary is token_embd's row count; the tokenizer's list, when present, must agree.
-  const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
-  if (!embd) fail("{}: lfm2moe: missing tensor 'token_embd.weight'", f.path());
-  if (embd->n_dims != 2 || embd->ne[0] != c.n_embd)
-    fail("{}: lfm2moe: tensor 'token_embd.weight' has shape {}, expected {{{}, n_vocab}}", f.path(),
-         embd->shape_string(), c.n_embd);
-  if (embd->ne[1] < 1 || embd->ne[1] > kBig)
-    fail("{}: lfm2moe: token_embd.weight has {} rows", f.path(), embd->ne[1]);
-  c.n_vocab = static_cast<int>(embd->ne[1]);
-  if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens");
-      toks && toks->is_array() && toks->arr.size() != static_cast<size_t>(c.n_vocab))
-    fail("{}: tokenizer.ggml.tokens has {} entries but token_embd.weight has {} rows", f.path(),
-         toks->arr.size(), c.n_vocab);
+  c.n_vocab = vocab_from_token_embd(f, "lfm2moe", c.n_embd);
   return c;
 }
 

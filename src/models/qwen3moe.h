@@ -46,11 +46,9 @@ class Qwen3MoeModel final : public Model {
 
  private:
   class State;
-  struct Workspace;
   void run_layer(State& st, int il, int64_t T, ForwardCapture* capture);
   void run_moe(State& st, int il, int64_t T, ForwardCapture* capture);
-  void run_experts(State& st, int il, int64_t T, size_t n_used);
-  void prefetch_guesses(State& st, int il, int64_t T);
+  void route(State& st, int il, int64_t T, float* xn, float* logits, int32_t* ids, float* weights);
   backend::RouterParams router_params() const;
   void matmul(State& st, const backend::Weight& w, const float* x, int64_t rows, float* y);
 

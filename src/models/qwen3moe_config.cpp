@@ -1,26 +1,14 @@
 // qwen3moe hyper-parameters from the GGUF keys (ARCHITECTURES.md 2.1), with the checks llama.cpp makes at
 // load time turned into df::Error messages.
 #include <cmath>
-#include <set>
 
 #include "gguf/gguf.h"
+#include "models/moe_config.h"
 #include "models/qwen3moe.h"
 #include "models/weight_loader.h"
 #include "util/error.h"
 
 namespace df::models {
-namespace {
-
-// One value for every layer (the key may be an array), positive.
-int uniform_per_layer(const gguf::File& f, const std::string& key, int n_layer) {
-  const auto v = per_layer_ints(f, key, n_layer);
-  if (std::set<int64_t>(v.begin(), v.end()).size() != 1 || v[0] <= 0 || v[0] > 65536)
-    fail("{}: {} must be one positive value for every layer", f.path(), key);
-  return static_cast<int>(v[0]);
-}
-
-}  // namespace
-
 Qwen3MoeConfig qwen3moe_config(const gguf::File& f) {
   const std::string arch = f.architecture();
   if (arch != "qwen3moe") fail("{}: expected a qwen3moe GGUF, general.architecture is '{}'", f.path(), arch);
@@ -33,26 +21,10 @@ Qwen3MoeConfig qwen3moe_config(const gguf::File& f) {
   c.n_embd = static_cast<int>(require_int_in(f, key("embedding_length"), 1, kBig));
   c.n_ctx_train = static_cast<int>(f.get_int(key("context_length")).value_or(0));
 
-  c.n_head = uniform_per_layer(f, key("attention.head_count"), c.n_layer);
-  c.n_head_kv = f.has(key("attention.head_count_kv"))
-                    ? uniform_per_layer(f, key("attention.head_count_kv"), c.n_layer)
-                    : c.n_head;
-  if (c.n_head % c.n_head_kv != 0)
-    fail("{}: {} query heads cannot be grouped over {} KV heads", f.path(), c.n_head, c.n_head_kv);
-  // The head size is its own key (Qwen3-30B: 32 heads x 128 over a hidden size of 2048).
-  if (!f.has(key("attention.key_length")) && c.n_embd % c.n_head != 0)
-    fail(
-        "{}: qwen3moe.attention.key_length is absent and the embedding length {} is not a multiple of the "
-        "head count {}",
-        f.path(), c.n_embd, c.n_head);
-  c.head_dim = static_cast<int>(f.get_int(key("attention.key_length")).value_or(c.n_embd / c.n_head));
-  if (c.head_dim <= 0 || c.head_dim > 4096 || c.head_dim % 2 != 0)
-    fail("{}: qwen3moe.attention.key_length {} must be even and in 2..4096", f.path(), c.head_dim);
-  if (auto vl = f.get_int(key("attention.value_length")); vl && *vl != c.head_dim)
-    fail("{}: qwen3moe.attention.value_length {} differs from key_length {}", f.path(), *vl, c.head_dim);
-  if (auto rot = f.get_int(key("rope.dimension_count")); rot && *rot != c.head_dim)
-    fail("{}: qwen3moe.rope.dimension_count {} differs from the head size {} (qwen3moe rotates whole heads)",
-         f.path(), *rot, c.head_dim);
+  const AttentionHeads heads = read_attention_heads(f, "qwen3moe", c.n_layer, c.n_embd, 4096);
+  c.n_head = heads.n_head;
+  c.n_head_kv = heads.n_head_kv;
+  c.head_dim = heads.head_dim;
 
   c.rope_theta = static_cast<float>(f.get_float(key("rope.freq_base")).value_or(10000.0));
   if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
@@ -86,19 +58,7 @@ Qwen3MoeConfig qwen3moe_config(const gguf::File& f) {
   if (!std::isfinite(c.expert_weights_scale))
     fail("{}: qwen3moe.expert_weights_scale is not finite", f.path());
 
-  // The vocabulary is token_embd's row count; the tokenizer's list, when present, must agree.
-  const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
-  if (!embd) fail("{}: qwen3moe: missing tensor 'token_embd.weight'", f.path());
-  if (embd->n_dims != 2 || embd->ne[0] != c.n_embd)
-    fail("{}: qwen3moe: tensor 'token_embd.weight' has shape {}, expected {{{}, n_vocab}}", f.path(),
-         embd->shape_string(), c.n_embd);
-  if (embd->ne[1] < 1 || embd->ne[1] > kBig)
-    fail("{}: qwen3moe: token_embd.weight has {} rows", f.path(), embd->ne[1]);
-  c.n_vocab = static_cast<int>(embd->ne[1]);
-  if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens");
-      toks && toks->is_array() && toks->arr.size() != static_cast<size_t>(c.n_vocab))
-    fail("{}: tokenizer.ggml.tokens has {} entries but token_embd.weight has {} rows", f.path(),
-         toks->arr.size(), c.n_vocab);
+  c.n_vocab = vocab_from_token_embd(f, "qwen3moe", c.n_embd);
   return c;
 }
 

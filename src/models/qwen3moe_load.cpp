@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "gguf/gguf.h"
+#include "models/model_common.h"
 #include "models/qwen3moe.h"
 #include "models/weight_loader.h"
 #include "util/error.h"
@@ -38,53 +39,22 @@ Qwen3MoeModel::Qwen3MoeModel(const gguf::File& file, const LoadOptions& options)
     l.ffn_norm = w.f32(blk(il, "ffn_norm.weight"), {H});
     l.router = w.matrix(blk(il, "ffn_gate_inp.weight"), H, E);
 
-    ExpertLayerLayout el;
-    el.model_layer = il;
-    el.n_expert = cfg_.n_expert;
-    el.n_embd = H;
-    el.n_ff = F;
-    el.gate_name = blk(il, "ffn_gate_exps.weight");
-    el.up_name = blk(il, "ffn_up_exps.weight");
-    el.down_name = blk(il, "ffn_down_exps.weight");
-    el.gate_type = w.matmul_type(el.gate_name, {H, F, E});
-    el.up_type = w.matmul_type(el.up_name, {H, F, E});
-    el.down_type = w.matmul_type(el.down_name, {F, H, E});
-    expert_layout_.layers.push_back(std::move(el));
+    expert_layout_.layers.push_back(expert_layer_layout(w, il, cfg_.n_expert, H, F));
   }
   storage_ = w.take_storage();
 
   // Activation scratch is sized once for the widest row any matmul quantizes.
-  const auto widen = [&](GgmlType t, int64_t n_in) {
-    max_act_row_bytes_ = std::max(max_act_row_bytes_, backend_->matmul_scratch_bytes(t, n_in, 1));
-  };
-  widen(output_.type, H);
+  ActRowBytes act_row(*backend_);
+  act_row.add(output_);
   for (const Layer& l : layers_)
-    for (const backend::Weight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router}) widen(m->type, m->n_in);
-  for (const auto& el : expert_layout_.layers) {
-    widen(el.gate_type, el.n_embd);
-    widen(el.up_type, el.n_embd);
-    widen(el.down_type, el.n_ff);
-  }
+    for (const backend::Weight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router}) act_row.add(*m);
+  act_row.add(expert_layout_);
+  max_act_row_bytes_ = act_row.bytes();
 
-  experts_ = options.make_expert_provider ? options.make_expert_provider(file, expert_layout_)
-                                          : std::make_unique<ResidentExpertProvider>(file, expert_layout_);
-  if (!experts_) fail("{}: the expert provider factory returned nothing", file.path());
+  experts_ = make_expert_provider(file, options, expert_layout_);
 
-  info_.arch = "qwen3moe";
-  info_.name = cfg_.name;
-  info_.n_vocab = cfg_.n_vocab;
-  info_.n_ctx_train = cfg_.n_ctx_train;
-  info_.n_layer = cfg_.n_layer;
-  info_.n_embd = cfg_.n_embd;
-  info_.n_head = cfg_.n_head;
-  info_.n_head_kv = cfg_.n_head_kv;
-  info_.head_dim = cfg_.head_dim;
-  info_.n_expert = cfg_.n_expert;
-  info_.n_expert_used = cfg_.n_expert_used;
-  for (const auto& el : expert_layout_.layers) info_.moe_layers.push_back(el.model_layer);
-  info_.attn_layers.assign(static_cast<size_t>(cfg_.n_layer), true);
-  info_.rms_eps = cfg_.eps;
-  info_.rope_theta = cfg_.rope_theta;
+  info_ = moe_model_info("qwen3moe", cfg_, expert_layout_,
+                         std::vector<bool>(static_cast<size_t>(cfg_.n_layer), true), cfg_.rope_theta);
 }
 
 std::unique_ptr<Model> load_qwen3moe(const gguf::File& file, const LoadOptions& options) {

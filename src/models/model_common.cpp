@@ -1,0 +1,101 @@
+#include "models/model_common.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gguf/gguf.h"
+#include "models/weight_loader.h"
+#include "util/error.h"
+
+namespace df::models {
+
+void check_forward_args(std::string_view arch, const ModelState& st, std::span<const int32_t> tokens,
+                        std::span<const float> logits, bool all_rows, int n_vocab) {
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  if (T == 0) fail("{}: forward() needs at least one token", arch);
+  if (st.n_past < 0 || st.n_past + T > st.n_ctx())
+    fail("{}: context full: {} positions used + {} new tokens > context size {}", arch, st.n_past, T,
+         st.n_ctx());
+  const size_t want = static_cast<size_t>(all_rows ? T : 1) * static_cast<size_t>(n_vocab);
+  if (logits.size() != want)
+    fail("{}: logits buffer holds {} floats, {} expected ({} rows of {})", arch, logits.size(), want,
+         all_rows ? T : 1, n_vocab);
+  for (int32_t id : tokens)
+    if (id < 0 || id >= n_vocab)
+      fail("{}: token id {} is out of range (vocabulary of {})", arch, id, n_vocab);
+}
+
+void begin_capture(ForwardCapture* capture, size_t n_moe, int64_t T, int k, int n_layer, int64_t n_embd) {
+  if (!capture) return;
+  const size_t moe_entries = n_moe * static_cast<size_t>(T * k);
+  capture->expert_ids.assign(moe_entries, -1);
+  capture->expert_weights.assign(moe_entries, 0.0f);
+  if (capture->want_layers) capture->l_out.assign(static_cast<size_t>(n_layer * T * n_embd), 0.0f);
+}
+
+void capture_layer(ForwardCapture* capture, int il, const float* x, int64_t T, int64_t n_embd) {
+  if (capture && capture->want_layers)
+    std::copy_n(x, T * n_embd,
+                capture->l_out.data() + static_cast<size_t>(il) * static_cast<size_t>(T * n_embd));
+}
+
+void qk_norm_attention(backend::CpuBackend& be, const QkNormAttention& a, const backend::KvCacheView& kv,
+                       int n_past, int64_t T, TrunkBuffers& b) {
+  const int64_t hd = a.head_dim;
+  const backend::MatmulTask qkv[] = {
+      {a.wq, b.xn.data(), b.q.data()}, {a.wk, b.xn.data(), b.k.data()}, {a.wv, b.xn.data(), b.v.data()}};
+  be.matmul_many(qkv, T);
+  be.rms_norm(b.q.data(), T * a.n_head, hd, a.q_norm, a.eps, b.q.data());
+  be.rms_norm(b.k.data(), T * a.n_head_kv, hd, a.k_norm, a.eps, b.k.data());
+  be.rope_neox(b.q.data(), T, a.n_head, a.head_dim, a.n_rot, b.pos.data(), a.rope_theta, a.rope_freq_scale);
+  be.rope_neox(b.k.data(), T, a.n_head_kv, a.head_dim, a.n_rot, b.pos.data(), a.rope_theta,
+               a.rope_freq_scale);
+  be.kv_store(kv, b.k.data(), b.v.data(), T, n_past);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  be.attention(kv, b.q.data(), T, n_past, a.n_head, scale, b.att.data(), b.attn_scratch);
+  be.matmul(a.wo, b.att.data(), T, b.mix.data(), b.scratch);
+}
+
+ExpertLayerLayout expert_layer_layout(WeightLoader& w, int il, int n_expert, int64_t n_embd, int64_t n_ff) {
+  const int64_t H = n_embd, F = n_ff, E = n_expert;
+  ExpertLayerLayout el;
+  el.model_layer = il;
+  el.n_expert = n_expert;
+  el.n_embd = H;
+  el.n_ff = F;
+  el.gate_name = fmt::format("blk.{}.ffn_gate_exps.weight", il);
+  el.up_name = fmt::format("blk.{}.ffn_up_exps.weight", il);
+  el.down_name = fmt::format("blk.{}.ffn_down_exps.weight", il);
+  el.gate_type = w.matmul_type(el.gate_name, {H, F, E});
+  el.up_type = w.matmul_type(el.up_name, {H, F, E});
+  el.down_type = w.matmul_type(el.down_name, {F, H, E});
+  return el;
+}
+
+void ActRowBytes::widen(GgmlType t, int64_t n_in) {
+  bytes_ = std::max(bytes_, be_.matmul_scratch_bytes(t, n_in, 1));
+}
+
+void ActRowBytes::add(const backend::Weight& w) {
+  if (w.data) widen(w.type, w.n_in);
+}
+
+void ActRowBytes::add(const ExpertLayout& layout) {
+  for (const auto& el : layout.layers) {
+    widen(el.gate_type, el.n_embd);
+    widen(el.up_type, el.n_embd);
+    widen(el.down_type, el.n_ff);
+  }
+}
+
+std::unique_ptr<ExpertProvider> make_expert_provider(const gguf::File& file, const LoadOptions& options,
+                                                     const ExpertLayout& layout) {
+  auto experts = options.make_expert_provider ? options.make_expert_provider(file, layout)
+                                              : std::make_unique<ResidentExpertProvider>(file, layout);
+  if (!experts) fail("{}: the expert provider factory returned nothing", file.path());
+  return experts;
+}
+
+}  // namespace df::models

@@ -1,0 +1,127 @@
+#pragma once
+// What the MoE architectures share around their layers: the checks and skeleton of forward() (embeddings,
+// layers, final norm and head, capture), and the loader's common steps (routed-expert layouts, activation
+// scratch size, expert provider, ModelInfo).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "models/expert_provider.h"
+#include "models/model.h"
+#include "models/sequence_state.h"
+
+namespace df::models {
+
+class WeightLoader;
+
+// Model::forward's checks before the state is touched, with `arch` naming the model in the messages.
+void check_forward_args(std::string_view arch, const ModelState& state, std::span<const int32_t> tokens,
+                        std::span<const float> logits, bool all_rows, int n_vocab);
+
+// The dense weights around the layers.
+struct TrunkWeights {
+  const backend::Weight& tok_embd;
+  const float* output_norm;
+  float eps;
+  const backend::Weight& output;
+};
+
+// The forward skeleton: positions, the capture cleared for the batch, embeddings into b.x, run_layer(il)
+// for every layer (recording the residual stream when the capture wants it), then the final norm and the
+// head on the last row (or every row), and n_past advanced. n_moe routing slots per token are cleared in the
+// capture.
+template <class RunLayer>
+void run_trunk(backend::CpuBackend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
+               std::span<const int32_t> tokens, std::span<float> logits, bool all_rows, int n_layer,
+               int64_t n_embd, size_t n_moe, int k, ForwardCapture* capture, RunLayer&& run_layer);
+
+// Clears the capture for a batch of T tokens: k routing slots per token of each of the n_moe MoE layers,
+// and the per-layer residual stream when wanted.
+void begin_capture(ForwardCapture* capture, size_t n_moe, int64_t T, int k, int n_layer, int64_t n_embd);
+void capture_layer(ForwardCapture* capture, int il, const float* x, int64_t T, int64_t n_embd);
+
+template <class RunLayer>
+void run_trunk(backend::CpuBackend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
+               std::span<const int32_t> tokens, std::span<float> logits, bool all_rows, int n_layer,
+               int64_t n_embd, size_t n_moe, int k, ForwardCapture* capture, RunLayer&& run_layer) {
+  const int64_t T = static_cast<int64_t>(tokens.size()), H = n_embd;
+  for (int64_t t = 0; t < T; ++t) b.pos[static_cast<size_t>(t)] = static_cast<int32_t>(state.n_past + t);
+  begin_capture(capture, n_moe, T, k, n_layer, H);
+
+  be.get_rows(w.tok_embd, tokens, b.x.data());
+  for (int il = 0; il < n_layer; ++il) {
+    run_layer(il);
+    capture_layer(capture, il, b.x.data(), T, H);
+  }
+
+  const int64_t rows = all_rows ? T : 1;
+  const float* last = b.x.data() + (T - rows) * H;
+  be.rms_norm(last, rows, H, w.output_norm, w.eps, b.xn.data());
+  be.matmul(w.output, b.xn.data(), rows, logits.data(), b.scratch);
+  state.n_past += static_cast<int>(T);
+}
+
+// The GQA attention of lfm2moe and qwen3moe on b.xn (the normed residual): Q, K and V in one grouped matmul,
+// per-head RMS norm of Q and K, NeoX RoPE, the f16 KV cache, causal attention, and the output projection
+// into b.mix.
+struct QkNormAttention {
+  const backend::Weight &wq, &wk, &wv, &wo;
+  const float* q_norm;
+  const float* k_norm;
+  int n_head, n_head_kv, head_dim, n_rot;
+  float eps, rope_theta, rope_freq_scale;
+};
+void qk_norm_attention(backend::CpuBackend& be, const QkNormAttention& a, const backend::KvCacheView& kv,
+                       int n_past, int64_t T, TrunkBuffers& b);
+
+// The routed experts of model layer il (blk.il.ffn_{gate,up,down}_exps.weight), shapes and types checked.
+ExpertLayerLayout expert_layer_layout(WeightLoader& w, int il, int n_expert, int64_t n_embd, int64_t n_ff);
+
+// The widest activation row any matmul quantizes: the scratch one token needs, sized once at load.
+class ActRowBytes {
+ public:
+  explicit ActRowBytes(const backend::CpuBackend& be) : be_(be) {}
+  void add(const backend::Weight& w);  // an absent weight (no data) adds nothing
+  void add(const ExpertLayout& layout);
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void widen(GgmlType t, int64_t n_in);
+  const backend::CpuBackend& be_;
+  size_t bytes_ = 0;
+};
+
+// The options' provider of the routed experts, else every expert resident.
+std::unique_ptr<ExpertProvider> make_expert_provider(const gguf::File& file, const LoadOptions& options,
+                                                     const ExpertLayout& layout);
+
+// The ModelInfo fields every MoE config has (name, sizes, head and expert counts, eps), the MoE layers from
+// the layout.
+template <class Config>
+ModelInfo moe_model_info(std::string arch, const Config& c, const ExpertLayout& layout,
+                         std::vector<bool> attn_layers, float rope_theta) {
+  ModelInfo info;
+  info.arch = std::move(arch);
+  info.name = c.name;
+  info.n_vocab = c.n_vocab;
+  info.n_ctx_train = c.n_ctx_train;
+  info.n_layer = c.n_layer;
+  info.n_embd = c.n_embd;
+  info.n_head = c.n_head;
+  info.n_head_kv = c.n_head_kv;
+  info.head_dim = c.head_dim;
+  info.n_expert = c.n_expert;
+  info.n_expert_used = c.n_expert_used;
+  for (const auto& el : layout.layers) info.moe_layers.push_back(el.model_layer);
+  info.attn_layers = std::move(attn_layers);
+  info.rms_eps = c.eps;
+  info.rope_theta = rope_theta;
+  return info;
+}
+
+}  // namespace df::models

@@ -1,0 +1,114 @@
+#pragma once
+// The MoE block the architectures share: routing buffers, grouping a batch's (token, slot) entries by expert,
+// the prefetch guesses with the next layers' routers, leases on a wave of experts, waves of SwiGLU experts
+// through the backend's grouped FFN, and the weighted combine. Each model keeps only its router and, where
+// its experts differ (gpt-oss), its own expert compute.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "models/expert_provider.h"
+#include "models/model.h"
+
+namespace df::models {
+
+// Routing, per-expert batches and prefetch guesses for a batch of tokens. reserve() only grows them, so
+// decoding allocates nothing.
+struct MoeBuffers {
+  std::vector<float> router_logits, expert_weights, expert_out, moe;
+  std::vector<int32_t> expert_ids;
+  // Per-expert batches: the (token, slot) entries routed to each expert, grouped by expert, and the token
+  // of each of those entries.
+  std::vector<int32_t> expert_count, expert_start, expert_entries, entry_tokens, used;
+  // Prefetch guesses.
+  std::vector<float> guess_xn, guess_logits, guess_weights;
+  std::vector<int32_t> guess_ids, guess_list;
+  std::vector<uint8_t> guess_mask;
+
+  void reserve(size_t tokens, size_t n_embd, size_t n_expert, size_t k);
+  size_t float_bytes() const;  // what ModelState::bytes() counts of these buffers
+};
+
+// Groups the T·k (token, slot) entries of expert_ids by expert, tokens in order within each expert:
+// expert entries of expert e are expert_entries[expert_start[e] ..] (expert_count[e] of them, each
+// token · k + slot) with their tokens in entry_tokens. Lists the experts with at least one entry in
+// used[0..n), ascending, and returns n.
+size_t group_by_expert(MoeBuffers& b, int64_t T, int k, int n_expert);
+
+// The distinct experts of guess_ids (T·k entries), ascending, into guess_list; returns how many.
+size_t guessed_experts(MoeBuffers& b, int64_t T, int k, int n_expert);
+
+// The seed's prefetch rule: the routers of the next `lookahead` MoE layers applied to the current state.
+// route_guess(target) routes the batch with MoE layer target's router into b.guess_ids; only the provider
+// sees the result.
+template <class RouteGuess>
+void prefetch_next_layers(ExpertProvider& experts, MoeBuffers& b, int moe_index, int n_moe, int lookahead,
+                          int64_t T, int k, int n_expert, RouteGuess&& route_guess) {
+  for (int ahead = 1; ahead <= lookahead && moe_index + ahead < n_moe; ++ahead) {
+    const int target = moe_index + ahead;
+    route_guess(target);
+    const size_t n = guessed_experts(b, T, k, n_expert);
+    experts.prefetch(target, std::span<const int32_t>(b.guess_list.data(), n));
+  }
+}
+
+// The ffn_norm → router matmul → backend routing of lfm2moe and qwen3moe: the norm of x into xn, the
+// router's logits, then the ids and weights of the k experts of every token.
+struct RouterInputs {
+  const backend::RouterParams& params;
+  const float* ffn_norm;
+  float eps;
+  const backend::Weight& router;
+};
+void route_normed(backend::CpuBackend& be, const RouterInputs& r, const float* x, int64_t T, int64_t n_embd,
+                  std::span<uint8_t> scratch, float* xn, float* logits, int32_t* ids, float* weights);
+
+// The experts of one wave, released (in acquisition order) on every path out of the scope.
+class WaveLeases {
+ public:
+  WaveLeases(ExpertProvider& p, int layer, int32_t* held) : p_(p), layer_(layer), held_(held) {}
+  ~WaveLeases() {
+    for (size_t i = 0; i < n_; ++i) p_.release(layer_, held_[i]);
+  }
+  WaveLeases(const WaveLeases&) = delete;
+  WaveLeases& operator=(const WaveLeases&) = delete;
+
+  ExpertView acquire(int32_t expert) {
+    const ExpertView v = p_.acquire(layer_, expert);
+    held_[n_++] = expert;
+    return v;
+  }
+
+ private:
+  ExpertProvider& p_;
+  int layer_;
+  int32_t* held_;  // room for a whole wave
+  size_t n_ = 0;
+};
+
+// One wave of SwiGLU experts: the ids held and the FFNs handed to the backend (k of each).
+struct SwigluWave {
+  std::vector<int32_t> ids;
+  std::vector<backend::SwigluFfnTask> tasks;
+  void reserve(size_t k) {
+    ids.resize(k);
+    tasks.resize(k);
+  }
+};
+
+// The chosen experts (b.used[0..n_used)), plain SwiGLU FFNs of n_embd → n_ff → n_embd, each applied to
+// its tokens of xn: expert_out row (token · k + slot) gets its output for that token. Waves of k experts
+// are acquired, run as one swiglu_ffn and released (see moe_block.cpp).
+void run_swiglu_experts(backend::CpuBackend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b,
+                        size_t n_used, SwigluWave& wave, const float* xn, int64_t T, int64_t n_embd,
+                        int64_t n_ff, int k);
+
+// x += the weighted sum of each token's k expert outputs (expert_out in (token, slot) order).
+void add_expert_outputs(backend::CpuBackend& be, MoeBuffers& b, float* x, int64_t T, int k, int64_t n_embd);
+
+// Records MoE layer moe_index's choice and weights in the capture (none: nothing).
+void capture_routing(ForwardCapture* capture, int moe_index, int64_t T, int k, const MoeBuffers& b);
+
+}  // namespace df::models

@@ -1,0 +1,50 @@
+#include "models/sequence_state.h"
+
+namespace df::models {
+
+KvCache::KvCache(const std::vector<bool>& attn, int n_layer, int n_ctx, int n_head_kv, int head_dim)
+    : n_ctx_(n_ctx), n_head_kv_(n_head_kv), head_dim_(head_dim) {
+  const size_t kv_row = static_cast<size_t>(n_head_kv) * static_cast<size_t>(head_dim);
+  k_.resize(static_cast<size_t>(n_layer));
+  v_.resize(static_cast<size_t>(n_layer));
+  for (size_t il = 0; il < static_cast<size_t>(n_layer); ++il) {
+    if (!attn.empty() && !attn[il]) continue;
+    k_[il].assign(kv_row * static_cast<size_t>(n_ctx), 0);
+    v_[il].assign(kv_row * static_cast<size_t>(n_ctx), 0);
+  }
+}
+
+backend::KvCacheView KvCache::view(int il) {
+  return backend::KvCacheView{k_[static_cast<size_t>(il)].data(), v_[static_cast<size_t>(il)].data(), n_ctx_,
+                              n_head_kv_, head_dim_};
+}
+
+size_t KvCache::bytes() const {
+  size_t total = 0;
+  for (size_t il = 0; il < k_.size(); ++il) total += (k_[il].size() + v_[il].size()) * sizeof(uint16_t);
+  return total;
+}
+
+void TrunkBuffers::reserve(size_t t, size_t H, size_t q_dim, size_t kv_dim, size_t act_row_bytes) {
+  pos.resize(t);
+  for (auto* b : {&x, &xn, &mix}) b->resize(t * H);
+  q.resize(t * q_dim);
+  att.resize(t * q_dim);
+  k.resize(t * kv_dim);
+  v.resize(t * kv_dim);
+  scratch.resize(t * act_row_bytes);
+}
+
+size_t TrunkBuffers::bytes() const {
+  size_t total = attn_scratch.size() * sizeof(float) + scratch.size();
+  for (const auto* b : {&x, &xn, &mix, &q, &k, &v, &att}) total += b->size() * sizeof(float);
+  return total;
+}
+
+void MoeSequenceState::grow_batch(int64_t T, const BatchDims& d) {
+  const size_t t = static_cast<size_t>(T);
+  trunk.reserve(t, d.n_embd, d.q_dim, d.kv_dim, d.act_row_bytes);
+  moe.reserve(t, d.n_embd, d.n_expert, d.k);
+}
+
+}  // namespace df::models

@@ -1,0 +1,181 @@
+#pragma once
+// Fixtures of the model tests on the golden tiny models (test_models_lfm2moe.cpp, _qwen3moe.cpp,
+// _gpt_oss.cpp): a heap-allocation counter for the decode path, the model file and its teacher-forced
+// prompt, batches run in chunks, a provider that records every call, and copies of the file with one edit
+// for the loader's errors.
+//
+// Include it from exactly one source file per test executable: it replaces the global operator new.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "models/expert_provider.h"
+#include "models/model.h"
+#include "util/error.h"
+
+// Counts heap allocations while `g_counting` is set (all threads), to check the decode path.
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+// Out of line so that gcc does not pair the inlined new/delete with malloc/free and warn.
+[[gnu::noinline]] void* counted_malloc(size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(n ? n : 1);
+}
+[[gnu::noinline]] void counted_free(void* p) { std::free(p); }
+}  // namespace
+
+void* operator new(size_t n) {
+  if (void* p = counted_malloc(n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { counted_free(p); }
+void operator delete(void* p, size_t) noexcept { counted_free(p); }
+
+namespace df::models::test_util {
+
+// Runs `tokens` through a fresh state in forwards of `chunk` tokens; the logits of every row.
+inline std::vector<float> run_chunks(Model& m, std::span<const int32_t> tokens, size_t chunk) {
+  const size_t V = static_cast<size_t>(m.info().n_vocab);
+  auto st = m.new_state(static_cast<int>(tokens.size()));
+  std::vector<float> all(tokens.size() * V);
+  for (size_t at = 0; at < tokens.size(); at += chunk) {
+    const size_t n = std::min(chunk, tokens.size() - at);
+    m.forward(*st, tokens.subspan(at, n), std::span<float>(all.data() + at * V, n * V), true);
+  }
+  EXPECT_EQ(st->n_past, static_cast<int>(tokens.size()));
+  return all;
+}
+
+// Forwards to a resident provider and records every call.
+class RecordingProvider final : public ExpertProvider {
+ public:
+  RecordingProvider(const gguf::File& f, const ExpertLayout& l) : inner_(f, l), layout(l) {}
+  void prefetch(int layer, std::span<const int32_t> ids) override {
+    prefetches.push_back({layer, std::vector<int32_t>(ids.begin(), ids.end())});
+  }
+  void will_acquire(int layer, std::span<const int32_t> ids) override {
+    announced[layer].push_back(std::vector<int32_t>(ids.begin(), ids.end()));
+  }
+  ExpertView acquire(int layer, int e) override {
+    ++acquired[{layer, e}];
+    ++outstanding;
+    return inner_.acquire(layer, e);
+  }
+  void release(int layer, int e) override {
+    --outstanding;
+    inner_.release(layer, e);
+  }
+  void clear() {
+    prefetches.clear();
+    announced.clear();
+    acquired.clear();
+  }
+
+  std::vector<std::pair<int, std::vector<int32_t>>> prefetches;
+  std::map<int, std::vector<std::vector<int32_t>>> announced;
+  std::map<std::pair<int, int>, int> acquired;
+  int outstanding = 0;
+
+ private:
+  ResidentExpertProvider inner_;
+
+ public:
+  ExpertLayout layout;
+};
+
+// The load error of the file at `path`, or "(loaded without error)".
+inline std::string load_error(const std::string& path) {
+  try {
+    const auto f = gguf::File::open(path);
+    load_model(f, {});
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(loaded without error)";
+}
+
+inline void expect_load_error(const std::string& path, const std::string& what) {
+  const std::string err = load_error(path);
+  EXPECT_NE(err.find(what), std::string::npos) << err;
+}
+
+using MetaEdit = std::function<void(gguf::Writer&)>;
+// May change a tensor's spec and bytes; false drops the tensor.
+using TensorEdit = std::function<bool(gguf::TensorSpec&, std::vector<uint8_t>&)>;
+
+// One golden model (DF_GOLDEN_DIR/<name>.gguf and .json), opened once per process.
+class GoldenModel {
+ public:
+  // Copies of the file are named <variant_prefix>-<what>.gguf in the test's scratch directory.
+  GoldenModel(std::string name, std::string variant_prefix)
+      : name_(std::move(name)), variant_prefix_(std::move(variant_prefix)) {}
+
+  const gguf::File& file() const {
+    if (!file_)
+      file_ =
+          std::make_unique<gguf::File>(gguf::File::open(std::string(DF_GOLDEN_DIR) + "/" + name_ + ".gguf"));
+    return *file_;
+  }
+
+  std::vector<int32_t> teacher_forced_tokens() const {
+    std::ifstream in(std::string(DF_GOLDEN_DIR) + "/" + name_ + ".json");
+    const auto meta = nlohmann::json::parse(in);
+    return meta["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
+  }
+
+  // The model with a RecordingProvider (*out) and the given prefetch lookahead.
+  std::unique_ptr<Model> load_recording(int lookahead, RecordingProvider** out) const {
+    LoadOptions o;
+    o.prefetch_lookahead = lookahead;
+    o.make_expert_provider = [out](const gguf::File& f, const ExpertLayout& l) {
+      auto p = std::make_unique<RecordingProvider>(f, l);
+      *out = p.get();
+      return p;
+    };
+    return load_model(file(), o);
+  }
+
+  // Copies the model with edits: `meta` may change keys, `tensor` may change or drop tensors, and the key
+  // drop_key is left out. Returns the copy's path.
+  std::string write_variant(const std::string& what, const MetaEdit& meta, const TensorEdit& tensor,
+                            const std::string& drop_key = "") const {
+    const gguf::File& src = file();
+    gguf::Writer w(src.alignment());
+    for (const auto& [k, v] : src.metadata())
+      if (k != drop_key) w.set(k, v);
+    if (meta) meta(w);
+    std::vector<std::vector<uint8_t>> data;
+    for (const auto& t : src.tensors()) {
+      gguf::TensorSpec spec{t.name, t.type, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims)};
+      std::vector<uint8_t> bytes(t.nbytes);
+      src.read_tensor(t, bytes.data());
+      if (tensor && !tensor(spec, bytes)) continue;
+      w.add_tensor(spec);
+      data.push_back(std::move(bytes));
+    }
+    std::filesystem::create_directories(DF_TEST_TMP);
+    const std::string path = std::string(DF_TEST_TMP) + "/" + variant_prefix_ + "-" + what + ".gguf";
+    w.write(path, data);
+    return path;
+  }
+
+ private:
+  std::string name_, variant_prefix_;
+  mutable std::unique_ptr<gguf::File> file_;
+};
+
+}  // namespace df::models::test_util
