@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "engine/model_source.h"
+#include "engine/sampler.h"
 #include "engine/session.h"
 #include "golden_json.h"
 #include "store/ingest.h"
@@ -29,10 +30,7 @@ std::vector<float> run_logits(df::OpenedModel& m, const std::vector<int32_t>& pr
   auto logits = s.prefill(prompt);
   all.insert(all.end(), logits.begin(), logits.end());
   for (int i = 0; i < kDecodeSteps; ++i) {
-    int32_t next = 0;
-    for (size_t v = 1; v < logits.size(); ++v)
-      if (logits[v] > logits[static_cast<size_t>(next)]) next = static_cast<int32_t>(v);
-    logits = s.decode(next);
+    logits = s.decode(df::Sampler::argmax(logits));
     all.insert(all.end(), logits.begin(), logits.end());
   }
   return all;

@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_flags.h"
+#include "engine/sampler.h"
 #include "engine/session.h"
 #include "stream/byte_size.h"
 #include "stream/cache_telemetry.h"
@@ -75,10 +76,7 @@ void bench(const BenchFlags& f) {
     }
     auto t1 = clock::now();
     for (int i = 0; i < f.n_decode; ++i) {
-      int32_t next = 0;  // greedy: argmax, lowest id on a tie
-      for (int v = 1; v < info.n_vocab; ++v)
-        if (logits[static_cast<size_t>(v)] > logits[static_cast<size_t>(next)]) next = v;
-      logits = session->decode(next);
+      logits = session->decode(Sampler::argmax(logits));  // greedy
     }
     decode_s += std::chrono::duration<double>(clock::now() - t1).count();
     if (m.cache) decode_tel = m.cache->telemetry();
