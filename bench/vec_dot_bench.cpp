@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels/vec_dot.h"
+#include "quant/q4_0x16.h"
 #include "quant/quant.h"
 
 namespace {
@@ -65,14 +66,21 @@ std::vector<uint8_t> activations(GgmlType act, int64_t n, int64_t cols) {
   return out;
 }
 
-void run_gemm(benchmark::State& state, GgmlType t, SimdLevel level, int64_t n, int64_t rows, int64_t cols) {
+// packed: the matrix repacked as Q4_0x16 and run through packed_gemm (Q4_0 only).
+void run_gemm(benchmark::State& state, GgmlType t, SimdLevel level, int64_t n, int64_t rows, int64_t cols,
+              bool packed) {
   const auto& k = df::kernels::vec_dot_kernels(t, level);
-  const auto& w = matrix(t, n, rows);
+  std::vector<uint8_t> w = matrix(t, n, rows);
+  if (packed) {
+    std::vector<uint8_t> group(df::ggml_row_bytes(t, n) * q::kQ4_0x16Rows);
+    q::pack_q4_0x16_in_place(w.data(), rows, n, group.data());
+  }
+  const df::kernels::GemmFn gemm = packed ? k.packed_gemm : k.gemm;
   const auto a = activations(k.activation, n, cols);
   std::vector<float> out(static_cast<size_t>(rows * cols));
   const size_t w_stride = df::ggml_row_bytes(t, n), a_stride = df::ggml_row_bytes(k.activation, n);
   for (auto _ : state) {
-    k.gemm(w.data(), w_stride, rows, a.data(), a_stride, cols, n, out.data(), static_cast<size_t>(rows));
+    gemm(w.data(), w_stride, rows, a.data(), a_stride, cols, n, out.data(), static_cast<size_t>(rows));
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -115,16 +123,19 @@ void register_all() {
   for (SimdLevel level : levels()) {
     const std::string lv(df::kernels::simd_level_name(level));
     for (GgmlType t : types) {
-      const std::string tn(df::ggml_type_name(t));
-      for (const Shape& s : shapes) {
-        // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string chains.
-        std::string name = s.cols == 1 ? "matvec/" : "matmul/";
-        name.append(tn).append("/").append(lv).append("/").append(std::to_string(s.n));
-        name.append("x").append(std::to_string(s.rows));
-        if (s.cols > 1) name.append("x").append(std::to_string(s.cols));
-        benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-          run_gemm(st, t, level, s.n, s.rows, s.cols);
-        })->Unit(benchmark::kMicrosecond);
+      for (bool packed : {false, true}) {
+        if (packed && t != GgmlType::Q4_0) continue;
+        const std::string tn = packed ? std::string("q4_0x16") : std::string(df::ggml_type_name(t));
+        for (const Shape& s : shapes) {
+          // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "literal" + std::string chains.
+          std::string name = s.cols == 1 ? "matvec/" : "matmul/";
+          name.append(tn).append("/").append(lv).append("/").append(std::to_string(s.n));
+          name.append("x").append(std::to_string(s.rows));
+          if (s.cols > 1) name.append("x").append(std::to_string(s.cols));
+          benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+            run_gemm(st, t, level, s.n, s.rows, s.cols, packed);
+          })->Unit(benchmark::kMicrosecond);
+        }
       }
     }
     for (GgmlType act : {GgmlType::Q8_0, GgmlType::Q8_K, GgmlType::F16}) {

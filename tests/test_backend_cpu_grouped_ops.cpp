@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "quant/q4_0x16.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -32,6 +33,13 @@ struct Matrix {
     for (int64_t r = 0; r < n_out; ++r)
       quant::quantize_row(t, f.data() + r * n_in, bytes.data() + static_cast<size_t>(r) * rb, n_in);
     w = Weight{t, bytes.data(), n_in, n_out};
+  }
+  // A copy repacked as Q4_0x16 (the loaders' choice for Q4_0 with whole 16-row groups).
+  Matrix packed() const {
+    Matrix m = *this;
+    quant::pack_q4_0x16(bytes.data(), w.n_out, w.n_in, m.bytes.data());
+    m.w = Weight{w.type, m.bytes.data(), w.n_in, w.n_out, quant::RowPacking::kQ4_0x16};
+    return m;
   }
 };
 
@@ -67,6 +75,50 @@ TEST(MatmulMany, EqualsOneMatmulPerProductWithSharedAndSeparateInputs) {
         EXPECT_EQ(got[i], want[i]) << "product " << i << " rows " << rows << " threads " << threads;
     }
   }
+}
+
+// Q4_0x16-packed weights give the unpacked weights' outputs bit for bit, through matmul and matmul_many, for
+// any thread count and token count (one row block to several, one token tile to two).
+TEST(PackedWeights, MatmulEqualsTheUnpackedMatmulBitForBit) {
+  for (int64_t n_out : {16, 160, 2048}) {
+    const int64_t n_in = n_out == 2048 ? 512 : 4160;  // 4160: rows longer than the kernels' 128-block chunk
+    const Matrix m(GgmlType::Q4_0, n_in, n_out, static_cast<uint32_t>(n_out));
+    const Matrix p = m.packed();
+    for (int64_t rows : {1, 3, 70}) {
+      const auto x = random_floats(static_cast<size_t>(rows * n_in), 5);
+      CpuBackend one(1);
+      const auto want = matmul(one, m.w, x.data(), rows);
+      for (int threads : {1, 2, 3}) {
+        CpuBackend be(threads);
+        EXPECT_EQ(matmul(be, p.w, x.data(), rows), want)
+            << n_out << " rows, " << rows << " tokens, " << threads;
+        std::vector<float> y(want.size(), -1.0f), y2(want.size(), -1.0f);
+        const MatmulTask tasks[] = {{p.w, x.data(), y.data()}, {m.w, x.data(), y2.data()}};
+        be.matmul_many(tasks, rows);
+        EXPECT_EQ(y, want);
+        EXPECT_EQ(y2, want);
+      }
+    }
+  }
+}
+
+TEST(PackedWeights, RowLookupsAndMisfitPackingsAreRefused) {
+  CpuBackend be(1);
+  const Matrix m(GgmlType::Q4_0, 64, 32, 1);
+  const Matrix p = m.packed();
+  std::vector<float> out(64);
+  const int32_t id = 3;
+  EXPECT_THROW(be.get_rows(p.w, std::span(&id, 1), out.data()), Error);
+  const auto x = random_floats(64, 2);
+  Weight bad = m.w;
+  bad.n_out = 24;  // not whole groups
+  bad.packing = quant::RowPacking::kQ4_0x16;
+  std::vector<uint8_t> scratch(be.matmul_scratch_bytes(bad.type, bad.n_in, 1));
+  EXPECT_THROW(be.matmul(bad, x.data(), 1, out.data(), scratch), Error);
+  const Matrix q8(GgmlType::Q8_0, 64, 32, 3);
+  bad = q8.w;
+  bad.packing = quant::RowPacking::kQ4_0x16;
+  EXPECT_THROW(be.matmul(bad, x.data(), 1, out.data(), scratch), Error);
 }
 
 TEST(MatmulMany, RejectsTooManyProductsAndUnsupportedTypes) {
@@ -162,6 +214,21 @@ TEST_P(SwigluFfn, EqualsMatmulSwigluMatmulOnTheGatheredRowsBitForBit) {
     std::vector<float> got(want.size(), -1.0f);
     be.swiglu_ffn(ffns, x.data(), T, got.data());
     EXPECT_EQ(got, want) << threads << " threads";
+    if (c.gate == GgmlType::Q4_0) {
+      // The same experts repacked (the store's layout): the same bits.
+      std::vector<Matrix> packed;
+      for (size_t e = 0; e < 5; ++e) {
+        packed.push_back(gates[e].packed());
+        packed.push_back(ups[e].packed());
+        packed.push_back(downs[e].packed());
+        ffns[e].gate = packed[3 * e].w;
+        ffns[e].up = packed[3 * e + 1].w;
+        ffns[e].down = packed[3 * e + 2].w;
+      }
+      std::vector<float> got_packed(want.size(), -1.0f);
+      be.swiglu_ffn(ffns, x.data(), T, got_packed.data());
+      EXPECT_EQ(got_packed, want) << threads << " threads, packed";
+    }
 
     std::vector<float> dense_got(dense_want.size());
     be.swiglu_ffn(std::span(&dense, 1), xd.data(), rows, dense_got.data());

@@ -110,10 +110,15 @@ TEST_F(StoreFaults, ManifestWithoutTheCompleteFlagIsIncomplete) {
 TEST_F(StoreFaults, WrongFormatVersionSaysWhichVersions) {
   auto dir = copy();
   Json j = manifest(dir);
-  j["format_version"] = 2;
+  j["format_version"] = store::kFormatVersion + 1;
   set_manifest(dir, j);
   auto msg = open_error(dir);
-  EXPECT_HAS(msg, "format version 2; this diskformer reads version 1");
+  EXPECT_HAS(msg, fmt::format("format version {}; this diskformer reads version {}",
+                              store::kFormatVersion + 1, store::kFormatVersion));
+  j["format_version"] = 1;  // before Q4_0 parts were repacked
+  set_manifest(dir, j);
+  EXPECT_HAS(open_error(dir),
+             fmt::format("format version 1; this diskformer reads version {}", store::kFormatVersion));
   EXPECT_HAS(msg, "lfm2moe-tiny.gguf");
 }
 

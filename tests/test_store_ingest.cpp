@@ -40,8 +40,14 @@ TEST_P(GoldenIngest, RecordsEqualTheGgufSlabsAndDenseHoldsTheRest) {
 
   auto experts = slurp(s.experts_path());
   ASSERT_EQ(experts.size(), L.experts_bytes());
+  int packed_parts = 0;
   for (int l = 0; l < L.n_moe_layers; ++l) {
     EXPECT_EQ(L.layers[l].layer, layers[l].layer);
+    for (const store::ExpertPart* p : {&L.layers[l].gate, &L.layers[l].up, &L.layers[l].down}) {
+      const bool packable = p->type == GgmlType::Q4_0 && p->n_out % 16 == 0;
+      EXPECT_EQ(p->packing, packable ? quant::RowPacking::kQ4_0x16 : quant::RowPacking::kNone) << p->tensor;
+      packed_parts += packable;
+    }
     uint64_t content = 0;
     for (const auto* t : {layers[l].gate, layers[l].up, layers[l].down})
       content = round_up(content, 64) + t->nbytes / static_cast<uint64_t>(t->ne[2]);
@@ -52,6 +58,10 @@ TEST_P(GoldenIngest, RecordsEqualTheGgufSlabsAndDenseHoldsTheRest) {
       ASSERT_TRUE(std::equal(want.begin(), want.end(), got)) << "MoE layer " << l << " expert " << e;
       EXPECT_EQ(s.record_checksum(l, e), XXH3_64bits(want.data(), want.size()));
     }
+  }
+
+  if (model != "gpt-oss-tiny") {
+    EXPECT_GT(packed_parts, 0) << "the Q4_0 golden models have packable experts";
   }
 
   // dense.bin: every non-expert tensor with the source's bytes, every source key, the store keys.

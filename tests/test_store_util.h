@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "quant/q4_0x16.h"
 #include "store/ingest.h"
 #include "store/store.h"
 #include "util/error.h"
@@ -116,7 +117,7 @@ inline std::vector<ExpectedLayer> expected_layers(const gguf::File& f) {
 inline uint64_t round_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
 // gate slab, up slab, down slab of expert e, each part at the next multiple of 64, zero padding to
-// record_bytes.
+// record_bytes; a Q4_0 slab of whole 16-row groups repacked as Q4_0x16 (store format 2).
 inline std::vector<uint8_t> expected_record(const gguf::File& f, const ExpectedLayer& l, int expert,
                                             uint64_t record_bytes) {
   std::vector<uint8_t> rec(record_bytes, 0);
@@ -125,6 +126,11 @@ inline std::vector<uint8_t> expected_record(const gguf::File& f, const ExpectedL
     uint64_t slab = t->nbytes / static_cast<uint64_t>(t->ne[2]);
     EXPECT_LE(at + slab, record_bytes);
     f.read_range(t->file_offset + static_cast<uint64_t>(expert) * slab, slab, rec.data() + at);
+    if (t->type == GgmlType::Q4_0 && t->ne[1] % quant::kQ4_0x16Rows == 0) {
+      std::vector<uint8_t> rows(rec.begin() + static_cast<ptrdiff_t>(at),
+                                rec.begin() + static_cast<ptrdiff_t>(at + slab));
+      quant::pack_q4_0x16(rows.data(), t->ne[1], t->ne[0], rec.data() + at);
+    }
     at = round_up(at + slab, 64);
   }
   return rec;

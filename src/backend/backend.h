@@ -9,17 +9,22 @@
 #include <string_view>
 
 #include "gguf/ggml_types.h"
+#include "quant/q4_0x16.h"
 
 namespace df::backend {
 
 // A weight matrix as GGUF stores it: ggml shape {n_in, n_out}, i.e. n_out rows of n_in values, each row
-// `n_in / block_size` consecutive blocks of `type`.
+// `n_in / block_size` consecutive blocks of `type` — or, with packing Q4_0x16, the same bytes repacked 16
+// rows at a time (quant/q4_0x16.h), which the matrix products read faster; such a weight is for matmul
+// only (get_rows refuses it), and row(r) is meaningful only for r a multiple of 16 (its group's start).
 struct Weight {
   GgmlType type = GgmlType::F32;
   const void* data = nullptr;
   int64_t n_in = 0;
   int64_t n_out = 0;
+  quant::RowPacking packing = quant::RowPacking::kNone;
 
+  bool packed() const { return packing != quant::RowPacking::kNone; }
   size_t row_bytes() const { return ggml_row_bytes(type, n_in); }
   const uint8_t* row(int64_t r) const {
     return static_cast<const uint8_t*>(data) + static_cast<size_t>(r) * row_bytes();

@@ -15,6 +15,18 @@ std::vector<uint8_t> read_whole(const gguf::File& file, const std::string& name,
   return bytes;
 }
 
+// Repacks each expert's n_out x n_in slab of `bytes` in place where a packing applies.
+quant::RowPacking pack_slabs(std::vector<uint8_t>& bytes, GgmlType type, int64_t n_in, int64_t n_out) {
+  const quant::RowPacking packing = quant::preferred_packing(type, n_out);
+  if (packing == quant::RowPacking::kQ4_0x16) {
+    const size_t slab = ggml_row_bytes(type, n_in) * static_cast<size_t>(n_out);
+    std::vector<uint8_t> group(ggml_row_bytes(type, n_in) * quant::kQ4_0x16Rows);
+    for (size_t off = 0; off + slab <= bytes.size(); off += slab)
+      quant::pack_q4_0x16_in_place(bytes.data() + off, n_out, n_in, group.data());
+  }
+  return packing;
+}
+
 }  // namespace
 
 ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout) {
@@ -24,6 +36,9 @@ ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const Exp
     Layer layer{l, read_whole(file, l.gate_name, l.gate_bytes() * n),
                 read_whole(file, l.up_name, l.up_bytes() * n),
                 read_whole(file, l.down_name, l.down_bytes() * n)};
+    layer.gate_packing = pack_slabs(layer.gate, l.gate_type, l.n_embd, l.n_ff);
+    layer.up_packing = pack_slabs(layer.up, l.up_type, l.n_embd, l.n_ff);
+    layer.down_packing = pack_slabs(layer.down, l.down_type, l.n_ff, l.n_embd);
     layers_.push_back(std::move(layer));
   }
 }
@@ -41,7 +56,10 @@ ExpertView ResidentExpertProvider::acquire(int moe_layer, int expert) {
                     l.down.data() + e * l.layout.down_bytes(),
                     l.layout.gate_type,
                     l.layout.up_type,
-                    l.layout.down_type};
+                    l.layout.down_type,
+                    l.gate_packing,
+                    l.up_packing,
+                    l.down_packing};
 }
 
 size_t ResidentExpertProvider::bytes() const {

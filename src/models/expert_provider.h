@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "gguf/ggml_types.h"
+#include "quant/q4_0x16.h"
 
 namespace df::gguf {
 class File;
@@ -19,7 +21,7 @@ class File;
 namespace df::models {
 
 // One expert: gate and up are n_ff rows of n_embd values, down is n_embd rows of n_ff values, each in its
-// block type (ggml layout, rows contiguous).
+// block type, in ggml's row layout or repacked (quant::preferred_packing of its type and row count).
 struct ExpertView {
   const void* gate = nullptr;
   const void* up = nullptr;
@@ -27,6 +29,19 @@ struct ExpertView {
   GgmlType gate_type = GgmlType::F32;
   GgmlType up_type = GgmlType::F32;
   GgmlType down_type = GgmlType::F32;
+  quant::RowPacking gate_packing = quant::RowPacking::kNone;
+  quant::RowPacking up_packing = quant::RowPacking::kNone;
+  quant::RowPacking down_packing = quant::RowPacking::kNone;
+
+  backend::Weight gate_weight(int64_t n_embd, int64_t n_ff) const {
+    return {gate_type, gate, n_embd, n_ff, gate_packing};
+  }
+  backend::Weight up_weight(int64_t n_embd, int64_t n_ff) const {
+    return {up_type, up, n_embd, n_ff, up_packing};
+  }
+  backend::Weight down_weight(int64_t n_embd, int64_t n_ff) const {
+    return {down_type, down, n_ff, n_embd, down_packing};
+  }
 };
 
 // Where the experts of one MoE layer live in the GGUF: ffn_{gate,up}_exps {n_embd, n_ff, n_expert} and
@@ -62,7 +77,7 @@ class ExpertProvider {
   virtual void release(int moe_layer, int expert) = 0;
 };
 
-// Every expert read from the GGUF into RAM at construction.
+// Every expert read from the GGUF into RAM at construction, each matrix repacked as the store would hold it.
 class ResidentExpertProvider final : public ExpertProvider {
  public:
   ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout);
@@ -76,6 +91,8 @@ class ResidentExpertProvider final : public ExpertProvider {
   struct Layer {
     ExpertLayerLayout layout;
     std::vector<uint8_t> gate, up, down;
+    quant::RowPacking gate_packing = quant::RowPacking::kNone, up_packing = quant::RowPacking::kNone,
+                      down_packing = quant::RowPacking::kNone;
   };
   std::vector<Layer> layers_;
 };

@@ -185,12 +185,12 @@ void GptOssModel::run_experts(State& st, int il, size_t n_used) {
       const ExpertView& v = st.wave_views[i];
       const float* x = st.xg.data() + start(i) * H;
       return std::array<backend::MatmulTask, 2>{
-          backend::MatmulTask{backend::Weight{v.gate_type, v.gate, H, F}, x, st.gate.data() + start(i) * F},
-          backend::MatmulTask{backend::Weight{v.up_type, v.up, H, F}, x, st.up.data() + start(i) * F}};
+          backend::MatmulTask{v.gate_weight(H, F), x, st.gate.data() + start(i) * F},
+          backend::MatmulTask{v.up_weight(H, F), x, st.up.data() + start(i) * F}};
     };
     const auto down = [&](size_t i) {
       const ExpertView& v = st.wave_views[i];
-      return backend::MatmulTask{backend::Weight{v.down_type, v.down, F, H}, st.act.data() + start(i) * F,
+      return backend::MatmulTask{v.down_weight(H, F), st.act.data() + start(i) * F,
                                  st.down.data() + start(i) * H};
     };
     const auto activate = [&](size_t i) {

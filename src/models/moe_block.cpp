@@ -91,9 +91,9 @@ void run_swiglu_experts(backend::CpuBackend& be, ExpertProvider& experts, int mo
       const ExpertView v = leases.acquire(e);
       const size_t start = static_cast<size_t>(b.expert_start[static_cast<size_t>(e)]);
       backend::SwigluFfnTask& task = wave.tasks[i];
-      task.gate = backend::Weight{v.gate_type, v.gate, H, F};
-      task.up = backend::Weight{v.up_type, v.up, H, F};
-      task.down = backend::Weight{v.down_type, v.down, F, H};
+      task.gate = v.gate_weight(H, F);
+      task.up = v.up_weight(H, F);
+      task.down = v.down_weight(H, F);
       task.in_rows = b.entry_tokens.data() + start;
       task.out_rows = b.expert_entries.data() + start;
       task.n_rows = b.expert_count[static_cast<size_t>(e)];

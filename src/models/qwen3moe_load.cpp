@@ -21,7 +21,7 @@ Qwen3MoeModel::Qwen3MoeModel(const gguf::File& file, const LoadOptions& options)
                 kv_dim = static_cast<int64_t>(cfg_.n_head_kv) * hd;
   WeightLoader w(file, *backend_, "qwen3moe");
 
-  tok_embd_ = w.matrix("token_embd.weight", H, cfg_.n_vocab);
+  tok_embd_ = w.table("token_embd.weight", H, cfg_.n_vocab);
   output_norm_ = w.f32("output_norm.weight", {H});
   output_ = w.has("output.weight") ? w.matrix("output.weight", H, cfg_.n_vocab) : tok_embd_;
 

@@ -66,13 +66,24 @@ GgmlType WeightLoader::matmul_type(std::string_view name, std::initializer_list<
   return t.type;
 }
 
-backend::Weight WeightLoader::matrix(std::string_view name, int64_t n_in, int64_t n_out) {
+backend::Weight WeightLoader::table(std::string_view name, int64_t n_in, int64_t n_out) {
   const GgmlType type = matmul_type(name, {n_in, n_out});
   const gguf::TensorInfo& t = *file_.find_tensor(name);
   auto& bytes = storage_.emplace_back(t.nbytes);
   file_.read_tensor(t, bytes.data());
   bytes_ += t.nbytes;
   return backend::Weight{type, bytes.data(), n_in, n_out};
+}
+
+backend::Weight WeightLoader::matrix(std::string_view name, int64_t n_in, int64_t n_out) {
+  backend::Weight w = table(name, n_in, n_out);
+  const quant::RowPacking packing = quant::preferred_packing(w.type, n_out);
+  if (packing == quant::RowPacking::kQ4_0x16) {
+    std::vector<uint8_t> group(w.row_bytes() * quant::kQ4_0x16Rows);
+    quant::pack_q4_0x16_in_place(storage_.back().data(), n_out, n_in, group.data());
+    w.packing = packing;
+  }
+  return w;
 }
 
 const float* WeightLoader::f32(std::string_view name, std::initializer_list<int64_t> shape) {

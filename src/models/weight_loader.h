@@ -25,8 +25,11 @@ class WeightLoader {
   // The tensor's info after checking its shape (ggml order) and, when `types` is not empty, its type.
   const gguf::TensorInfo& check(std::string_view name, std::initializer_list<int64_t> shape,
                                 std::initializer_list<GgmlType> types = {}) const;
-  // A {n_in, n_out} matrix of a type the backend can multiply, loaded into RAM.
+  // A {n_in, n_out} matrix of a type the backend can multiply, loaded into RAM for matmul only: rows are
+  // repacked when the type has a faster layout (quant::preferred_packing: Q4_0 with whole 16-row groups).
   backend::Weight matrix(std::string_view name, int64_t n_in, int64_t n_out);
+  // The same in ggml's row layout, for a table whose rows are also looked up (token embeddings).
+  backend::Weight table(std::string_view name, int64_t n_in, int64_t n_out);
   // An F32 vector or matrix of the given shape, loaded into RAM.
   const float* f32(std::string_view name, std::initializer_list<int64_t> shape);
   // The first of the names that exists (for tensors with historical aliases), else the first name.

@@ -131,6 +131,10 @@ void write_experts(const gguf::File& src, const StorePlan& plan, const std::stri
     for (const auto& s : layer) max_slab = std::max(max_slab, s.slab_bytes);
   std::vector<uint8_t> records(static_cast<size_t>(per_batch) * L.record_bytes);
   std::vector<uint8_t> stage(static_cast<size_t>(per_batch) * max_slab);
+  uint64_t max_group = 0;
+  for (const auto& layer : plan.sources)
+    for (const auto& s : layer) max_group = std::max<uint64_t>(max_group, s.row_bytes * quant::kQ4_0x16Rows);
+  std::vector<uint8_t> group(max_group);
 
   Journal journal;
   journal.source = source;
@@ -164,10 +168,14 @@ void write_experts(const gguf::File& src, const StorePlan& plan, const std::stri
       src.read_range(s.tensor->file_offset + static_cast<uint64_t>(e0) * s.slab_bytes, n * s.slab_bytes,
                      stage.data());
       for (size_t i = 0; i < n; ++i)
-        for (const ExpertPart* p : s.parts)
-          std::memcpy(records.data() + i * L.record_bytes + p->offset,
+        for (const ExpertPart* p : s.parts) {
+          uint8_t* dst = records.data() + i * L.record_bytes + p->offset;
+          std::memcpy(dst,
                       stage.data() + i * s.slab_bytes + static_cast<uint64_t>(p->first_row) * s.row_bytes,
                       p->bytes);
+          if (p->packing == quant::RowPacking::kQ4_0x16)
+            quant::pack_q4_0x16_in_place(dst, p->n_out, p->n_in, group.data());
+        }
     }
     for (size_t i = 0; i < n; ++i)
       checksums.push_back(record_xxh3(records.data() + i * L.record_bytes, L.record_bytes));

@@ -25,6 +25,7 @@ Json part_to_json(const ExpertPart& p) {
   j["n_in"] = p.n_in;
   j["n_out"] = p.n_out;
   j["first_row"] = p.first_row;
+  j["packing"] = std::string(quant::row_packing_name(p.packing));
   j["offset"] = p.offset;
   j["bytes"] = p.bytes;
   return j;
@@ -44,6 +45,9 @@ ExpertPart part_from_json(const Json& j, const std::string& path) {
   p.n_in = json_i64(j, "n_in", path);
   p.n_out = json_i64(j, "n_out", path);
   p.first_row = json_i64(j, "first_row", path);
+  const std::string packing = json_string(j, "packing", path);
+  if (!quant::parse_row_packing(packing, p.packing))
+    fail("field '{}' is \"{}\", expected \"none\" or \"q4_0x16\"", join(path, "packing"), packing);
   p.offset = json_u64(j, "offset", path);
   p.bytes = json_u64(j, "bytes", path);
   return p;
@@ -62,6 +66,8 @@ void check_part(const ExpertPart& p, const Layout& layout, int layer, std::strin
   if (p.bytes != expect)
     fail("{}: {} bytes, but {} rows of {} {} values are {} bytes", what, p.bytes, p.n_out, p.n_in, tr.name,
          expect);
+  if (p.packing != quant::RowPacking::kNone && p.packing != quant::preferred_packing(p.type, p.n_out))
+    fail("{}: {} rows of {} cannot be stored {}", what, p.n_out, tr.name, quant::row_packing_name(p.packing));
   if (p.offset % kPartAlign != 0) fail("{}: offset {} is not a multiple of {}", what, p.offset, kPartAlign);
   if (p.offset > layout.record_bytes || p.bytes > layout.record_bytes - p.offset)
     fail("{}: bytes [{}, {}) run past the record size {}", what, p.offset, p.offset + p.bytes,

@@ -57,6 +57,7 @@ ExpertPart make_part(const gguf::TensorInfo& t, int64_t n_out, int64_t first_row
   p.n_out = n_out;
   p.first_row = first_row;
   p.bytes = ggml_row_bytes(t.type, t.ne[0]) * static_cast<uint64_t>(n_out);
+  p.packing = quant::preferred_packing(t.type, n_out);
   return p;
 }
 

@@ -12,8 +12,8 @@
 //   starting
 //                        at a 64-byte aligned offset inside the record, the record padded with zeros to a
 //                        multiple of 4096 bytes, so one O_DIRECT read of record_bytes at record_offset()
-//                        fetches one expert. The rows are the GGUF's bytes, unchanged (ggml block layout,
-//                        rows contiguous).
+//                        fetches one expert. The rows are the GGUF's bytes, either unchanged (ggml block
+//                        layout, rows contiguous) or repacked as the part's `packing` says.
 //   STORE/dense.bin      a GGUF file (alignment 4096) holding all metadata of the source and every tensor
 //   that
 //                        is not a routed-expert weight, so the trunk loads with the ordinary GGUF reader.
@@ -38,10 +38,12 @@
 #include <vector>
 
 #include "gguf/ggml_types.h"
+#include "quant/q4_0x16.h"
 
 namespace df::store {
 
-constexpr int kFormatVersion = 1;
+// 2: Q4_0 parts of whole 16-row groups are stored repacked (ExpertPart::packing).
+constexpr int kFormatVersion = 2;
 constexpr uint64_t kRecordAlign = 4096;
 constexpr uint64_t kPartAlign = 64;
 
@@ -63,6 +65,10 @@ struct ExpertPart {
                           // ffn_gate_up_exps {H, 2F, E}; 0 otherwise)
   uint64_t offset = 0;    // inside the record
   uint64_t bytes = 0;
+  // How the part's rows are laid out in the record: quant::preferred_packing(type, n_out) (Q4_0 with whole
+  // 16-row groups is repacked as Q4_0x16, the layout the CPU kernels read fastest; everything else is the
+  // GGUF's bytes unchanged).
+  quant::RowPacking packing = quant::RowPacking::kNone;
 };
 
 struct MoeLayerLayout {

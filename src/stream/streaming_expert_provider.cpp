@@ -114,7 +114,10 @@ models::ExpertView StreamingExpertProvider::acquire(int moe_layer, int expert) {
                             record + l.down.offset,
                             l.gate.type,
                             l.up.type,
-                            l.down.type};
+                            l.down.type,
+                            l.gate.packing,
+                            l.up.packing,
+                            l.down.packing};
 }
 
 void StreamingExpertProvider::release(int moe_layer, int expert) {

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels/vec_dot.h"
 #include "backend/cpu/thread_pool.h"
+#include "util/error.h"
 
 namespace df::backend::detail {
 
@@ -72,6 +73,22 @@ inline Tiling tile_product(int64_t n_out, int64_t rows, int64_t macs_per_row_tok
   t.row_block = round_up(ceil_div(n_out, n_blocks), align);
   t.n_blocks = ceil_div(n_out, t.row_block);
   return t;
+}
+
+// The gemm that reads w's layout.
+inline kernels::GemmFn gemm_of(const kernels::VecDotKernels& k, const Weight& w) {
+  return w.packed() ? k.packed_gemm : k.gemm;
+}
+
+// Row blocks of a task start at multiples of this: the kernels' 4-row tile, or a whole packed group.
+inline int64_t row_align(const Weight& w) { return w.packed() ? quant::kQ4_0x16Rows : 4; }
+
+// Throws df::Error for a row length the kernels cannot take, or a packing that does not fit the weight.
+inline void check_weight(const Weight& w) {
+  kernels::check_row_length(w.type, w.n_in);
+  if (w.packed() && w.packing != quant::preferred_packing(w.type, w.n_out))
+    fail("cpu backend: a {} weight of {} rows cannot be {}-packed", ggml_type_name(w.type), w.n_out,
+         quant::row_packing_name(w.packing));
 }
 
 // One SwiGLU output: ggml's scalar silu (x / (1 + e^-x)), then the product with up.

@@ -46,8 +46,9 @@ void quantize_rows(ThreadPool& pool, kernels::QuantizeFn quantize, const float* 
 void run_tile(const kernels::VecDotKernels& k, const Weight& w, const Tiling& t, int64_t task,
               const uint8_t* qx, size_t act_row, float* y) {
   const int64_t r0 = t.row_begin(task), c0 = t.token_begin(task);
-  k.gemm(w.row(r0), w.row_bytes(), t.row_end(task) - r0, qx + static_cast<size_t>(c0) * act_row, act_row,
-         t.token_end(task) - c0, w.n_in, y + c0 * w.n_out + r0, static_cast<size_t>(w.n_out));
+  detail::gemm_of(k, w)(w.row(r0), w.row_bytes(), t.row_end(task) - r0,
+                        qx + static_cast<size_t>(c0) * act_row, act_row, t.token_end(task) - c0, w.n_in,
+                        y + c0 * w.n_out + r0, static_cast<size_t>(w.n_out));
 }
 
 }  // namespace
@@ -65,13 +66,14 @@ void CpuBackend::matmul(const Weight& w, const float* x, int64_t rows, float* y,
   if (scratch.size() < need)
     fail("cpu backend: matmul scratch of {} bytes, {} needed ({} rows of {} {} values)", scratch.size(), need,
          rows, w.n_in, ggml_type_name(w.type));
-  kernels::check_row_length(w.type, w.n_in);
+  detail::check_weight(w);
   const kernels::VecDotKernels& k = kernels::vec_dot_kernels(w.type, level_);
   const size_t act_row = ggml_row_bytes(k.activation, w.n_in);
   quantize_rows(pool_, kernels::activation_quantizer(k.activation, level_), x, rows, w.n_in, scratch.data(),
                 act_row);
-  const Tiling t = detail::tile_product(w.n_out, rows, w.n_in, w.row_bytes(),
-                                        detail::task_macs(w.n_out * rows * w.n_in, pool_.size()), 4);
+  const Tiling t =
+      detail::tile_product(w.n_out, rows, w.n_in, w.row_bytes(),
+                           detail::task_macs(w.n_out * rows * w.n_in, pool_.size()), detail::row_align(w));
   pool_.run_tasks(t.tasks(), [&](int, int64_t task) { run_tile(k, w, t, task, scratch.data(), act_row, y); });
 }
 
@@ -92,7 +94,7 @@ void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Weight& w = tasks[i].w;
     if (!is_matmul_type(w.type)) fail("cpu backend: no matmul for weight type {}", ggml_type_name(w.type));
-    kernels::check_row_length(w.type, w.n_in);
+    detail::check_weight(w);
     p[i].k = &kernels::vec_dot_kernels(w.type, level_);
     p[i].act_row = ggml_row_bytes(p[i].k->activation, w.n_in);
     p[i].quantizes = true;
@@ -120,8 +122,8 @@ void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
   const int64_t target = detail::task_macs(total_macs, pool_.size());
   int64_t n_tasks = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
-    p[i].tiling =
-        detail::tile_product(tasks[i].w.n_out, rows, tasks[i].w.n_in, tasks[i].w.row_bytes(), target, 4);
+    p[i].tiling = detail::tile_product(tasks[i].w.n_out, rows, tasks[i].w.n_in, tasks[i].w.row_bytes(),
+                                       target, detail::row_align(tasks[i].w));
     p[i].first_task = n_tasks;
     n_tasks += p[i].tiling.tasks();
   }
@@ -134,6 +136,9 @@ void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
 }
 
 void CpuBackend::get_rows(const Weight& table, std::span<const int32_t> ids, float* out) {
+  if (table.packed())
+    fail("cpu backend: get_rows on a {} table: row lookups need the unpacked layout",
+         quant::row_packing_name(table.packing));
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= table.n_out)
       fail("token id {} is out of range (vocabulary of {})", ids[i], table.n_out);

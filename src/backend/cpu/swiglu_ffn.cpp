@@ -28,8 +28,10 @@ void check_shapes(std::span<const SwigluFfnTask> ffns, int64_t x_rows) {
   for (size_t f = 0; f < ffns.size(); ++f) {
     const SwigluFfnTask& b = ffns[f];
     const bool same = b.gate.type == a.gate.type && b.up.type == a.up.type && b.down.type == a.down.type &&
-                      b.gate.n_in == a.gate.n_in && b.gate.n_out == a.gate.n_out &&
-                      b.up.n_in == a.gate.n_in && b.up.n_out == a.gate.n_out && b.down.n_in == a.gate.n_out &&
+                      b.gate.packing == a.gate.packing && b.up.packing == a.up.packing &&
+                      b.down.packing == a.down.packing && b.gate.n_in == a.gate.n_in &&
+                      b.gate.n_out == a.gate.n_out && b.up.n_in == a.gate.n_in &&
+                      b.up.n_out == a.gate.n_out && b.down.n_in == a.gate.n_out &&
                       b.down.n_out == a.down.n_out;
     if (!same)
       fail(
@@ -54,12 +56,14 @@ void CpuBackend::swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x,
   check_shapes(ffns, x_rows);
   const SwigluFfnTask& first = ffns[0];
   const int64_t n_in = first.gate.n_in, n_ff = first.gate.n_out, n_out = first.down.n_out;
-  kernels::check_row_length(first.gate.type, n_in);
-  kernels::check_row_length(first.up.type, n_in);
-  kernels::check_row_length(first.down.type, n_ff);
+  detail::check_weight(first.gate);
+  detail::check_weight(first.up);
+  detail::check_weight(first.down);
   const kernels::VecDotKernels& kg = kernels::vec_dot_kernels(first.gate.type, level_);
   const kernels::VecDotKernels& ku = kernels::vec_dot_kernels(first.up.type, level_);
   const kernels::VecDotKernels& kd = kernels::vec_dot_kernels(first.down.type, level_);
+  const kernels::GemmFn gate_gemm = detail::gemm_of(kg, first.gate), up_gemm = detail::gemm_of(ku, first.up),
+                        down_gemm = detail::gemm_of(kd, first.down);
   const kernels::QuantizeFn quantize_g = kernels::activation_quantizer(kg.activation, level_);
   const kernels::QuantizeFn quantize_u = kernels::activation_quantizer(ku.activation, level_);
   const kernels::QuantizeFn quantize_h = kernels::activation_quantizer(kd.activation, level_);
@@ -85,11 +89,13 @@ void CpuBackend::swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x,
   const int64_t gate_up_target = detail::task_macs(entries * n_ff * 2 * n_in, threads);
   const int64_t down_target = detail::task_macs(entries * n_out * n_ff, threads);
   const auto gate_up_tiling = [&](size_t f) {
-    return detail::tile_product(n_ff, ffns[f].n_rows, 2 * n_in, first.gate.row_bytes() + first.up.row_bytes(),
-                                gate_up_target, h_block);
+    return detail::tile_product(
+        n_ff, ffns[f].n_rows, 2 * n_in, first.gate.row_bytes() + first.up.row_bytes(), gate_up_target,
+        std::max({h_block, detail::row_align(first.gate), detail::row_align(first.up)}));
   };
   const auto down_tiling = [&](size_t f) {
-    return detail::tile_product(n_out, ffns[f].n_rows, n_ff, first.down.row_bytes(), down_target, 4);
+    return detail::tile_product(n_out, ffns[f].n_rows, n_ff, first.down.row_bytes(), down_target,
+                                detail::row_align(first.down));
   };
   gate_up_at[0] = down_at[0] = 0;
   size_t per_thread = 0;
@@ -133,10 +139,10 @@ void CpuBackend::swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x,
     const int64_t entry0 = entry_at[f] + c0;
     float* g = thread_scratch_.data() + per_thread * static_cast<size_t>(thread);
     float* u = g + cols * len;
-    kg.gemm(ffn.gate.row(r0), ffn.gate.row_bytes(), len, qg + static_cast<size_t>(entry0) * qg_row, qg_row,
-            cols, n_in, g, static_cast<size_t>(len));
+    gate_gemm(ffn.gate.row(r0), ffn.gate.row_bytes(), len, qg + static_cast<size_t>(entry0) * qg_row, qg_row,
+              cols, n_in, g, static_cast<size_t>(len));
     const size_t u_row = shared_input ? qg_row : qu_row;
-    ku.gemm(ffn.up.row(r0), ffn.up.row_bytes(), len, qu + static_cast<size_t>(entry0) * u_row, u_row, cols,
+    up_gemm(ffn.up.row(r0), ffn.up.row_bytes(), len, qu + static_cast<size_t>(entry0) * u_row, u_row, cols,
             n_in, u, static_cast<size_t>(len));
     for (int64_t i = 0; i < cols * len; ++i) g[i] = detail::silu_mul(g[i], u[i]);
     const size_t segment = static_cast<size_t>(r0 / h_format.block_size) * h_format.type_size;
@@ -153,8 +159,9 @@ void CpuBackend::swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x,
     const int64_t r0 = t.row_begin(local), len = t.row_end(local) - r0;
     const int64_t c0 = t.token_begin(local), cols = t.token_end(local) - c0;
     float* o = thread_scratch_.data() + per_thread * static_cast<size_t>(thread);
-    kd.gemm(ffn.down.row(r0), ffn.down.row_bytes(), len, qh + static_cast<size_t>(entry_at[f] + c0) * qh_row,
-            qh_row, cols, n_ff, o, static_cast<size_t>(len));
+    down_gemm(ffn.down.row(r0), ffn.down.row_bytes(), len,
+              qh + static_cast<size_t>(entry_at[f] + c0) * qh_row, qh_row, cols, n_ff, o,
+              static_cast<size_t>(len));
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t row = ffn.out_rows ? ffn.out_rows[c0 + c] : c0 + c;
       std::memcpy(out + row * n_out + r0, o + c * len, static_cast<size_t>(len) * sizeof(float));

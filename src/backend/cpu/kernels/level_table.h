@@ -14,6 +14,8 @@ struct DotEntry {
 struct LevelTable {
   // Indexed by weight type.
   DotEntry f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, mxfp4;
+  // Q4_0 rows repacked as Q4_0x16 (quant/q4_0x16.h), against Q8_0.
+  GemmFn q4_0x16 = nullptr;
   // Indexed by activation format.
   QuantizeFn quantize_f16 = nullptr, quantize_q8_0 = nullptr, quantize_q8_1 = nullptr,
              quantize_q8_k = nullptr;

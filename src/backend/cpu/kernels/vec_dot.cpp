@@ -97,7 +97,13 @@ struct Resolved {
           from = lower(from);
           e = entry_of(table_of(from), w);
         }
-        kernels[static_cast<size_t>(level)][i] = {w, quant::vec_dot_type(w), from, e->dot, e->gemm};
+        VecDotKernels& k = kernels[static_cast<size_t>(level)][i];
+        k = {w, quant::vec_dot_type(w), from, e->dot, e->gemm, nullptr, SimdLevel::kScalar};
+        if (w == GgmlType::Q4_0) {
+          for (k.packed_level = level; table_of(k.packed_level).q4_0x16 == nullptr;)
+            k.packed_level = lower(k.packed_level);
+          k.packed_gemm = table_of(k.packed_level).q4_0x16;
+        }
       }
     }
   }

@@ -47,6 +47,11 @@ struct VecDotKernels {
   SimdLevel level;      // the level that implements them (lower than asked when a level has no kernel)
   DotFn dot;
   GemmFn gemm;
+  // The gemm over rows repacked for this type (quant/q4_0x16.h: Q4_0 only; nullptr for the others). Its w
+  // is the group holding the first row, w_stride the unpacked row bytes, rows a multiple of 16. Outputs
+  // equal those of gemm on the unpacked rows, bit for bit.
+  GemmFn packed_gemm;
+  SimdLevel packed_level;  // the level that implements packed_gemm
 };
 
 // Kernels of weight type w at a level: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4, all of

@@ -3,6 +3,7 @@
 #include "backend/cpu/kernels/x86_common.h"
 #include "backend/cpu/kernels/x86_float.h"
 #include "backend/cpu/kernels/x86_kquants.h"
+#include "backend/cpu/kernels/x86_q4_0x16.h"
 #include "backend/cpu/kernels/x86_q8_family.h"
 #include "backend/cpu/kernels/x86_quantize.h"
 
@@ -18,6 +19,7 @@ constexpr LevelTable make_table() {
   t.q4_1 = entry<Q8Kernel<Q4_1Format>>();
   t.q8_0 = entry<Q8Kernel<Q8_0Format>>();
   t.mxfp4 = entry<Q8Kernel<Mxfp4Format>>();
+  t.q4_0x16 = &Q4_0x16Kernel::gemm;
   t.q4_k = entry<KQuantKernel<Q4KFormat>>();
   t.q5_k = entry<KQuantKernel<Q5KFormat>>();
   t.q6_k = entry<KQuantKernel<Q6KFormat>>();
