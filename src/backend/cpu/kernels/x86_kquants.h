@@ -200,7 +200,8 @@ struct KQuantKernel {
     }
     KAct prepared[C];
     for (int64_t i = 0; i < nb; ++i) {
-      for (int r = 0; r < R; ++r) prefetch_span(w, (r + R) * w_stride + i * sizeof(WBlock), sizeof(WBlock));
+      for (int r = 0; r < R; ++r)
+        prefetch_span(w, (r + kPrefetchTiles * R) * w_stride + i * sizeof(WBlock), sizeof(WBlock));
       const BlockQ8_K* a[C];
       for (int c = 0; c < C; ++c) {
         a[c] = reinterpret_cast<const BlockQ8_K*>(act + c * act_stride) + i;

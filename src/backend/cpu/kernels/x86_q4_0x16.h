@@ -5,7 +5,8 @@
 // Per row and block the integer sum is exact (codes taken as q + 8 and 8 * sum(a) subtracted, as in
 // x86_q8_family.h), then (float(sumi) * d_w) * d_a is added to the row's sum in block order: the
 // reference's operations in the reference's order, so every output equals quant::vec_dot of the unpacked
-// row bit for bit.
+// row bit for bit. A group is one sequential stream of bytes, which the hardware prefetcher follows (about
+// 20 GB/s from DRAM on the dev VM, one thread); software prefetch hints measured no better.
 #include "backend/cpu/kernels/x86_common.h"
 #include "quant/q4_0x16.h"
 

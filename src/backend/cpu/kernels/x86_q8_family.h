@@ -333,7 +333,7 @@ struct Q8Kernel {
     int64_t i = 0;
     for (; i + 8 <= nb; i += 8) {
       for (int r = 0; r < R; ++r)
-        prefetch_span(w, (r + R) * w_stride + i * sizeof(WBlock), 8 * sizeof(WBlock));
+        prefetch_span(w, (r + kPrefetchTiles * R) * w_stride + i * sizeof(WBlock), 8 * sizeof(WBlock));
       group<R, C>(w + i * sizeof(WBlock), w_stride, a, 8, sum);
       for (int c = 0; c < C; ++c) a[c] += 8;
     }
