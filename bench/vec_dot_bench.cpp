@@ -19,6 +19,7 @@
 #include "backend/cpu/kernels/vec_dot.h"
 #include "quant/q4_0x16.h"
 #include "quant/quant.h"
+#include "util/huge_page_buffer.h"
 
 namespace {
 
@@ -76,11 +77,14 @@ void run_gemm(benchmark::State& state, GgmlType t, SimdLevel level, int64_t n, i
     q::pack_q4_0x16_in_place(w.data(), rows, n, group.data());
   }
   const df::kernels::GemmFn gemm = packed ? k.packed_gemm : k.gemm;
+  // On huge pages, as the engine holds its weights (util/huge_page_buffer.h).
+  df::HugePageBuffer wb(w.size(), "benchmark matrix");
+  std::memcpy(wb.data(), w.data(), w.size());
   const auto a = activations(k.activation, n, cols);
   std::vector<float> out(static_cast<size_t>(rows * cols));
   const size_t w_stride = df::ggml_row_bytes(t, n), a_stride = df::ggml_row_bytes(k.activation, n);
   for (auto _ : state) {
-    gemm(w.data(), w_stride, rows, a.data(), a_stride, cols, n, out.data(), static_cast<size_t>(rows));
+    gemm(wb.data(), w_stride, rows, a.data(), a_stride, cols, n, out.data(), static_cast<size_t>(rows));
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }

@@ -6,17 +6,17 @@
 namespace df::models {
 namespace {
 
-std::vector<uint8_t> read_whole(const gguf::File& file, const std::string& name, size_t expected) {
+HugePageBuffer read_whole(const gguf::File& file, const std::string& name, size_t expected) {
   const gguf::TensorInfo& t = file.require_tensor(name);
   if (t.nbytes != expected)
     fail("{}: tensor '{}' holds {} bytes, the expert layout needs {}", file.path(), name, t.nbytes, expected);
-  std::vector<uint8_t> bytes(expected);
+  HugePageBuffer bytes(expected, "resident experts");
   file.read_tensor(t, bytes.data());
   return bytes;
 }
 
 // Repacks each expert's n_out x n_in slab of `bytes` in place where a packing applies.
-quant::RowPacking pack_slabs(std::vector<uint8_t>& bytes, GgmlType type, int64_t n_in, int64_t n_out) {
+quant::RowPacking pack_slabs(HugePageBuffer& bytes, GgmlType type, int64_t n_in, int64_t n_out) {
   const quant::RowPacking packing = quant::preferred_packing(type, n_out);
   if (packing == quant::RowPacking::kQ4_0x16) {
     const size_t slab = ggml_row_bytes(type, n_in) * static_cast<size_t>(n_out);

@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "gguf/ggml_types.h"
 #include "quant/q4_0x16.h"
+#include "util/huge_page_buffer.h"
 
 namespace df::gguf {
 class File;
@@ -90,7 +91,7 @@ class ResidentExpertProvider final : public ExpertProvider {
  private:
   struct Layer {
     ExpertLayerLayout layout;
-    std::vector<uint8_t> gate, up, down;
+    HugePageBuffer gate, up, down;
     quant::RowPacking gate_packing = quant::RowPacking::kNone, up_packing = quant::RowPacking::kNone,
                       down_packing = quant::RowPacking::kNone;
   };

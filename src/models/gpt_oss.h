@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "models/gpt_oss_ops.h"
 #include "models/model.h"
+#include "util/huge_page_buffer.h"
 
 namespace df::models {
 
@@ -66,7 +67,7 @@ class GptOssModel final : public Model {
   int prefetch_lookahead_ = 1;
   // The CPU backend itself rather than the Backend interface: QKV and the experts use matmul_many.
   std::unique_ptr<backend::CpuBackend> backend_;
-  std::vector<std::vector<uint8_t>> storage_;
+  std::vector<HugePageBuffer> storage_;
   backend::Weight tok_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<Layer> layers_;  // every layer is a MoE layer: MoE index == model layer

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "models/model.h"
+#include "util/huge_page_buffer.h"
 
 namespace df::models {
 
@@ -58,7 +59,7 @@ class Qwen3MoeModel final : public Model {
   // The CPU backend itself rather than the Backend interface: the QKV and expert paths use its grouped ops
   // (matmul_many, swiglu_ffn), which backend.h does not declare.
   std::unique_ptr<backend::CpuBackend> backend_;
-  std::vector<std::vector<uint8_t>> storage_;
+  std::vector<HugePageBuffer> storage_;
   backend::Weight tok_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<Layer> layers_;  // every layer is a MoE layer: MoE index == model layer

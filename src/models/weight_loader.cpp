@@ -69,7 +69,7 @@ GgmlType WeightLoader::matmul_type(std::string_view name, std::initializer_list<
 backend::Weight WeightLoader::table(std::string_view name, int64_t n_in, int64_t n_out) {
   const GgmlType type = matmul_type(name, {n_in, n_out});
   const gguf::TensorInfo& t = *file_.find_tensor(name);
-  auto& bytes = storage_.emplace_back(t.nbytes);
+  auto& bytes = storage_.emplace_back(t.nbytes, "model weights");
   file_.read_tensor(t, bytes.data());
   bytes_ += t.nbytes;
   return backend::Weight{type, bytes.data(), n_in, n_out};
@@ -88,7 +88,7 @@ backend::Weight WeightLoader::matrix(std::string_view name, int64_t n_in, int64_
 
 const float* WeightLoader::f32(std::string_view name, std::initializer_list<int64_t> shape) {
   const gguf::TensorInfo& t = check(name, shape, {GgmlType::F32});
-  auto& bytes = storage_.emplace_back(t.nbytes);
+  auto& bytes = storage_.emplace_back(t.nbytes, "model weights");
   file_.read_tensor(t, bytes.data());
   bytes_ += t.nbytes;
   return reinterpret_cast<const float*>(bytes.data());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "util/huge_page_buffer.h"
 
 namespace df::gguf {
 class File;
@@ -39,13 +40,13 @@ class WeightLoader {
   GgmlType matmul_type(std::string_view name, std::initializer_list<int64_t> shape) const;
 
   size_t bytes_loaded() const { return bytes_; }
-  std::vector<std::vector<uint8_t>> take_storage() { return std::move(storage_); }
+  std::vector<HugePageBuffer> take_storage() { return std::move(storage_); }
 
  private:
   const gguf::File& file_;
   const backend::Backend& backend_;
   std::string arch_;
-  std::vector<std::vector<uint8_t>> storage_;
+  std::vector<HugePageBuffer> storage_;
   size_t bytes_ = 0;
 };
 

@@ -1,8 +1,11 @@
 #pragma once
 // The memory of every cache slot: one page-aligned mapping made once (O_DIRECT and registered buffers need
-// the alignment), touched only as slots fill, returned to the OS at destruction.
+// the alignment; it is 2 MiB-aligned with huge pages asked for, see util/huge_page_buffer.h), touched only as
+// slots fill, returned to the OS at destruction.
 #include <cstddef>
 #include <cstdint>
+
+#include "util/huge_page_buffer.h"
 
 namespace df::stream {
 
@@ -18,6 +21,7 @@ class SlotPool {
   uint64_t bytes() const { return bytes_; }
 
  private:
+  HugePageBuffer memory_;
   uint8_t* base_ = nullptr;
   uint64_t slot_bytes_ = 0;
   uint64_t bytes_ = 0;
