@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Memory read bandwidth of this machine (GB/s = 1e9 bytes/s): sum over a SIZE_MIB array with each thread count, best
 # of REPEATS passes. Compiles membw.c into bench/scripts/build/ on first use (gitignored).
-#   usage: membw.sh [--size-mib 1024] [--repeats 5] [--threads "1 2"]
+#   usage: membw.sh [--size-mib 1024] [--repeats 5] [--threads "1 2"] [--huge]
+# --huge: the array on transparent huge pages (how diskformer holds weights and its expert cache).
 set -euo pipefail
 
 size_mib=1024
@@ -12,7 +13,8 @@ while [[ $# -gt 0 ]]; do
         --size-mib) size_mib="$2"; shift 2 ;;
         --repeats) repeats="$2"; shift 2 ;;
         --threads) threads="$2"; shift 2 ;;
-        -h | --help) sed -n '2,4p' "$0"; exit 0 ;;
+        --huge) export HUGE=1; shift ;;
+        -h | --help) sed -n '2,5p' "$0"; exit 0 ;;
         *) echo "membw.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
