@@ -30,8 +30,9 @@ json inspect_json(const std::string& path) {
   return json::parse(r.out);
 }
 
+// What the store streams: blk.N.ffn_*_exps.weight; per-expert biases (gpt-oss) stay resident.
 bool is_expert_tensor(const std::string& name) {
-  return name.rfind("blk.", 0) == 0 && name.find("_exps.") != std::string::npos;
+  return name.rfind("blk.", 0) == 0 && name.ends_with("_exps.weight");
 }
 
 }  // namespace

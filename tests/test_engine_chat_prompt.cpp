@@ -4,6 +4,7 @@
 #include "engine/chat_prompt.h"
 #include "gguf/gguf.h"
 #include "golden_json.h"
+#include "util/error.h"
 
 using df::testing::golden_json;
 using df::testing::golden_path;
@@ -27,17 +28,33 @@ TEST_P(ChatPromptGolden, IdsEqualLlamaCpp) {
   auto tmpl = file.get_string("tokenizer.chat_template");
   ASSERT_TRUE(tmpl.has_value());
   auto j = golden_json(model);
+  // One builder for every case, as a chat uses it turn after turn: no state leaks from one render to the
+  // next.
+  const df::ChatPromptBuilder builder(tokenizer, tmpl);
   for (const auto& c : j["chat"]["cases"]) {
     SCOPED_TRACE(c["name"].get<std::string>());
-    auto p = df::build_chat_prompt(tokenizer, tmpl, messages_of(c["messages"]), c["add_generation_prompt"]);
+    auto p = builder.build(messages_of(c["messages"]), c["add_generation_prompt"]);
     EXPECT_EQ(p.text, c["prompt"].get<std::string>());
     EXPECT_EQ(p.ids, c["prompt_ids"].get<std::vector<int32_t>>());
+    EXPECT_EQ(
+        df::build_chat_prompt(tokenizer, tmpl, messages_of(c["messages"]), c["add_generation_prompt"]).ids,
+        p.ids);
   }
 }
 
+TEST(ChatPromptBuilder, ATemplateSyntaxErrorIsReportedWhenTheBuilderIsMade) {
+  auto file = df::gguf::File::open(golden_path("lfm2moe-tiny.gguf"));
+  auto tokenizer = df::tok::Tokenizer::from_gguf(file);
+  EXPECT_THROW(df::ChatPromptBuilder(tokenizer, std::string("{% for m in messages %}{{ m.content }}")),
+               df::Error);
+  const df::ChatPromptBuilder empty(tokenizer, std::string());  // empty: the fallback rendering
+  EXPECT_THROW(empty.build({}), df::Error);
+  EXPECT_TRUE(empty.build({{"user", "hi"}}).opens_reasoning);
+}
+
 INSTANTIATE_TEST_SUITE_P(Golden, ChatPromptGolden,
-                         ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16", "qwen3moe-tiny",
-                                           "gpt-oss-tiny"));
+                         ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16",
+                                           "qwen3moe-tiny", "gpt-oss-tiny"));
 
 // Without a template in the file, lfm2moe falls back to the seed's LFM2.5 rendering (what the real template
 // produces): explicit <|startoftext|>, earlier reasoning dropped, generation prompt opening <think>.

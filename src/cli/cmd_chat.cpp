@@ -29,6 +29,7 @@ void chat(const ChatFlags& f) {
   OpenedModel m = open_from_flags(f.model);
   const auto& info = m.model->info();
   const auto& tokenizer = *m.tokenizer;
+  const ChatPromptBuilder prompts(tokenizer, m.chat_template);  // parsed once, rendered every turn
   auto session_ptr = make_session(m, f.model.context_for(info.n_ctx_train));
   Session& session = *session_ptr;
   Sampler sampler(info.n_vocab, f.sampling.resolve());
@@ -40,7 +41,8 @@ void chat(const ChatFlags& f) {
   if (!f.system.empty()) messages.push_back({"system", f.system});
   const size_t first_turn = messages.size();
   std::fprintf(stderr, "%s: %s, %d layers, context %d. /reset clears the conversation, /exit quits.\n",
-               info.name.empty() ? "model" : info.name.c_str(), info.arch.c_str(), info.n_layer, session.n_ctx());
+               info.name.empty() ? "model" : info.name.c_str(), info.arch.c_str(), info.n_layer,
+               session.n_ctx());
   std::string line;
   while (true) {
     if (tty_in) std::fputs("> ", stdout);
@@ -57,7 +59,7 @@ void chat(const ChatFlags& f) {
     messages.push_back({"user", line});
     ChatPrompt prompt;
     try {
-      prompt = build_chat_prompt(tokenizer, m.chat_template, messages);
+      prompt = prompts.build(messages);
     } catch (const Error& e) {
       messages.pop_back();
       std::fprintf(stderr, "error: %s\n", e.what());
@@ -65,8 +67,10 @@ void chat(const ChatFlags& f) {
     }
     if (static_cast<int>(prompt.ids.size()) >= session.n_ctx()) {
       messages.pop_back();
-      std::fprintf(stderr, "error: the conversation (%zu tokens) no longer fits the context (%d): /reset or raise -c\n",
-                   prompt.ids.size(), session.n_ctx());
+      std::fprintf(
+          stderr,
+          "error: the conversation (%zu tokens) no longer fits the context (%d): /reset or raise -c\n",
+          prompt.ids.size(), session.n_ctx());
       continue;
     }
     bool reasoning = prompt.opens_reasoning;
@@ -101,8 +105,9 @@ void chat(const ChatFlags& f) {
     messages.push_back({"assistant", reply});
     if (f.stats) {
       const size_t decoded = r.tokens.empty() ? 0 : r.tokens.size() - 1;
-      std::fprintf(stderr, "[prompt %d new tokens (%d reused) %.2f tok/s, decode %.2f tok/s, %s]\n", r.prompt_tokens,
-                   session.stats().tokens_reused, r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0.0,
+      std::fprintf(stderr, "[prompt %d new tokens (%d reused) %.2f tok/s, decode %.2f tok/s, %s]\n",
+                   r.prompt_tokens, session.stats().tokens_reused,
+                   r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0.0,
                    r.decode_seconds > 0 ? static_cast<double>(decoded) / r.decode_seconds : 0.0,
                    stop_reason_name(r.reason));
     }

@@ -1,7 +1,8 @@
 // `diskformer inspect FILE.gguf`: what a GGUF holds and how much of it diskformer keeps resident. One report
 // is built as JSON (so --json and the human table can never disagree) and printed in either form. Works on
 // any architecture: everything is read generically from the metadata and the tensor table; routed experts are
-// the tensors named blk.N.*_exps.* (shared experts, *_shexp, are resident).
+// the tensors named blk.N.ffn_*_exps.weight, the ones the store streams (shared experts, *_shexp, and
+// per-expert biases are resident).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "gguf/gguf.h"
+#include "gguf/tensor_names.h"
 #include "util/error.h"
 
 namespace df::cli {
@@ -83,9 +85,7 @@ int layer_of(const std::string& name) {
   }
 }
 
-bool is_routed_expert(const std::string& name) {
-  return layer_of(name) >= 0 && name.find("_exps.") != std::string::npos;
-}
+bool is_routed_expert(const std::string& name) { return gguf::is_routed_expert_weight(name); }
 
 json tokenizer_report(const gguf::File& f) {
   json t = json::object();

@@ -12,11 +12,29 @@
 namespace df {
 
 struct ChatPrompt {
-  std::string text;             // the rendered prompt (after the BOS strip)
+  std::string text;  // the rendered prompt (after the BOS strip)
   std::vector<int32_t> ids;
-  bool opens_reasoning = false; // the generation prompt ends inside a <think> block
+  bool opens_reasoning = false;  // the generation prompt ends inside a <think> block
 };
 
+// One model's prompt builder: the template is parsed once (a chat renders it every turn). `tokenizer` must
+// outlive the builder.
+class ChatPromptBuilder {
+ public:
+  // Throws df::Error naming the line and column of a template syntax error. No template (or an empty one):
+  // the LFM2.5 fallback rendering.
+  ChatPromptBuilder(const tok::Tokenizer& tokenizer, const std::optional<std::string>& chat_template);
+
+  ChatPrompt build(const std::vector<ChatMessage>& messages, bool add_generation_prompt = true) const;
+
+ private:
+  const tok::Tokenizer& tokenizer_;
+  std::optional<ChatTemplate> template_;
+  std::string bos_text_;
+  ChatOptions options_;  // add_generation_prompt is set per call
+};
+
+// A builder for one prompt.
 ChatPrompt build_chat_prompt(const tok::Tokenizer& tokenizer, const std::optional<std::string>& chat_template,
                              const std::vector<ChatMessage>& messages, bool add_generation_prompt = true);
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "gguf/tensor_names.h"
 #include "store/ingest.h"
 #include "store/progress.h"
 #include "stream/cache_budget.h"
@@ -29,7 +30,8 @@ void describe_experts(gguf::File& dense, const store::Layout& layout) {
     t.n_dims = 3;
     t.ne = {p.n_in, rows, layout.n_expert, 1};
     t.type = p.type;
-    t.nbytes = ggml_row_bytes(p.type, p.n_in) * static_cast<uint64_t>(rows) * static_cast<uint64_t>(layout.n_expert);
+    t.nbytes =
+        ggml_row_bytes(p.type, p.n_in) * static_cast<uint64_t>(rows) * static_cast<uint64_t>(layout.n_expert);
     dense.add_external_tensor(std::move(t));
   };
   for (const auto& l : layout.layers) {
@@ -43,7 +45,7 @@ void describe_experts(gguf::File& dense, const store::Layout& layout) {
 uint64_t tensor_bytes(const gguf::File& f, bool experts) {
   uint64_t n = 0;
   for (const auto& t : f.tensors())
-    if ((t.name.find("_exps.") != std::string::npos) == experts) n += t.nbytes;
+    if (gguf::is_routed_expert_weight(t.name) == experts) n += t.nbytes;
   return n;
 }
 
@@ -65,8 +67,10 @@ OpenedModel open_model(const ModelSourceOptions& options) {
   std::error_code ec;
   if (!fs::exists(options.path, ec)) fail("model '{}' does not exist", options.path);
   const bool is_dir = fs::is_directory(options.path, ec);
-  if (options.resident && is_dir) fail("--resident needs a GGUF file, not the store directory '{}'", options.path);
-  if (!options.store_dir.empty() && is_dir) fail("--store is for a GGUF given with -m; '{}' is already a store", options.path);
+  if (options.resident && is_dir)
+    fail("--resident needs a GGUF file, not the store directory '{}'", options.path);
+  if (!options.store_dir.empty() && is_dir)
+    fail("--store is for a GGUF given with -m; '{}' is already a store", options.path);
 
   OpenedModel m;
   models::LoadOptions load;
@@ -104,7 +108,8 @@ OpenedModel open_model(const ModelSourceOptions& options) {
     co.io = stream::parse_io_mode(options.io);
     co.policy = stream::parse_policy(options.cache_policy);
     co.notice = notice;
-    const int top_k = static_cast<int>(m.file->get_int(m.file->architecture() + ".expert_used_count").value_or(0));
+    const int top_k =
+        static_cast<int>(m.file->get_int(m.file->architecture() + ".expert_used_count").value_or(0));
     if (top_k <= 0) fail("{}: missing or invalid {}.expert_used_count", dir, m.file->architecture());
     stream::BudgetRequest br;
     br.explicit_bytes = options.expert_cache_bytes;
@@ -121,8 +126,9 @@ OpenedModel open_model(const ModelSourceOptions& options) {
     m.cache_description = choice.description;
     m.prefill_chunk = stream::max_prefill_chunk(choice.slots, top_k, layout.n_expert, options.prefill_chunk);
     const store::Store& st = *m.store;
-    load.make_expert_provider = [&m, &st, co](const gguf::File&, const models::ExpertLayout& ml)
-        -> std::unique_ptr<models::ExpertProvider> {
+    load.make_expert_provider =
+        [&m, &st, co](const gguf::File&,
+                      const models::ExpertLayout& ml) -> std::unique_ptr<models::ExpertProvider> {
       stream::check_layout_matches(st.layout(), ml, st.dir());
       m.cache = std::make_unique<stream::ExpertCache>(stream::record_source_of(st), co);
       return std::make_unique<stream::StreamingExpertProvider>(*m.cache);
@@ -132,8 +138,8 @@ OpenedModel open_model(const ModelSourceOptions& options) {
   m.model = models::load_model(*m.file, load);
   m.tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_gguf(*m.file));
   if (static_cast<int>(m.tokenizer->n_vocab()) != m.model->info().n_vocab)
-    fail("{}: the vocabulary has {} tokens but the output layer has {} rows", options.path, m.tokenizer->n_vocab(),
-         m.model->info().n_vocab);
+    fail("{}: the vocabulary has {} tokens but the output layer has {} rows", options.path,
+         m.tokenizer->n_vocab(), m.model->info().n_vocab);
   m.chat_template = m.file->get_string("tokenizer.chat_template");
   return m;
 }

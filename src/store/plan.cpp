@@ -1,11 +1,11 @@
 #include "store/plan.h"
 
 #include <algorithm>
-#include <charconv>
 #include <map>
 #include <optional>
 #include <string_view>
 
+#include "gguf/tensor_names.h"
 #include "store/manifest.h"
 #include "util/error.h"
 
@@ -13,29 +13,7 @@ namespace df::store {
 
 namespace {
 
-enum class Kind { Gate, Up, Down, GateUp };
-
-struct ExpertName {
-  int layer;
-  Kind kind;
-};
-
-// "blk.<N>.ffn_<gate|up|down|gate_up>_exps.weight"
-std::optional<ExpertName> parse_expert_name(std::string_view name) {
-  constexpr std::string_view prefix = "blk.", suffix = "_exps.weight";
-  if (!name.starts_with(prefix) || !name.ends_with(suffix)) return std::nullopt;
-  name.remove_prefix(prefix.size());
-  name.remove_suffix(suffix.size());
-  int layer = 0;
-  auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), layer);
-  if (ec != std::errc() || p == name.data() || layer < 0) return std::nullopt;
-  std::string_view rest(p, static_cast<size_t>(name.data() + name.size() - p));
-  if (rest == ".ffn_gate") return ExpertName{layer, Kind::Gate};
-  if (rest == ".ffn_up") return ExpertName{layer, Kind::Up};
-  if (rest == ".ffn_down") return ExpertName{layer, Kind::Down};
-  if (rest == ".ffn_gate_up") return ExpertName{layer, Kind::GateUp};
-  return std::nullopt;
-}
+using gguf::ExpertTensorKind;
 
 uint64_t align_up(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
@@ -112,16 +90,16 @@ StorePlan plan_store(const gguf::File& src) {
   std::map<int, LayerTensors> by_layer;
   StorePlan plan;
   for (const auto& t : src.tensors()) {
-    auto name = parse_expert_name(t.name);
+    auto name = gguf::parse_expert_tensor_name(t.name);
     if (!name) {
       plan.dense.push_back(&t);
       continue;
     }
     LayerTensors& lt = by_layer[name->layer];
-    const gguf::TensorInfo** slot = name->kind == Kind::Gate   ? &lt.gate
-                                    : name->kind == Kind::Up   ? &lt.up
-                                    : name->kind == Kind::Down ? &lt.down
-                                                               : &lt.gate_up;
+    const gguf::TensorInfo** slot = name->kind == ExpertTensorKind::Gate   ? &lt.gate
+                                    : name->kind == ExpertTensorKind::Up   ? &lt.up
+                                    : name->kind == ExpertTensorKind::Down ? &lt.down
+                                                                           : &lt.gate_up;
     *slot = &t;
   }
   if (by_layer.empty())
