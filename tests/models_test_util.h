@@ -1,8 +1,8 @@
 #pragma once
-// Fixtures of the model tests on the golden tiny models (test_models_lfm2moe.cpp, _qwen3moe.cpp,
-// _gpt_oss.cpp): a heap-allocation counter for the decode path, the model file and its teacher-forced
-// prompt, batches run in chunks, a provider that records every call, and copies of the file with one edit
-// for the loader's errors.
+// Fixtures of the model tests on the golden tiny models (test_models_contract.cpp, _lfm2moe.cpp,
+// _qwen3moe.cpp, _gpt_oss.cpp): a heap-allocation counter for the decode path, the model file and its
+// teacher-forced prompt, batches run in chunks, a provider that records every call, and copies of the file
+// with one edit for the loader's errors.
 //
 // Include it from exactly one source file per test executable: it replaces the global operator new.
 #include <gtest/gtest.h>

@@ -1,21 +1,14 @@
-// qwen3moe behaviour that does not need llama.cpp's numbers: batching and decoding give the same logits,
-// prefetching never changes them, experts are reached only through the provider (once per layer per
-// batch), routing weights are renormalised softmax probabilities, and bad files or calls fail with
-// specific errors.
-//
-// Batching is asserted bit for bit, as for lfm2moe: every backend op computes a token's row with the same
-// code whatever the batch size (see test_models_lfm2moe.cpp).
+// qwen3moe-specific behaviour that does not need llama.cpp's numbers: the model info read from the GGUF keys,
+// routing weights that are renormalised softmax probabilities, and bad or edited files that fail with
+// specific errors or fall back as llama.cpp does. What every MoE architecture shares (batching, threads,
+// prefetching, the expert provider, bad calls) is in test_models_contract.cpp.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <functional>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <set>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "gguf/gguf.h"
 #include "models/model.h"
@@ -28,8 +21,6 @@ namespace {
 
 using test_util::expect_load_error;
 using test_util::load_error;
-using test_util::RecordingProvider;
-using test_util::run_chunks;
 
 const test_util::GoldenModel kTiny("qwen3moe-tiny", "qwen3moe");
 
@@ -54,63 +45,6 @@ TEST(Qwen3Moe, InfoFromTheGgufKeys) {
   const auto& cfg = dynamic_cast<Qwen3MoeModel&>(*m).config();
   EXPECT_EQ(cfg.n_ff_exp, 128);
   EXPECT_EQ(cfg.expert_weights_scale, 0.0f);
-}
-
-TEST(Qwen3Moe, ChunkedPrefillAndDecodeEqualOneBatchBitForBit) {
-  auto m = load_model(kTiny.file(), {});
-  const auto tokens = kTiny.teacher_forced_tokens();
-  const auto one = run_chunks(*m, tokens, tokens.size());
-  EXPECT_EQ(run_chunks(*m, tokens, 5), one);
-  EXPECT_EQ(run_chunks(*m, tokens, 1), one);
-
-  // Last-row logits of each forward equal the matching row of the batch.
-  const size_t V = static_cast<size_t>(m->info().n_vocab);
-  auto st = m->new_state(static_cast<int>(tokens.size()));
-  std::vector<float> last(V);
-  m->forward(*st, std::span<const int32_t>(tokens).first(10), last, false);
-  EXPECT_TRUE(std::equal(last.begin(), last.end(), one.begin() + 9 * V));
-  m->forward(*st, std::span<const int32_t>(tokens).subspan(10, 1), last, false);
-  EXPECT_TRUE(std::equal(last.begin(), last.end(), one.begin() + 10 * V));
-}
-
-TEST(Qwen3Moe, DecodeAllocatesNothingOnceWarm) {
-  LoadOptions threaded;
-  threaded.n_threads = 2;
-  auto m = load_model(kTiny.file(), threaded);
-  const auto tokens = kTiny.teacher_forced_tokens();
-  auto st = m->new_state(64);
-  std::vector<float> logits(static_cast<size_t>(m->info().n_vocab));
-  m->forward(*st, std::span<const int32_t>(tokens).first(8), logits, false);
-  m->forward(*st, std::span<const int32_t>(tokens).subspan(8, 1), logits, false);
-  g_allocations = 0;
-  g_counting = true;
-  for (size_t i = 9; i < 14; ++i)
-    m->forward(*st, std::span<const int32_t>(tokens).subspan(i, 1), logits, false);
-  g_counting = false;
-  EXPECT_EQ(g_allocations.load(), 0);
-  EXPECT_EQ(st->n_past, 14);
-}
-
-TEST(Qwen3Moe, ResetRestartsTheSequenceAndThreadsDoNotChangeResults) {
-  LoadOptions one, three;
-  one.n_threads = 1;
-  three.n_threads = 3;
-  auto m1 = load_model(kTiny.file(), one);
-  auto m3 = load_model(kTiny.file(), three);
-  const auto tokens = kTiny.teacher_forced_tokens();
-  const std::span<const int32_t> first(tokens.data(), 12);
-  const size_t V = static_cast<size_t>(m1->info().n_vocab);
-  std::vector<float> a(V), b(V), c(V);
-  auto st = m1->new_state(32);
-  m1->forward(*st, first, a, false);
-  st->reset();
-  EXPECT_EQ(st->n_past, 0);
-  m1->forward(*st, first, b, false);
-  EXPECT_EQ(a, b);
-  auto st3 = m3->new_state(32);
-  m3->forward(*st3, first, c, false);
-  EXPECT_EQ(a, c);
-  EXPECT_GT(st->bytes(), 0u);
 }
 
 // qwen3moe's weights are the softmax probabilities of the chosen experts renormalised to sum 1, in
@@ -139,107 +73,6 @@ TEST(Qwen3Moe, RoutingWeightsAreRenormalisedSoftmaxInSelectionOrder) {
     EXPECT_EQ(std::set<int32_t>(id, id + K).size(), static_cast<size_t>(K));
     EXPECT_NEAR(sum, 1.0, 1e-6) << "row " << r;
   }
-}
-
-TEST(Qwen3Moe, ExpertLayoutDescribesTheGgufTensors) {
-  RecordingProvider* rec = nullptr;
-  auto m = kTiny.load_recording(1, &rec);
-  ASSERT_NE(rec, nullptr);
-  ASSERT_EQ(rec->layout.layers.size(), 4u);
-  const ExpertLayerLayout& l = rec->layout.layers[2];
-  EXPECT_EQ(l.model_layer, 2);
-  EXPECT_EQ(l.n_expert, 16);
-  EXPECT_EQ(l.n_embd, 256);
-  EXPECT_EQ(l.n_ff, 128);
-  EXPECT_EQ(l.gate_name, "blk.2.ffn_gate_exps.weight");
-  EXPECT_EQ(l.up_name, "blk.2.ffn_up_exps.weight");
-  EXPECT_EQ(l.down_name, "blk.2.ffn_down_exps.weight");
-  EXPECT_EQ(l.gate_type, GgmlType::Q4_0);
-  EXPECT_EQ(l.down_type, GgmlType::Q4_0);
-  EXPECT_EQ(l.gate_bytes() * 16, kTiny.file().find_tensor(l.gate_name)->nbytes);
-}
-
-TEST(Qwen3Moe, EachChosenExpertIsAcquiredOncePerLayerPerBatch) {
-  RecordingProvider* rec = nullptr;
-  auto m = kTiny.load_recording(1, &rec);
-  ASSERT_NE(rec, nullptr);
-  const auto tokens = kTiny.teacher_forced_tokens();
-  const int T = 7, K = m->info().n_expert_used, n_moe = static_cast<int>(m->info().moe_layers.size());
-  auto st = m->new_state(T);
-  std::vector<float> logits(static_cast<size_t>(m->info().n_vocab));
-  ForwardCapture cap;
-  m->forward(*st, std::span<const int32_t>(tokens).first(T), logits, false, &cap);
-  ASSERT_EQ(cap.expert_ids.size(), static_cast<size_t>(n_moe * T * K));
-  EXPECT_EQ(rec->outstanding, 0);
-  size_t total = 0;
-  for (int l = 0; l < n_moe; ++l) {
-    std::set<int> chosen;
-    for (int i = 0; i < T * K; ++i) chosen.insert(cap.expert_ids[static_cast<size_t>(l * T * K + i)]);
-    EXPECT_GT(chosen.size(), static_cast<size_t>(K));  // 7 tokens do not all pick the same 4
-    for (int e : chosen) EXPECT_EQ((rec->acquired[{l, e}]), 1) << "layer " << l << " expert " << e;
-    total += chosen.size();
-    ASSERT_EQ(rec->announced[l].size(), 1u);
-    EXPECT_EQ(std::set<int>(rec->announced[l][0].begin(), rec->announced[l][0].end()), chosen);
-  }
-  EXPECT_EQ(rec->acquired.size(), total);  // nothing acquired that was not chosen
-}
-
-TEST(Qwen3Moe, PrefetchGuessesNeverChangeTheLogits) {
-  const auto tokens = kTiny.teacher_forced_tokens();
-  const std::span<const int32_t> prompt(tokens.data(), 20);
-  std::vector<std::vector<float>> results;
-  for (int lookahead : {0, 1, 2}) {
-    RecordingProvider* rec = nullptr;
-    auto m = kTiny.load_recording(lookahead, &rec);
-    const int n_moe = static_cast<int>(m->info().moe_layers.size());
-    const size_t V = static_cast<size_t>(m->info().n_vocab);
-    auto st = m->new_state(32);
-    std::vector<float> logits(prompt.size() * V), step(V);
-    m->forward(*st, prompt, logits, true);
-    // MoE layer l guesses layers l+1..l+lookahead, so layer j gets min(j, lookahead) guesses.
-    std::map<int, int> guesses;
-    for (const auto& [layer, ids] : rec->prefetches) {
-      ++guesses[layer];
-      EXPECT_FALSE(ids.empty());
-      EXPECT_LE(ids.size(), static_cast<size_t>(m->info().n_expert));
-      for (int32_t id : ids) EXPECT_TRUE(id >= 0 && id < m->info().n_expert);
-    }
-    for (int j = 0; j < n_moe; ++j)
-      EXPECT_EQ(guesses[j], std::min(j, lookahead)) << "lookahead " << lookahead;
-    const int32_t next = 77;
-    m->forward(*st, std::span<const int32_t>(&next, 1), step, false);
-    logits.insert(logits.end(), step.begin(), step.end());
-    results.push_back(std::move(logits));
-  }
-  EXPECT_EQ(results[1], results[0]);
-  EXPECT_EQ(results[2], results[0]);
-}
-
-TEST(Qwen3Moe, ForwardRejectsBadCalls) {
-  auto m = load_model(kTiny.file(), {});
-  auto other = load_model(kTiny.file(), {});
-  const size_t V = static_cast<size_t>(m->info().n_vocab);
-  auto st = m->new_state(4);
-  std::vector<float> logits(V);
-  const std::vector<int32_t> ok = {1, 2}, bad = {1, 2048}, neg = {-1}, five = {1, 2, 3, 4, 5};
-  auto expect_error = [](const std::function<void()>& f, const std::string& what) {
-    try {
-      f();
-      ADD_FAILURE() << "no error, expected one containing '" << what << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
-  expect_error([&] { m->forward(*st, {}, logits, false); }, "at least one token");
-  expect_error([&] { m->forward(*st, bad, logits, false); }, "token id 2048 is out of range");
-  expect_error([&] { m->forward(*st, neg, logits, false); }, "token id -1 is out of range");
-  expect_error([&] { m->forward(*st, five, logits, false); }, "context full");
-  expect_error([&] { m->forward(*st, ok, logits, true); }, "logits buffer holds");
-  expect_error([&] { other->forward(*st, ok, logits, false); }, "another model");
-  expect_error([&] { m->new_state(0); }, "context size 0");
-  EXPECT_EQ(st->n_past, 0);  // nothing ran
-  m->forward(*st, ok, logits, false);
-  EXPECT_EQ(st->n_past, 2);
 }
 
 // ---- files that differ from qwen3moe-tiny in one place ----
