@@ -7,10 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
 #include "models/gpt_oss_ops.h"
-#include "models/model.h"
-#include "util/huge_page_buffer.h"
+#include "models/moe_model_base.h"
 
 namespace df::models {
 
@@ -30,16 +28,14 @@ struct GptOssConfig {
 // layer, head size == rope.dimension_count, a positive window, a RoPE scaling this engine implements.
 GptOssConfig gpt_oss_config(const gguf::File& file);
 
-class GptOssModel final : public Model {
+class GptOssModel final : public MoeModelBase {
  public:
   GptOssModel(const gguf::File& file, const LoadOptions& options);
 
-  const ModelInfo& info() const override { return info_; }
   const GptOssConfig& config() const { return cfg_; }
   std::unique_ptr<ModelState> new_state(int n_ctx) override;
   void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits, bool all_rows,
                ForwardCapture* capture = nullptr) override;
-  ExpertProvider& experts() override { return *experts_; }
 
   struct Layer {
     const float* attn_norm = nullptr;
@@ -60,20 +56,9 @@ class GptOssModel final : public Model {
   void run_experts(State& st, int il, size_t n_used);
   void route(State& st, const Layer& l, const float* x, int64_t T, float* xn, float* router_logits,
              int32_t* ids, float* weights);
-  void matmul(State& st, const backend::Weight& w, const float* x, int64_t rows, float* y);
 
   GptOssConfig cfg_;
-  ModelInfo info_;
-  int prefetch_lookahead_ = 1;
-  // The CPU backend itself rather than the Backend interface: QKV and the experts use matmul_many.
-  std::unique_ptr<backend::CpuBackend> backend_;
-  std::vector<HugePageBuffer> storage_;
-  backend::Weight tok_embd_, output_;
-  const float* output_norm_ = nullptr;
   std::vector<Layer> layers_;  // every layer is a MoE layer: MoE index == model layer
-  ExpertLayout expert_layout_;
-  std::unique_ptr<ExpertProvider> experts_;
-  size_t max_act_row_bytes_ = 0;
 };
 
 std::unique_ptr<Model> load_gpt_oss(const gguf::File& file, const LoadOptions& options);

@@ -3,20 +3,15 @@
 // The per-expert biases are small ({n_ff or n_embd} floats per expert) and stay resident with the trunk.
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "gguf/gguf.h"
 #include "models/gpt_oss.h"
 #include "models/model_common.h"
 #include "models/weight_loader.h"
-#include "util/error.h"
 
 namespace df::models {
 
 GptOssModel::GptOssModel(const gguf::File& file, const LoadOptions& options)
-    : cfg_(gpt_oss_config(file)),
-      prefetch_lookahead_(std::max(0, options.prefetch_lookahead)),
-      backend_(std::make_unique<backend::CpuBackend>(options.n_threads)) {
+    : MoeModelBase(options), cfg_(gpt_oss_config(file)) {
   const int64_t H = cfg_.n_embd, hd = cfg_.head_dim, E = cfg_.n_expert, F = cfg_.n_ff_exp;
   const int64_t q_dim = static_cast<int64_t>(cfg_.n_head) * hd,
                 kv_dim = static_cast<int64_t>(cfg_.n_head_kv) * hd;
@@ -49,17 +44,12 @@ GptOssModel::GptOssModel(const gguf::File& file, const LoadOptions& options)
 
     expert_layout_.layers.push_back(expert_layer_layout(w, il, cfg_.n_expert, H, F));
   }
-  storage_ = w.take_storage();
 
   // Activation scratch is sized once for the widest row any single matmul quantizes.
   ActRowBytes act_row(*backend_);
-  act_row.add(output_);
   for (const Layer& l : layers_)
     for (const backend::Weight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router}) act_row.add(*m);
-  act_row.add(expert_layout_);
-  max_act_row_bytes_ = act_row.bytes();
-
-  experts_ = make_expert_provider(file, options, expert_layout_);
+  finish_load(file, options, w, act_row);
 
   info_ = moe_model_info("gpt-oss", cfg_, expert_layout_,
                          std::vector<bool>(static_cast<size_t>(cfg_.n_layer), true), cfg_.rope.freq_base);

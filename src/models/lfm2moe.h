@@ -6,9 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
-#include "models/model.h"
-#include "util/huge_page_buffer.h"
+#include "models/moe_model_base.h"
 
 namespace df::models {
 
@@ -28,16 +26,14 @@ struct Lfm2MoeConfig {
 // on: sigmoid gating, one KV head count for every attention layer, consistent head sizes.
 Lfm2MoeConfig lfm2moe_config(const gguf::File& file);
 
-class Lfm2MoeModel final : public Model {
+class Lfm2MoeModel final : public MoeModelBase {
  public:
   Lfm2MoeModel(const gguf::File& file, const LoadOptions& options);
 
-  const ModelInfo& info() const override { return info_; }
   const Lfm2MoeConfig& config() const { return cfg_; }
   std::unique_ptr<ModelState> new_state(int n_ctx) override;
   void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits, bool all_rows,
                ForwardCapture* capture = nullptr) override;
-  ExpertProvider& experts() override { return *experts_; }
 
   struct Layer {
     const float* attn_norm = nullptr;
@@ -64,21 +60,9 @@ class Lfm2MoeModel final : public Model {
   void route(State& st, const Layer& layer, int64_t T, float* xn, float* logits, int32_t* ids,
              float* weights);
   backend::RouterParams router_params(const Layer& layer) const;
-  void matmul(State& st, const backend::Weight& w, const float* x, int64_t rows, float* y);
 
   Lfm2MoeConfig cfg_;
-  ModelInfo info_;
-  int prefetch_lookahead_ = 1;
-  // The CPU backend itself rather than the Backend interface: the MoE and QKV paths use its grouped ops
-  // (matmul_many, swiglu_ffn), which backend.h does not declare yet.
-  std::unique_ptr<backend::CpuBackend> backend_;
-  std::vector<HugePageBuffer> storage_;
-  backend::Weight tok_embd_, output_;
-  const float* output_norm_ = nullptr;
   std::vector<Layer> layers_;
-  ExpertLayout expert_layout_;
-  std::unique_ptr<ExpertProvider> experts_;
-  size_t max_act_row_bytes_ = 0;
 };
 
 std::unique_ptr<Model> load_lfm2moe(const gguf::File& file, const LoadOptions& options);

@@ -7,7 +7,6 @@
 #include "models/model_common.h"
 #include "models/moe_block.h"
 #include "models/sequence_state.h"
-#include "util/error.h"
 
 namespace df::models {
 
@@ -38,12 +37,8 @@ class Qwen3MoeModel::State final : public MoeSequenceState {
 };
 
 std::unique_ptr<ModelState> Qwen3MoeModel::new_state(int n_ctx) {
-  if (n_ctx < 1) fail("qwen3moe: context size {} must be at least 1", n_ctx);
+  check_n_ctx(n_ctx);
   return std::make_unique<State>(*this, n_ctx);
-}
-
-void Qwen3MoeModel::matmul(State& st, const backend::Weight& w, const float* x, int64_t rows, float* y) {
-  backend_->matmul(w, x, rows, y, st.trunk.scratch);
 }
 
 backend::RouterParams Qwen3MoeModel::router_params() const {
@@ -59,15 +54,10 @@ backend::RouterParams Qwen3MoeModel::router_params() const {
 
 void Qwen3MoeModel::forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits,
                             bool all_rows, ForwardCapture* capture) {
-  auto* st = dynamic_cast<State*>(&state);
-  if (!st || st->model_ != this) fail("qwen3moe: forward() was given a state made by another model");
-  check_forward_args("qwen3moe", *st, tokens, logits, all_rows, cfg_.n_vocab);
-
+  State& st = forward_state<State>(state, tokens, logits, all_rows);
   const int64_t T = static_cast<int64_t>(tokens.size());
-  st->reserve(T);
-  run_trunk(*backend_, TrunkWeights{tok_embd_, output_norm_, cfg_.eps, output_}, st->trunk, *st, tokens,
-            logits, all_rows, cfg_.n_layer, cfg_.n_embd, expert_layout_.layers.size(), cfg_.n_expert_used,
-            capture, [&](int il) { run_layer(*st, il, T, capture); });
+  st.reserve(T);
+  forward_trunk(st, tokens, logits, all_rows, capture, [&](int il) { run_layer(st, il, T, capture); });
 }
 
 void Qwen3MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* capture) {

@@ -6,9 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
-#include "models/model.h"
-#include "util/huge_page_buffer.h"
+#include "models/moe_model_base.h"
 
 namespace df::models {
 
@@ -25,16 +23,14 @@ struct Qwen3MoeConfig {
 // layer, key_length == value_length == rope.dimension_count (llama.cpp asserts all three equal).
 Qwen3MoeConfig qwen3moe_config(const gguf::File& file);
 
-class Qwen3MoeModel final : public Model {
+class Qwen3MoeModel final : public MoeModelBase {
  public:
   Qwen3MoeModel(const gguf::File& file, const LoadOptions& options);
 
-  const ModelInfo& info() const override { return info_; }
   const Qwen3MoeConfig& config() const { return cfg_; }
   std::unique_ptr<ModelState> new_state(int n_ctx) override;
   void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits, bool all_rows,
                ForwardCapture* capture = nullptr) override;
-  ExpertProvider& experts() override { return *experts_; }
 
   struct Layer {
     const float* attn_norm = nullptr;
@@ -51,21 +47,9 @@ class Qwen3MoeModel final : public Model {
   void run_moe(State& st, int il, int64_t T, ForwardCapture* capture);
   void route(State& st, int il, int64_t T, float* xn, float* logits, int32_t* ids, float* weights);
   backend::RouterParams router_params() const;
-  void matmul(State& st, const backend::Weight& w, const float* x, int64_t rows, float* y);
 
   Qwen3MoeConfig cfg_;
-  ModelInfo info_;
-  int prefetch_lookahead_ = 1;
-  // The CPU backend itself rather than the Backend interface: the QKV and expert paths use its grouped ops
-  // (matmul_many, swiglu_ffn), which backend.h does not declare.
-  std::unique_ptr<backend::CpuBackend> backend_;
-  std::vector<HugePageBuffer> storage_;
-  backend::Weight tok_embd_, output_;
-  const float* output_norm_ = nullptr;
   std::vector<Layer> layers_;  // every layer is a MoE layer: MoE index == model layer
-  ExpertLayout expert_layout_;
-  std::unique_ptr<ExpertProvider> experts_;
-  size_t max_act_row_bytes_ = 0;
 };
 
 std::unique_ptr<Model> load_qwen3moe(const gguf::File& file, const LoadOptions& options);

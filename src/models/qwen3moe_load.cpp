@@ -2,20 +2,15 @@
 // then read into RAM; the routed experts are described to the expert provider, which loads them.
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "gguf/gguf.h"
 #include "models/model_common.h"
 #include "models/qwen3moe.h"
 #include "models/weight_loader.h"
-#include "util/error.h"
 
 namespace df::models {
 
 Qwen3MoeModel::Qwen3MoeModel(const gguf::File& file, const LoadOptions& options)
-    : cfg_(qwen3moe_config(file)),
-      prefetch_lookahead_(std::max(0, options.prefetch_lookahead)),
-      backend_(std::make_unique<backend::CpuBackend>(options.n_threads)) {
+    : MoeModelBase(options), cfg_(qwen3moe_config(file)) {
   const int64_t H = cfg_.n_embd, hd = cfg_.head_dim, E = cfg_.n_expert, F = cfg_.n_ff_exp;
   const int64_t q_dim = static_cast<int64_t>(cfg_.n_head) * hd,
                 kv_dim = static_cast<int64_t>(cfg_.n_head_kv) * hd;
@@ -41,17 +36,12 @@ Qwen3MoeModel::Qwen3MoeModel(const gguf::File& file, const LoadOptions& options)
 
     expert_layout_.layers.push_back(expert_layer_layout(w, il, cfg_.n_expert, H, F));
   }
-  storage_ = w.take_storage();
 
   // Activation scratch is sized once for the widest row any matmul quantizes.
   ActRowBytes act_row(*backend_);
-  act_row.add(output_);
   for (const Layer& l : layers_)
     for (const backend::Weight* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.router}) act_row.add(*m);
-  act_row.add(expert_layout_);
-  max_act_row_bytes_ = act_row.bytes();
-
-  experts_ = make_expert_provider(file, options, expert_layout_);
+  finish_load(file, options, w, act_row);
 
   info_ = moe_model_info("qwen3moe", cfg_, expert_layout_,
                          std::vector<bool>(static_cast<size_t>(cfg_.n_layer), true), cfg_.rope_theta);

@@ -1,0 +1,80 @@
+#pragma once
+// What the MoE architectures' models hold alike: the backend, the dense weights around the layers and their
+// storage, the routed experts' layout and provider, and the checks and trunk of new_state() and forward().
+// Each architecture derives from MoeModelBase and keeps its config, layers, State, layer code and loader.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "models/expert_provider.h"
+#include "models/model.h"
+#include "models/model_common.h"
+#include "models/sequence_state.h"
+#include "util/error.h"
+#include "util/huge_page_buffer.h"
+
+namespace df::models {
+
+class MoeModelBase : public Model {
+ public:
+  const ModelInfo& info() const override { return info_; }
+  ExpertProvider& experts() override { return *experts_; }
+
+ protected:
+  explicit MoeModelBase(const LoadOptions& options);
+
+  // new_state()'s check: df::Error when n_ctx < 1. Messages name the model by info_.arch, so these checks
+  // run only once the loader has set info_.
+  void check_n_ctx(int n_ctx) const;
+  // forward()'s checks before the state is touched: a State this model made (its model_ is this), then
+  // check_forward_args.
+  template <class State>
+  State& forward_state(ModelState& state, std::span<const int32_t> tokens, std::span<const float> logits,
+                       bool all_rows) const;
+  // run_trunk with this model's trunk weights and sizes.
+  template <class RunLayer>
+  void forward_trunk(MoeSequenceState& st, std::span<const int32_t> tokens, std::span<float> logits,
+                     bool all_rows, ForwardCapture* capture, RunLayer&& run_layer);
+  void matmul(MoeSequenceState& st, const backend::Weight& w, const float* x, int64_t rows, float* y) {
+    backend_->matmul(w, x, rows, y, st.trunk.scratch);
+  }
+  // The loader's steps once the layers are bound: the dense weights' storage taken from w, act_row (which
+  // holds the layers' matrices) widened by the head and the routed experts, and the expert provider made.
+  void finish_load(const gguf::File& file, const LoadOptions& options, WeightLoader& w, ActRowBytes& act_row);
+
+  ModelInfo info_;
+  int prefetch_lookahead_ = 1;
+  // The CPU backend itself rather than the Backend interface: the QKV and expert paths use its grouped ops
+  // (matmul_many, swiglu_ffn), which backend.h does not declare yet.
+  std::unique_ptr<backend::CpuBackend> backend_;
+  std::vector<HugePageBuffer> storage_;
+  backend::Weight tok_embd_, output_;
+  const float* output_norm_ = nullptr;
+  ExpertLayout expert_layout_;
+  std::unique_ptr<ExpertProvider> experts_;
+  size_t max_act_row_bytes_ = 0;
+};
+
+template <class State>
+State& MoeModelBase::forward_state(ModelState& state, std::span<const int32_t> tokens,
+                                   std::span<const float> logits, bool all_rows) const {
+  auto* st = dynamic_cast<State*>(&state);
+  if (!st || st->model_ != this) fail("{}: forward() was given a state made by another model", info_.arch);
+  check_forward_args(info_.arch, *st, tokens, logits, all_rows, info_.n_vocab);
+  return *st;
+}
+
+template <class RunLayer>
+void MoeModelBase::forward_trunk(MoeSequenceState& st, std::span<const int32_t> tokens,
+                                 std::span<float> logits, bool all_rows, ForwardCapture* capture,
+                                 RunLayer&& run_layer) {
+  run_trunk(*backend_, TrunkWeights{tok_embd_, output_norm_, info_.rms_eps, output_}, st.trunk, st, tokens,
+            logits, all_rows, info_.n_layer, info_.n_embd, expert_layout_.layers.size(), info_.n_expert_used,
+            capture, std::forward<RunLayer>(run_layer));
+}
+
+}  // namespace df::models
