@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <ostream>
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernels/cpu_features.h"
 #include "gguf/ggml_types.h"
 #include "gguf/gguf.h"
 #include "models/model.h"
@@ -132,6 +134,42 @@ TEST_P(MoeModelContract, ThreadCountDoesNotChangeResults) {
   }
   EXPECT_EQ(results[1], results[0]) << "2 threads";
   EXPECT_EQ(results[2], results[0]) << "3 threads";
+}
+
+// The scalar references, AVX2 and AVX-512 (whichever this CPU has) give the same bits end to end: every
+// kernel keeps its reference's operations and order, the Q4_0x16-packed ones included, so the SIMD level is
+// never a reason for two machines to disagree. The level is chosen by DF_SIMD when the model's backend is
+// made.
+TEST_P(MoeModelContract, EverySimdLevelGivesTheSameBits) {
+  const auto tokens = tiny().teacher_forced_tokens();
+  const std::span<const int32_t> prompt(tokens.data(), 24);
+  const char* saved = std::getenv("DF_SIMD");
+  const std::string restore = saved ? saved : "";
+  std::vector<std::pair<std::string, std::vector<float>>> results;
+  for (kernels::SimdLevel level : kernels::kAllSimdLevels) {
+    if (!kernels::simd_level_supported(level)) continue;
+    const std::string name(kernels::simd_level_name(level));
+    setenv("DF_SIMD", name.c_str(), 1);
+    auto m = load_model(tiny().file(), {});
+    const size_t V = static_cast<size_t>(m->info().n_vocab);
+    auto st = m->new_state(32);
+    std::vector<float> logits(prompt.size() * V), step(V);
+    m->forward(*st, prompt, logits, true);
+    for (size_t i = 24; i < 27; ++i) {
+      m->forward(*st, std::span<const int32_t>(tokens).subspan(i, 1), step, false);
+      logits.insert(logits.end(), step.begin(), step.end());
+    }
+    results.emplace_back(name, std::move(logits));
+  }
+  if (saved) {
+    setenv("DF_SIMD", restore.c_str(), 1);
+  } else {
+    unsetenv("DF_SIMD");
+  }
+  ASSERT_GE(results.size(), 1u);
+  EXPECT_EQ(results[0].first, "scalar");
+  for (size_t i = 1; i < results.size(); ++i)
+    EXPECT_EQ(results[i].second, results[0].second) << results[i].first << " against scalar";
 }
 
 TEST_P(MoeModelContract, ExpertLayoutDescribesTheGgufTensors) {
