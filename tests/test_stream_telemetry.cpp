@@ -78,6 +78,7 @@ TEST(StreamTelemetry, CountsAScriptedPatternExactly) {
     EXPECT_EQ(s.total.reads, 7u);
     EXPECT_EQ(s.total.bytes_read, 7 * rb);
     EXPECT_DOUBLE_EQ(s.hit_rate(), 2.0 / 7);
+    EXPECT_DOUBLE_EQ(s.cache_hit_rate(), 1.0 / 7);  // one of the two hits was a guess's record
     EXPECT_DOUBLE_EQ(s.bytes_per_token(), 7.0 * static_cast<double>(rb) / 3);
     EXPECT_DOUBLE_EQ(s.prefetch_precision(), 0.5);
     EXPECT_DOUBLE_EQ(s.prefetch_recall(), 1.0 / 7);
@@ -91,9 +92,11 @@ TEST(StreamTelemetry, CountsAScriptedPatternExactly) {
     EXPECT_EQ(j["layers"][1]["prefetch_hits"], 1);
     EXPECT_EQ(j["tokens"], 3);
     EXPECT_DOUBLE_EQ(j["prefetch_precision"].get<double>(), 0.5);
+    EXPECT_DOUBLE_EQ(j["cache_hit_rate"].get<double>(), 1.0 / 7);
 
     const std::string table = format_telemetry_table(s);
-    EXPECT_NE(table.find("hit rate 28.6%"), std::string::npos) << table;
+    EXPECT_NE(table.find("hit rate 28.6% (14.3% held by the cache, the rest read ahead)"), std::string::npos)
+        << table;
     EXPECT_NE(table.find("read-ahead precision 50.0% recall 14.3%"), std::string::npos) << table;
     EXPECT_NE(table.find("\n  all "), std::string::npos) << table;
 

@@ -49,7 +49,8 @@ bool drop_page_cache() {
 void bench(const BenchFlags& f) {
   if (f.n_prompt < 1 || f.n_decode < 1) fail("bench needs -p >= 1 prompt tokens and -n >= 1 decode tokens");
   if (f.cold && !drop_page_cache())
-    fmt::print(stderr, "note: --cold could not drop the page cache (needs root): the store may be served from RAM\n");
+    fmt::print(stderr,
+               "note: --cold could not drop the page cache (needs root): the store may be served from RAM\n");
   using clock = std::chrono::steady_clock;
   const auto t_load = clock::now();
   OpenedModel m = open_from_flags(f.model);
@@ -57,9 +58,11 @@ void bench(const BenchFlags& f) {
   const auto& info = m.model->info();
   const int n_ctx = f.n_prompt + f.n_decode + 1;
 
-  // A fixed prompt: deterministic ids spread over the vocabulary (the tokens' meaning does not matter for speed).
+  // A fixed prompt: deterministic ids spread over the vocabulary (the tokens' meaning does not matter for
+  // speed).
   std::vector<int32_t> prompt(static_cast<size_t>(f.n_prompt));
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(info.n_vocab));
+  for (size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(info.n_vocab));
 
   double prefill_s = 0, decode_s = 0;
   stream::TelemetrySnapshot prefill_tel, decode_tel;
@@ -86,12 +89,14 @@ void bench(const BenchFlags& f) {
   const double decode_tps = f.repeats * f.n_decode / decode_s;
   const uint64_t peak_rss = status_kib("VmHWM") * 1024;
   const uint64_t cache_bytes = m.cache ? m.cache->pool_bytes() : m.expert_bytes;
-  const int threads = f.model.threads > 0 ? f.model.threads : static_cast<int>(std::thread::hardware_concurrency());
+  const int threads =
+      f.model.threads > 0 ? f.model.threads : static_cast<int>(std::thread::hardware_concurrency());
 
   fmt::print("model        {} ({}, {} layers, {} experts top-{})\n", f.model.model, info.arch, info.n_layer,
              info.n_expert, info.n_expert_used);
-  fmt::print("memory       experts {} ({}), trunk {}, KV {}, peak RSS {}\n", stream::format_bytes(cache_bytes),
-             m.cache ? "cache" : "resident", stream::format_bytes(m.trunk_bytes), stream::format_bytes(kv_bytes),
+  fmt::print("memory       experts {} ({}), trunk {}, KV {}, peak RSS {}\n",
+             stream::format_bytes(cache_bytes), m.cache ? "cache" : "resident",
+             stream::format_bytes(m.trunk_bytes), stream::format_bytes(kv_bytes),
              stream::format_bytes(peak_rss));
   fmt::print("load         {:.2f} s\n", load_s);
   fmt::print("prefill      {} tokens: {:.2f} tok/s\n", f.n_prompt, prefill_tps);
@@ -120,6 +125,7 @@ void bench(const BenchFlags& f) {
     j["cold"] = f.cold;
     if (m.cache) {
       j["hit_rate"] = decode_tel.hit_rate();
+      j["cache_hit_rate"] = decode_tel.cache_hit_rate();
       j["bytes_per_token"] = decode_tel.bytes_per_token();
       j["io_wait_share"] = decode_tel.io_wait_share();
       j["read_bandwidth"] = decode_tel.read_bandwidth();
@@ -129,6 +135,7 @@ void bench(const BenchFlags& f) {
       j["decode_telemetry"] = stream::telemetry_json(decode_tel);
     } else {
       j["hit_rate"] = 1.0;
+      j["cache_hit_rate"] = 1.0;
       j["bytes_per_token"] = 0;
       j["io_wait_share"] = 0.0;
     }
@@ -140,7 +147,8 @@ void bench(const BenchFlags& f) {
 
 void register_bench(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
-  CLI::App* cmd = app.add_subcommand("bench", "time prefill and decode, with expert-cache telemetry and peak RSS");
+  CLI::App* cmd =
+      app.add_subcommand("bench", "time prefill and decode, with expert-cache telemetry and peak RSS");
   flags->model.add(cmd);
   cmd->add_option("-p,--n-prompt", flags->n_prompt, "prompt tokens")->capture_default_str();
   cmd->add_option("-n,--n-decode", flags->n_decode, "decoded tokens")->capture_default_str();

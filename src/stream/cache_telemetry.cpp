@@ -29,6 +29,11 @@ void LayerCounters::add(const LayerCounters& o) {
 double TelemetrySnapshot::hit_rate() const {
   return ratio(static_cast<double>(total.hits), static_cast<double>(total.accesses));
 }
+double TelemetrySnapshot::cache_hit_rate() const {
+  // prefetch_hits counts a subset of hits; the guard only keeps a broken counter from wrapping around.
+  const uint64_t held = total.hits >= total.prefetch_hits ? total.hits - total.prefetch_hits : 0;
+  return ratio(static_cast<double>(held), static_cast<double>(total.accesses));
+}
 double TelemetrySnapshot::bytes_per_token() const {
   return ratio(static_cast<double>(total.bytes_read), static_cast<double>(tokens));
 }
@@ -76,11 +81,12 @@ std::string format_telemetry_table(const TelemetrySnapshot& s) {
   for (size_t l = 0; l < s.layers.size(); ++l) row(std::to_string(l), s.layers[l]);
   row("all", s.total);
   out += fmt::format(
-      "hit rate {:.1f}%, {} read per token over {} tokens, read bandwidth {}/s, I/O wait {:.1f}% of step "
+      "hit rate {:.1f}% ({:.1f}% held by the cache, the rest read ahead), {} read per token over {} tokens, "
+      "read bandwidth {}/s, I/O wait {:.1f}% of step "
       "time, "
       "read-ahead precision {:.1f}% recall {:.1f}% ({} guesses dropped, {} cancelled), {} failed reads\n",
-      100 * s.hit_rate(), format_bytes(static_cast<uint64_t>(s.bytes_per_token())), s.tokens,
-      format_bytes(static_cast<uint64_t>(s.read_bandwidth())), 100 * s.io_wait_share(),
+      100 * s.hit_rate(), 100 * s.cache_hit_rate(), format_bytes(static_cast<uint64_t>(s.bytes_per_token())),
+      s.tokens, format_bytes(static_cast<uint64_t>(s.read_bandwidth())), 100 * s.io_wait_share(),
       100 * s.prefetch_precision(), 100 * s.prefetch_recall(), s.total.prefetch_dropped,
       s.total.prefetch_cancelled, s.total.read_failures);
   return out;

@@ -32,7 +32,10 @@ struct TelemetrySnapshot {
   uint64_t step_ns = 0;       // from record_step(): the time those tokens took
   uint64_t read_busy_ns = 0;  // wall time with at least one read in flight
 
+  // Demand acquisitions that needed no new read, read-ahead hits included (the prefetch did its job).
   double hit_rate() const;
+  // Those the cache already held without a guess bringing them: reuse across tokens alone.
+  double cache_hit_rate() const;
   double bytes_per_token() const;
   double read_bandwidth() const;      // bytes per second of read-busy time
   double io_wait_share() const;       // wait time / step time

@@ -27,6 +27,7 @@ nlohmann::json telemetry_json(const TelemetrySnapshot& s) {
           {"step_ns", s.step_ns},
           {"read_busy_ns", s.read_busy_ns},
           {"hit_rate", s.hit_rate()},
+          {"cache_hit_rate", s.cache_hit_rate()},
           {"bytes_per_token", s.bytes_per_token()},
           {"read_bandwidth_bytes_per_s", s.read_bandwidth()},
           {"io_wait_share", s.io_wait_share()},
