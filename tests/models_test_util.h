@@ -16,6 +16,7 @@
 #include <memory>
 #include <new>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -177,5 +178,34 @@ class GoldenModel {
   std::string name_, variant_prefix_;
   mutable std::unique_ptr<gguf::File> file_;
 };
+
+// Expert weights of a 9-token prefill that are normalised probabilities of the chosen experts: positive,
+// summing to 1, in descending order (the selection order, when nothing but the probabilities selects), k
+// distinct ids below n_expert, every MoE layer captured.
+inline void expect_normalised_weights_in_selection_order(const GoldenModel& tiny) {
+  auto m = load_model(tiny.file(), {});
+  const auto tokens = tiny.teacher_forced_tokens();
+  const int T = 9, K = m->info().n_expert_used, E = m->info().n_expert;
+  auto st = m->new_state(T);
+  std::vector<float> logits(static_cast<size_t>(m->info().n_vocab));
+  ForwardCapture cap;
+  m->forward(*st, std::span<const int32_t>(tokens).first(T), logits, false, &cap);
+  ASSERT_EQ(cap.expert_weights.size(), m->info().moe_layers.size() * static_cast<size_t>(T * K));
+  for (size_t r = 0; r < cap.expert_weights.size() / static_cast<size_t>(K); ++r) {
+    const float* w = cap.expert_weights.data() + r * static_cast<size_t>(K);
+    const int32_t* id = cap.expert_ids.data() + r * static_cast<size_t>(K);
+    double sum = 0;
+    for (int j = 0; j < K; ++j) {
+      sum += w[j];
+      EXPECT_GT(w[j], 0.0f);
+      if (j > 0) {
+        EXPECT_GE(w[j - 1], w[j]) << "row " << r;
+      }
+      EXPECT_TRUE(id[j] >= 0 && id[j] < E);
+    }
+    EXPECT_EQ(std::set<int32_t>(id, id + K).size(), static_cast<size_t>(K));
+    EXPECT_NEAR(sum, 1.0, 1e-6) << "row " << r;
+  }
+}
 
 }  // namespace df::models::test_util

@@ -60,29 +60,7 @@ TEST(GptOss, InfoFromTheGgufKeys) {
 // gpt-oss's weights are a softmax over the k chosen (biased) router logits: positive, summing to 1, in
 // descending order (the selection order), k distinct experts.
 TEST(GptOss, RoutingWeightsAreASoftmaxOverTheChosenInSelectionOrder) {
-  auto m = load_model(kTiny.file(), {});
-  const auto tokens = kTiny.teacher_forced_tokens();
-  const int T = 9, K = m->info().n_expert_used;
-  auto st = m->new_state(T);
-  std::vector<float> logits(static_cast<size_t>(m->info().n_vocab));
-  ForwardCapture cap;
-  m->forward(*st, std::span<const int32_t>(tokens).first(T), logits, false, &cap);
-  ASSERT_EQ(cap.expert_weights.size(), static_cast<size_t>(4 * T * K));
-  for (size_t r = 0; r < cap.expert_weights.size() / static_cast<size_t>(K); ++r) {
-    const float* w = cap.expert_weights.data() + r * static_cast<size_t>(K);
-    const int32_t* id = cap.expert_ids.data() + r * static_cast<size_t>(K);
-    double sum = 0;
-    for (int j = 0; j < K; ++j) {
-      sum += w[j];
-      EXPECT_GT(w[j], 0.0f);
-      if (j > 0) {
-        EXPECT_GE(w[j - 1], w[j]) << "row " << r;
-      }
-      EXPECT_TRUE(id[j] >= 0 && id[j] < 16);
-    }
-    EXPECT_EQ(std::set<int32_t>(id, id + K).size(), static_cast<size_t>(K));
-    EXPECT_NEAR(sum, 1.0, 1e-6) << "row " << r;
-  }
+  test_util::expect_normalised_weights_in_selection_order(kTiny);
 }
 
 // ---- files that differ from gpt-oss-tiny in one place ----
