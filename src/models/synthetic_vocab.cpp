@@ -7,6 +7,7 @@
 
 #include "models/synthetic_rng.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace df::models::synthetic {
 
@@ -38,24 +39,6 @@ const std::vector<SpecialToken> kQwenSpecials = {
     {"</tool_call>", kTokenUserDefined},   {"<think>", kTokenUserDefined},
     {"</think>", kTokenUserDefined},
 };
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 
 // Decodes one code point at s[i] (the corpus is valid UTF-8) and advances i.
 uint32_t next_code_point(std::string_view s, size_t& i) {

@@ -8,9 +8,9 @@
 #include <string_view>
 #include <vector>
 
-namespace df::jinja {
+#include "util/utf8.h"
 
-void append_utf8(std::string& out, char32_t cp);
+namespace df::jinja {
 
 // The text split into code points (invalid bytes stand alone, one per element).
 std::vector<std::string_view> utf8_chars(std::string_view s);

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "util/utf8.h"
+
 namespace df::tok {
 
 // Number of bytes a UTF-8 sequence announces by its lead byte, judged by the high nibble only (a
@@ -31,8 +33,6 @@ void decode_utf8(std::string_view bytes, std::vector<char32_t>& cps, std::vector
 // llama.cpp's decoding of vocabulary text: an ill-formed byte becomes U+FFFD and decoding resumes at the
 // next byte. Only continuation bits are checked (overlong forms decode to their value).
 std::vector<char32_t> decode_utf8_lenient(std::string_view bytes);
-
-void append_utf8(std::string& out, char32_t cp);
 
 // Character classes used by the pre-tokenizer regexes.
 enum CharClass : uint8_t {
