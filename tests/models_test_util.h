@@ -118,6 +118,27 @@ using MetaEdit = std::function<void(gguf::Writer&)>;
 // May change a tensor's spec and bytes; false drops the tensor.
 using TensorEdit = std::function<bool(gguf::TensorSpec&, std::vector<uint8_t>&)>;
 
+// TensorEdits for load-error tests: tensor `name` gets another shape or type, its data cut or grown to
+// match (the writer checks sizes), every other tensor unchanged.
+inline TensorEdit reshaped(std::string name, std::vector<int64_t> ne) {
+  return [name = std::move(name), ne = std::move(ne)](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
+    if (s.name == name) {
+      s.ne = ne;
+      bytes.resize(s.nbytes());
+    }
+    return true;
+  };
+}
+inline TensorEdit retyped(std::string name, GgmlType type) {
+  return [name = std::move(name), type](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
+    if (s.name == name) {
+      s.type = type;
+      bytes.resize(s.nbytes());
+    }
+    return true;
+  };
+}
+
 // One golden model (DF_GOLDEN_DIR/<name>.gguf and .json), opened once per process.
 class GoldenModel {
  public:

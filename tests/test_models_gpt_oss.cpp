@@ -83,24 +83,12 @@ TEST(GptOssLoad, MissingTensorsAreNamed) {
 }
 
 TEST(GptOssLoad, WrongShapeAndTypeNameExpectedAndFound) {
-  expect_load_error(kTiny.write_variant("shape", nullptr,
-                                        [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
-                                          if (s.name == "blk.1.ffn_up_exps.bias") {
-                                            s.ne = {128, 8};
-                                            bytes.resize(bytes.size() / 2);
-                                          }
-                                          return true;
-                                        }),
-                    "tensor 'blk.1.ffn_up_exps.bias' has shape {128, 8}, expected {128, 16}");
-  expect_load_error(kTiny.write_variant("type", nullptr,
-                                        [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
-                                          if (s.name == "blk.3.attn_sinks.weight") {
-                                            s.type = GgmlType::F16;
-                                            bytes.resize(bytes.size() / 2);
-                                          }
-                                          return true;
-                                        }),
-                    "tensor 'blk.3.attn_sinks.weight' has type F16, expected F32");
+  expect_load_error(
+      kTiny.write_variant("shape", nullptr, test_util::reshaped("blk.1.ffn_up_exps.bias", {128, 8})),
+      "tensor 'blk.1.ffn_up_exps.bias' has shape {128, 8}, expected {128, 16}");
+  expect_load_error(
+      kTiny.write_variant("type", nullptr, test_util::retyped("blk.3.attn_sinks.weight", GgmlType::F16)),
+      "tensor 'blk.3.attn_sinks.weight' has type F16, expected F32");
 }
 
 TEST(GptOssLoad, KeysOutsideWhatTheEngineImplementsAreRefused) {

@@ -68,13 +68,7 @@ TEST(Lfm2MoeLoad, MissingExpertTensorIsNamed) {
 
 TEST(Lfm2MoeLoad, WrongShapeNamesExpectedAndFound) {
   const auto path =
-      kTiny.write_variant("shape", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
-        if (s.name == "blk.5.attn_k_norm.weight") {
-          s.ne = {32};
-          bytes.resize(32 * sizeof(float));
-        }
-        return true;
-      });
+      kTiny.write_variant("shape", nullptr, test_util::reshaped("blk.5.attn_k_norm.weight", {32}));
   const std::string err = load_error(path);
   EXPECT_NE(err.find("tensor 'blk.5.attn_k_norm.weight' has shape {32}, expected {64}"), std::string::npos)
       << err;
@@ -82,13 +76,7 @@ TEST(Lfm2MoeLoad, WrongShapeNamesExpectedAndFound) {
 
 TEST(Lfm2MoeLoad, WrongTypeNamesExpectedAndFound) {
   const auto path =
-      kTiny.write_variant("type", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
-        if (s.name == "blk.0.attn_norm.weight") {
-          s.type = GgmlType::F16;
-          bytes.resize(bytes.size() / 2);
-        }
-        return true;
-      });
+      kTiny.write_variant("type", nullptr, test_util::retyped("blk.0.attn_norm.weight", GgmlType::F16));
   const std::string err = load_error(path);
   EXPECT_NE(err.find("tensor 'blk.0.attn_norm.weight' has type F16, expected F32"), std::string::npos) << err;
 }

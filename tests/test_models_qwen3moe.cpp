@@ -74,24 +74,12 @@ TEST(Qwen3MoeLoad, MissingTensorsAreNamed) {
 }
 
 TEST(Qwen3MoeLoad, WrongShapeAndTypeNameExpectedAndFound) {
-  expect_load_error(kTiny.write_variant("shape", nullptr,
-                                        [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
-                                          if (s.name == "blk.2.attn_k.weight") {
-                                            s.ne = {256, 64};
-                                            bytes.resize(bytes.size() / 2);
-                                          }
-                                          return true;
-                                        }),
-                    "tensor 'blk.2.attn_k.weight' has shape {256, 64}, expected {256, 128}");
-  expect_load_error(kTiny.write_variant("type", nullptr,
-                                        [](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
-                                          if (s.name == "blk.0.ffn_norm.weight") {
-                                            s.type = GgmlType::F16;
-                                            bytes.resize(bytes.size() / 2);
-                                          }
-                                          return true;
-                                        }),
-                    "tensor 'blk.0.ffn_norm.weight' has type F16, expected F32");
+  expect_load_error(
+      kTiny.write_variant("shape", nullptr, test_util::reshaped("blk.2.attn_k.weight", {256, 64})),
+      "tensor 'blk.2.attn_k.weight' has shape {256, 64}, expected {256, 128}");
+  expect_load_error(
+      kTiny.write_variant("type", nullptr, test_util::retyped("blk.0.ffn_norm.weight", GgmlType::F16)),
+      "tensor 'blk.0.ffn_norm.weight' has type F16, expected F32");
 }
 
 TEST(Qwen3MoeLoad, KeysOutsideWhatTheEngineImplementsAreRefused) {
