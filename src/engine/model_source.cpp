@@ -108,6 +108,7 @@ OpenedModel open_model(const ModelSourceOptions& options) {
     co.io = stream::parse_io_mode(options.io);
     co.policy = stream::parse_policy(options.cache_policy);
     co.notice = notice;
+    co.faults = options.faults;
     const int top_k =
         static_cast<int>(m.file->get_int(m.file->architecture() + ".expert_used_count").value_or(0));
     if (top_k <= 0) fail("{}: missing or invalid {}.expert_used_count", dir, m.file->architecture());

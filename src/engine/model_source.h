@@ -28,6 +28,7 @@ struct ModelSourceOptions {
   int n_ctx = 4096;        // for the memory reserve of the automatic budget
   int prefill_chunk = 64;  // wanted prefill chunk; the cache may need it smaller
   std::function<void(const std::string&)> notice;  // one-line notes for the user (stderr by default)
+  stream::FaultPlan faults;  // tests only: read faults injected below the expert cache of a store
 };
 
 struct OpenedModel {

@@ -15,6 +15,7 @@ void LayerCounters::add(const LayerCounters& o) {
   accesses += o.accesses;
   hits += o.hits;
   misses += o.misses;
+  prefetch_rounds += o.prefetch_rounds;
   prefetch_hits += o.prefetch_hits;
   prefetch_issued += o.prefetch_issued;
   prefetch_dropped += o.prefetch_dropped;

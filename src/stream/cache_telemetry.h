@@ -12,6 +12,7 @@ struct LayerCounters {
   uint64_t accesses = 0;         // demand acquisitions of an expert
   uint64_t hits = 0;             // ... that found it resident or already on its way (no new read)
   uint64_t misses = 0;           // ... that queued a demand read
+  uint64_t prefetch_rounds = 0;  // prefetch() calls naming this layer: one per guessing layer and step
   uint64_t prefetch_hits = 0;    // hits on a slot a guess had filled (or was filling): guesses that were used
   uint64_t prefetch_issued = 0;  // guesses that took a slot and queued a read
   uint64_t prefetch_dropped = 0;    // guesses that found no slot they were allowed to take

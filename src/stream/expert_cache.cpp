@@ -13,7 +13,7 @@
 namespace df::stream {
 namespace {
 
-uint64_t now_ns() {
+uint64_t steady_now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
@@ -92,6 +92,12 @@ std::string ExpertCache::describe() const {
                      format_bytes(pool_bytes()), policy_->name(), backend_->describe(),
                      file_->direct() ? "O_DIRECT" : "page cache");
 }
+
+uint64_t ExpertCache::clock_now() const { return options_.clock_ns ? options_.clock_ns() : steady_now_ns(); }
+
+const char* ExpertCache::policy_name() const { return policy_->name(); }
+bool ExpertCache::direct_io() const { return file_->direct(); }
+const char* ExpertCache::reader_name() const { return backend_->name(); }
 
 void ExpertCache::check_ids(int layer, std::span<const int32_t> ids, const char* what) const {
   const store::Layout& l = source_.layout;
@@ -182,9 +188,9 @@ int ExpertCache::demand_victim(std::unique_lock<std::mutex>& lock, int layer) {
   // Only slots being read can still make room: a guess nobody pinned, once it lands, becomes a victim.
   for (const Slot& s : slots_) {
     if (s.state == State::kReading && s.pins == 0) {
-      const uint64_t t0 = now_ns();
+      const uint64_t t0 = clock_now();
       done_cv_.wait(lock);
-      telemetry_.layer(layer).wait_ns += now_ns() - t0;
+      telemetry_.layer(layer).wait_ns += clock_now() - t0;
       return kRetry;
     }
   }
@@ -303,6 +309,7 @@ void ExpertCache::prefetch(int layer, std::span<const int32_t> ids) {
   {
     std::lock_guard lock(mu_);
     LayerCounters& c = telemetry_.layer(layer);
+    ++c.prefetch_rounds;
     for (int32_t id : ids) {
       const int key = key_of(layer, id);
       const int s = map_[static_cast<size_t>(key)];
@@ -335,9 +342,9 @@ const uint8_t* ExpertCache::wait(const ExpertHandle& h) {
     fail("expert cache wait: MoE layer {} expert {} is not acquired", h.layer, h.expert);
   Slot& s = slots_[static_cast<size_t>(h.slot)];
   if (s.state == State::kQueued || s.state == State::kReading) {
-    const uint64_t t0 = now_ns();
+    const uint64_t t0 = clock_now();
     done_cv_.wait(lock, [&] { return s.state != State::kQueued && s.state != State::kReading; });
-    telemetry_.layer(h.layer).wait_ns += now_ns() - t0;
+    telemetry_.layer(h.layer).wait_ns += clock_now() - t0;
   }
   if (s.state == State::kFailed) throw Error(s.error);
   return pool_->slot(static_cast<uint64_t>(h.slot));
@@ -433,7 +440,7 @@ bool ExpertCache::next_read(ReadJob& job, bool block, bool allow_guess) {
     if (guess) s = lists_.pop_front(kGuessQueue);
     if (s != SlotLists::kNone) {
       Slot& slot = slots_[static_cast<size_t>(s)];
-      const uint64_t now = now_ns();
+      const uint64_t now = clock_now();
       slot.state = State::kReading;
       slot.read_start_ns = now;
       if (in_flight_++ == 0) busy_since_ns_ = now;
@@ -480,7 +487,7 @@ void ExpertCache::read_done(const ReadJob& job, const ReadResult& result) {
     std::lock_guard lock(mu_);
     Slot& s = slots_[static_cast<size_t>(job.slot)];
     LayerCounters& c = telemetry_.layer(job.layer);
-    const uint64_t now = now_ns();
+    const uint64_t now = clock_now();
     ++c.reads;
     c.bytes_read += result.bytes_done;
     c.read_ns += now - s.read_start_ns;

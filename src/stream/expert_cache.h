@@ -46,6 +46,7 @@ struct ExpertCacheOptions {
   int pread_threads = 4;
   bool register_buffers = true;
   FaultPlan faults;                                // tests only
+  std::function<uint64_t()> clock_ns;              // tests only: the telemetry's clock (default: steady)
   std::function<void(const std::string&)> notice;  // one-line notices (fallbacks); unset: stderr
 };
 
@@ -88,6 +89,11 @@ class ExpertCache final : private ReadSink {
   const RecordSource& source() const { return source_; }
   // "455 slots x 4.50 MiB = 2.00 GiB, lru, io_uring depth 16, registered buffers, O_DIRECT".
   std::string describe() const;
+  // What actually runs (a request can fall back: O_DIRECT on a file system without it, io_uring where the
+  // kernel refuses it), so that callers and tests can tell that their settings took effect.
+  const char* policy_name() const;
+  bool direct_io() const;
+  const char* reader_name() const;  // "io_uring" or "pread"
 
   TelemetrySnapshot telemetry() const;
   void reset_telemetry();
@@ -124,6 +130,7 @@ class ExpertCache final : private ReadSink {
   void park(int slot);  // an unpinned slot whose read has finished goes where it may be evicted from
   std::string read_error(const ReadJob& job, const ReadResult& result) const;
   void wake_reader();
+  uint64_t clock_now() const;
 
   RecordSource source_;
   ExpertCacheOptions options_;

@@ -26,6 +26,7 @@ class PreadBackend final : public ReadBackend {
     for (auto& t : threads_) t.join();  // the cache's shutdown makes next_read return false
   }
   void wake() override {}  // the workers wait on the cache's own condition
+  const char* name() const override { return "pread"; }
   std::string describe() const override { return fmt::format("pread x{}", threads_.size()); }
 
  private:

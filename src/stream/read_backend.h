@@ -66,6 +66,7 @@ class ReadBackend {
   virtual ~ReadBackend() = default;
   virtual void wake() = 0;  // jobs were queued
   virtual std::string describe() const = 0;
+  virtual const char* name() const = 0;  // "io_uring" or "pread"
 };
 
 struct BackendSetup {

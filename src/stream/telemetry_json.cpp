@@ -7,6 +7,7 @@ nlohmann::json counters_json(const LayerCounters& c) {
   return {{"accesses", c.accesses},
           {"hits", c.hits},
           {"misses", c.misses},
+          {"prefetch_rounds", c.prefetch_rounds},
           {"prefetch_hits", c.prefetch_hits},
           {"prefetch_issued", c.prefetch_issued},
           {"prefetch_dropped", c.prefetch_dropped},

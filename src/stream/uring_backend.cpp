@@ -66,6 +66,7 @@ class UringBackend final : public ReadBackend {
     [[maybe_unused]] const ssize_t n = ::write(event_fd_, &one, sizeof one);
   }
 
+  const char* name() const override { return "io_uring"; }
   std::string describe() const override {
     return fmt::format("io_uring depth {}{}", depth_, slots_per_buffer_ ? ", registered buffers" : "");
   }
