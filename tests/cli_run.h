@@ -1,9 +1,11 @@
 #pragma once
 // Runs the diskformer binary (DF_BINARY) through the shell and captures its output and exit status.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 namespace df::testing {
@@ -28,6 +30,26 @@ inline CliResult run_shell(const std::string& args, const char* stderr_to) {
   int st = ::pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+// stdout and stderr apart (stderr through a file beside the test's scratch files).
+struct CliSplitResult {
+  int status = -1;
+  std::string out, err;
+};
+inline CliSplitResult run_cli_split(const std::string& args) {
+  const std::string err_path = std::string(DF_TEST_TMP) + "/stderr-" + std::to_string(::getpid()) + ".txt";
+  std::filesystem::create_directories(DF_TEST_TMP);
+  CliResult r = run_shell(args, err_path.c_str());
+  CliSplitResult s{r.status, std::move(r.out), {}};
+  if (FILE* f = std::fopen(err_path.c_str(), "rb")) {
+    std::array<char, 4096> buf{};
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) s.err.append(buf.data(), n);
+    std::fclose(f);
+  }
+  std::remove(err_path.c_str());
+  return s;
 }
 
 // stdout and stderr together.

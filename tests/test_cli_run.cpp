@@ -41,15 +41,16 @@ TEST(CliRun, GreedyIdsEqualLlamaCppOnTheF16Model) {
   for (const auto& g : j["generation"]) {
     SCOPED_TRACE(g["name"].get<std::string>());
     auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
-    auto r = run_cli_stdout("run -m " + golden_path("lfm2moe-tiny-f16.gguf") + " --prompt-ids " + join(prompt, ",") +
-                            " -n 32 --temp 0 --ignore-eos --print-ids -t 2");
+    auto r = run_cli_stdout("run -m " + golden_path("lfm2moe-tiny-f16.gguf") + " --prompt-ids " +
+                            join(prompt, ",") + " -n 32 --temp 0 --ignore-eos --print-ids -t 2");
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_EQ(parse_ids(r.out), g["generated_ids"].get<std::vector<int32_t>>());
   }
 }
 
 TEST(CliRun, TextPromptStreamsText) {
-  const std::string args = "run -m " + golden_path("lfm2moe-tiny.gguf") + " -p 'Hello world' -n 8 --temp 0.7 --seed 3";
+  const std::string args =
+      "run -m " + golden_path("lfm2moe-tiny.gguf") + " -p 'Hello world' -n 8 --temp 0.7 --seed 3";
   auto r = run_cli_stdout(args);
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.rfind("Hello world", 0), 0u) << r.out;  // the prompt is echoed first
@@ -60,9 +61,34 @@ TEST(CliRun, TextPromptStreamsText) {
   EXPECT_EQ(r.out, again.out);  // same seed, same text
 }
 
+// --chat renders -p (and --system) through the GGUF's template exactly as llama.cpp does: the prompt ids
+// equal the golden chat cases', and generation starts from them (the ids produced equal those of the same
+// prompt given as ids).
 TEST(CliRun, ChatModeRendersTheTemplate) {
-  auto r = run_cli("run -m " + golden_path("lfm2moe-tiny.gguf") + " --chat -p 'What is 2+2?' -n 4 --temp 0");
-  EXPECT_EQ(r.status, 0) << r.out;
+  for (const char* model : {"lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny"}) {
+    const auto j = golden_json(model);
+    for (const auto& c : j["chat"]["cases"]) {
+      const std::string name = c["name"];
+      if (name != "single_user" && name != "system_user") continue;
+      SCOPED_TRACE(std::string(model) + " " + name);
+      const auto& msgs = c["messages"];
+      std::string args = "run -m " + golden_path(std::string(model) + ".gguf") +
+                         " --chat -n 4 --temp 0 --ignore-eos --print-ids";
+      if (name == "system_user") args += " --system '" + msgs[0]["content"].get<std::string>() + "'";
+      args += " -p '" + msgs[msgs.size() - 1]["content"].get<std::string>() + "'";
+      auto r = df::testing::run_cli_split(args + " --verbose-prompt");
+      ASSERT_EQ(r.status, 0) << r.err;
+      const auto want = c["prompt_ids"].get<std::vector<int32_t>>();
+      EXPECT_NE(r.err.find("prompt: " + std::to_string(want.size()) + " tokens: " + join(want, " ") + "\n"),
+                std::string::npos)
+          << r.err;
+      auto as_ids = run_cli_stdout("run -m " + golden_path(std::string(model) + ".gguf") + " --prompt-ids " +
+                                   join(want, ",") + " -n 4 --temp 0 --ignore-eos --print-ids");
+      ASSERT_EQ(as_ids.status, 0);
+      EXPECT_EQ(parse_ids(r.out), parse_ids(as_ids.out));
+      EXPECT_EQ(parse_ids(r.out).size(), 4u);
+    }
+  }
 }
 
 TEST(CliRun, BadInputsFailWithClearMessages) {
@@ -95,8 +121,8 @@ TEST(CliRun, BadInputsFailWithClearMessages) {
   }
 }
 
-// --dump-layers writes the residual stream after every layer; for the golden 8-token prompt (one batch) it must
-// agree with llama.cpp's l_out within the per-layer tolerance of the golden README.
+// --dump-layers writes the residual stream after every layer; for the golden 8-token prompt (one batch) it
+// must agree with llama.cpp's l_out within the per-layer tolerance of the golden README.
 TEST(CliRun, DumpLayersMatchesTheGoldenResiduals) {
   namespace fs = std::filesystem;
   auto j = golden_json("lfm2moe-tiny-f16");

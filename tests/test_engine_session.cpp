@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "engine/generate.h"
 #include "engine/session.h"
+#include "error_matchers.h"
 #include "gguf/gguf.h"
 #include "golden_json.h"
 #include "models/model.h"
@@ -83,7 +86,8 @@ TEST(Session, DecodeMatchesPrefillOfTheSameTokensInTheSameChunks) {
   EXPECT_EQ(s.tokens().size(), 14u);
   Session t(*f.model, 64, 64);
   t.prefill(a);
-  for (int i = 10; i < 13; ++i) t.prefill(std::span<const int32_t>(f.prompt.data(), static_cast<size_t>(i) + 1));
+  for (int i = 10; i < 13; ++i)
+    t.prefill(std::span<const int32_t>(f.prompt.data(), static_cast<size_t>(i) + 1));
   EXPECT_EQ(copy(t.prefill(std::span<const int32_t>(f.prompt.data(), 14))), last);
 }
 
@@ -100,10 +104,12 @@ TEST(Session, ContextLimitsGiveClearErrors) {
   std::vector<int32_t> sixteen(f.prompt.begin(), f.prompt.begin() + 16);
   s.prefill(sixteen);
   EXPECT_TRUE(s.context_full());
-  EXPECT_THROW(s.decode(5), df::Error);
+  df::testing::expect_error([&] { s.decode(5); }, {"the context is full (16 tokens)", "-c"});
   std::vector<int32_t> bad{1, 2, 99999};
-  EXPECT_THROW(s.prefill(bad), df::Error);
-  EXPECT_THROW(Session(*f.model, 0, 8), df::Error);
+  df::testing::expect_error([&] { s.prefill(bad); },
+                            {"prompt token 99999 at position 2 is outside the vocabulary (0..2047)"});
+  df::testing::expect_error([&] { Session(*f.model, 0, 8); }, {"context size -c 0 must be at least 1"});
+  df::testing::expect_error([&] { Session(*f.model, 8, 0); }, {"batch size -b 0 must be at least 1"});
 }
 
 TEST(Generate, StopsAtTheLimitTheStopTokenOrTheContextEnd) {
@@ -128,4 +134,65 @@ TEST(Generate, StopsAtTheLimitTheStopTokenOrTheContextEnd) {
   auto r3 = df::generate(s, sampler, a, o);
   EXPECT_EQ(r3.reason, df::StopReason::ContextFull);
   EXPECT_EQ(s.tokens().size(), 32u);
+}
+
+// A chat's next turn: the state moved on past the prompt (decoded reply tokens), and the new prompt extends
+// the old prompt but not the decoded tokens. With the snapshot kept, the session resumes at the end of the
+// old prompt and gives the bits of an uninterrupted prefill; without it, it restarts from token 0. For every
+// golden architecture (lfm2moe has a short-conv state that the snapshot must carry; gpt-oss a sliding
+// window).
+TEST(Session, ThePromptSnapshotResumesAfterTheLastPromptWithTheSameBits) {
+  for (const char* name : {"lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny"}) {
+    SCOPED_TRACE(name);
+    auto file = df::gguf::File::open(df::testing::golden_path(std::string(name) + ".gguf"));
+    auto model = df::models::load_model(file, {});
+    const auto prompt =
+        df::testing::golden_json(name)["generation"][1]["prompt_ids"].get<std::vector<int32_t>>();
+    const std::vector<int32_t> a(prompt.begin(), prompt.begin() + 24);
+    const std::vector<int32_t> ab(prompt.begin(), prompt.begin() + 40);
+
+    Session chat(*model, 64, 16);
+    chat.keep_prompt_snapshot();
+    chat.prefill(a);
+    for (int32_t t : {prompt[30], prompt[31], prompt[32]}) chat.decode(t);  // a "reply" that ab does not hold
+    auto resumed = copy(chat.prefill(ab));
+    EXPECT_EQ(chat.stats().snapshot_resumes, 1);
+    EXPECT_EQ(chat.stats().restarts, 0);
+    EXPECT_EQ(chat.stats().tokens_reused, 24);
+    EXPECT_EQ(chat.stats().tokens_evaluated, 16);
+    EXPECT_EQ(chat.tokens(), ab);
+
+    Session straight(*model, 64, 16);
+    straight.prefill(a);
+    auto want = copy(straight.prefill(ab));  // the same chunks: [0, 16) [16, 24) then [24, 40)
+    ASSERT_EQ(resumed.size(), want.size());
+    EXPECT_EQ(std::memcmp(resumed.data(), want.data(), want.size() * sizeof(float)), 0);
+
+    // Decoding on from the resumed state agrees too (the restored KV and conv state are the whole sequence).
+    auto next_resumed = copy(chat.decode(prompt[40]));
+    auto next_want = copy(straight.decode(prompt[40]));
+    EXPECT_EQ(std::memcmp(next_resumed.data(), next_want.data(), next_want.size() * sizeof(float)), 0);
+
+    Session plain(*model, 64, 16);
+    plain.prefill(a);
+    plain.decode(prompt[30]);
+    plain.prefill(ab);
+    EXPECT_EQ(plain.stats().restarts, 1);
+    EXPECT_EQ(plain.stats().tokens_reused, 0);
+
+    // reset() forgets the snapshot: the same prompt again is evaluated from scratch.
+    chat.reset();
+    chat.prefill(ab);
+    EXPECT_EQ(chat.stats().tokens_reused, 0);
+    EXPECT_EQ(chat.stats().snapshot_resumes, 1);
+  }
+}
+
+TEST(Session, AStateOfAnotherModelOrContextIsNotCopied) {
+  auto& f = fx();
+  auto other_file = df::gguf::File::open(df::testing::golden_path("qwen3moe-tiny.gguf"));
+  auto other = df::models::load_model(other_file, {});
+  auto mine = f.model->new_state(64), theirs = other->new_state(64), longer = f.model->new_state(128);
+  df::testing::expect_error([&] { mine->copy_sequence_from(*theirs); }, {"lfm2moe", "another model"});
+  df::testing::expect_error([&] { mine->copy_sequence_from(*longer); }, {"context 128", "context 64"});
 }

@@ -119,9 +119,13 @@ void bench(const BenchFlags& f) {
     j["trunk_bytes"] = m.trunk_bytes;
     j["kv_bytes"] = kv_bytes;
     j["peak_rss_bytes"] = peak_rss;
-    j["lookahead"] = f.model.lookahead;
-    j["io"] = f.model.io;
-    j["cache_policy"] = f.model.cache_policy;
+    // What ran, which is not always what was asked for (O_DIRECT or io_uring can fall back); resident runs
+    // read nothing.
+    j["lookahead"] = m.cache ? f.model.lookahead : 0;
+    j["io"] = m.cache ? (m.cache->direct_io() ? "direct" : "buffered") : "none";
+    j["reader"] = m.cache ? m.cache->reader_name() : "none";
+    j["cache_policy"] = m.cache ? m.cache->policy_name() : "none";
+    j["expert_cache_slots"] = m.cache ? m.cache->slots() : 0;
     j["cold"] = f.cold;
     if (m.cache) {
       j["hit_rate"] = decode_tel.hit_rate();

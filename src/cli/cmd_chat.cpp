@@ -22,7 +22,7 @@ struct ChatFlags {
   SamplingFlags sampling;
   std::string system;
   int n_predict = 1024;
-  bool stats = false;
+  bool stats = false, verbose_prompt = false;
 };
 
 void chat(const ChatFlags& f) {
@@ -32,6 +32,7 @@ void chat(const ChatFlags& f) {
   const ChatPromptBuilder prompts(tokenizer, m.chat_template);  // parsed once, rendered every turn
   auto session_ptr = make_session(m, f.model.context_for(info.n_ctx_train));
   Session& session = *session_ptr;
+  session.keep_prompt_snapshot();  // each turn resumes after the previous turn's prompt
   Sampler sampler(info.n_vocab, f.sampling.resolve());
   const bool tty_in = ::isatty(STDIN_FILENO), tty_out = ::isatty(STDOUT_FILENO);
   const char* dim = tty_out ? "\x1b[2m" : "";
@@ -73,6 +74,7 @@ void chat(const ChatFlags& f) {
           prompt.ids.size(), session.n_ctx());
       continue;
     }
+    if (f.verbose_prompt) print_prompt_ids(prompt.ids);
     bool reasoning = prompt.opens_reasoning;
     std::string reply = reasoning ? "<think>" : "";
     if (reasoning) std::fputs(dim, stdout);
@@ -124,6 +126,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("--system", flags->system, "system message");
   cmd->add_option("-n,--n-predict", flags->n_predict, "most tokens per reply")->capture_default_str();
   cmd->add_flag("--stats", flags->stats, "print timings after each reply");
+  cmd->add_flag("--verbose-prompt", flags->verbose_prompt, "print each turn's prompt token ids to stderr");
   cmd->callback([flags] { chat(*flags); });
 }
 

@@ -30,6 +30,7 @@ struct RunFlags {
   std::vector<int32_t> prompt_ids;
   int n_predict = 256;
   bool chat = false, print_ids = false, stats = false, ignore_eos = false, no_display_prompt = false;
+  bool verbose_prompt = false;
   std::string dump_layers;
 };
 
@@ -100,6 +101,7 @@ void run(const RunFlags& f) {
     prompt = tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/true);
   }
   if (prompt.empty()) fail("the prompt is empty");
+  if (f.verbose_prompt) print_prompt_ids(prompt);
 
   const int n_ctx = f.model.context_for(info.n_ctx_train);
   std::unique_ptr<LayerDumper> dumper;
@@ -179,6 +181,7 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "do not stop at end-of-generation tokens");
   cmd->add_flag("--no-display-prompt", flags->no_display_prompt, "do not echo the prompt");
   cmd->add_flag("--stats", flags->stats, "print timings and counters to stderr");
+  cmd->add_flag("--verbose-prompt", flags->verbose_prompt, "print the prompt's token ids to stderr");
   cmd->add_option("--dump-layers", flags->dump_layers,
                   "write the residual stream after every layer of every step to DIR (float32)");
   cmd->callback([flags] { run(*flags); });

@@ -1,6 +1,7 @@
 #include "cli/model_flags.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <random>
@@ -58,7 +59,12 @@ OpenedModel open_from_flags(const ModelFlags& flags) {
     fail("--resident keeps every expert in RAM: it cannot be combined with --expert-cache or --store");
   OpenedModel m = open_model(flags.source());
   fmt::print(stderr, "{}\n", m.cache_description);
+  if (m.cache) fmt::print(stderr, "expert cache: {}\n", m.cache->describe());  // what runs: policy, reader, I/O
   return m;
+}
+
+void print_prompt_ids(std::span<const int32_t> ids) {
+  fmt::print(stderr, "prompt: {} tokens: {}\n", ids.size(), fmt::join(ids, " "));
 }
 
 std::unique_ptr<Session> make_session(OpenedModel& m, int n_ctx) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "engine/model_source.h"
@@ -26,6 +27,8 @@ struct ModelFlags {
 
 // Opens the model named by the flags and prints what the expert cache got (stderr).
 OpenedModel open_from_flags(const ModelFlags& flags);
+// --verbose-prompt (llama.cpp's flag): the prompt's token ids, as the model will see them, on stderr.
+void print_prompt_ids(std::span<const int32_t> ids);
 // A session wired to the model's expert cache (telemetry per step, clean-up after a failed step).
 std::unique_ptr<Session> make_session(OpenedModel& m, int n_ctx);
 

@@ -19,7 +19,14 @@ Session::Session(models::Model& model, int n_ctx, int n_batch)
 void Session::reset() {
   state_->reset();
   tokens_.clear();
+  snapshot_tokens_.clear();
   have_logits_ = false;
+}
+
+void Session::keep_prompt_snapshot() {
+  if (snapshot_) return;
+  snapshot_ = model_.new_state(n_ctx_);
+  snapshot_tokens_.reserve(static_cast<size_t>(n_ctx_));
 }
 
 void Session::run_forward(std::span<const int32_t> tokens, models::ForwardCapture* capture) {
@@ -42,8 +49,9 @@ void Session::run_forward(std::span<const int32_t> tokens, models::ForwardCaptur
 std::span<const float> Session::prefill(std::span<const int32_t> tokens, models::ForwardCapture* capture) {
   if (tokens.empty()) fail("cannot evaluate an empty prompt");
   if (static_cast<int>(tokens.size()) > n_ctx_)
-    fail("the prompt is {} tokens but the context holds {}: raise the context size (-c) or shorten the prompt",
-         tokens.size(), n_ctx_);
+    fail(
+        "the prompt is {} tokens but the context holds {}: raise the context size (-c) or shorten the prompt",
+        tokens.size(), n_ctx_);
   const int n_vocab = model_.info().n_vocab;
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= n_vocab)
@@ -52,15 +60,28 @@ std::span<const float> Session::prefill(std::span<const int32_t> tokens, models:
   size_t common = 0;
   while (common < tokens.size() && common < tokens_.size() && tokens[common] == tokens_[common]) ++common;
   if (common == tokens.size() && common == tokens_.size() && have_logits_ && capture == nullptr) {
-    stats_ = {static_cast<int>(common), 0, stats_.restarts};
+    stats_.tokens_reused = static_cast<int>(common);
+    stats_.tokens_evaluated = 0;
     return logits_;
   }
   // The cached sequence must be a prefix of the new one, and at least one token must be evaluated to get
-  // logits; anything else restarts from token 0.
+  // logits; else the prompt snapshot, if it is a shorter prefix of the new sequence, or token 0.
   if (common < tokens_.size() || common == tokens.size()) {
-    if (!tokens_.empty()) ++stats_.restarts;
-    reset();
-    common = 0;
+    const size_t n_snap = snapshot_tokens_.size();
+    if (n_snap > 0 && n_snap < tokens.size() &&
+        std::equal(snapshot_tokens_.begin(), snapshot_tokens_.end(), tokens.begin())) {
+      state_->copy_sequence_from(*snapshot_);
+      tokens_.assign(snapshot_tokens_.begin(), snapshot_tokens_.end());
+      have_logits_ = false;
+      common = n_snap;
+      ++stats_.snapshot_resumes;
+    } else {
+      if (!tokens_.empty()) ++stats_.restarts;
+      state_->reset();
+      tokens_.clear();
+      have_logits_ = false;
+      common = 0;
+    }
   }
   stats_.tokens_reused = static_cast<int>(common);
   stats_.tokens_evaluated = static_cast<int>(tokens.size() - common);
@@ -71,12 +92,15 @@ std::span<const float> Session::prefill(std::span<const int32_t> tokens, models:
     tokens_.insert(tokens_.end(), chunk.begin(), chunk.end());
   }
   have_logits_ = true;
+  if (snapshot_) {
+    snapshot_->copy_sequence_from(*state_);
+    snapshot_tokens_.assign(tokens_.begin(), tokens_.end());
+  }
   return logits_;
 }
 
 std::span<const float> Session::decode(int32_t token, models::ForwardCapture* capture) {
-  if (context_full())
-    fail("the context is full ({} tokens): raise the context size (-c)", n_ctx_);
+  if (context_full()) fail("the context is full ({} tokens): raise the context size (-c)", n_ctx_);
   if (token < 0 || token >= model_.info().n_vocab) fail("token {} is outside the vocabulary", token);
   const int32_t one[1] = {token};
   run_forward(one, capture);

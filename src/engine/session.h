@@ -1,8 +1,10 @@
 #pragma once
 // One conversation's state on a model: the tokens already processed, the model state (KV cache and
 // recurrent state) and the logits after the last token. prefill() reuses the longest common prefix with what
-// is cached; because a recurrent (short-conv) state cannot be rewound, a change before the cached end restarts
-// from token 0, as the seed engine does.
+// is cached. A recurrent (short-conv) state cannot be rewound, so a change before the cached end restarts
+// from token 0 — unless keep_prompt_snapshot() is on: then the state at the end of the last prefilled prompt
+// is kept, and a new prompt that extends that prompt resumes from it (a chat's next turn re-renders the
+// reply, which seldom tokenizes as it was generated, but always starts with the previous turn's prompt).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -17,6 +19,7 @@ struct SessionStats {
   int tokens_reused = 0;     // of the last prefill: positions taken from the cache
   int tokens_evaluated = 0;  // of the last prefill: positions run through the model
   int restarts = 0;          // prefills that had to start again from token 0
+  int snapshot_resumes = 0;  // prefills that resumed from the prompt snapshot
 };
 
 class Session {
@@ -28,7 +31,10 @@ class Session {
   std::span<const float> prefill(std::span<const int32_t> tokens, models::ForwardCapture* capture = nullptr);
   // Appends one token and returns the logits after it.
   std::span<const float> decode(int32_t token, models::ForwardCapture* capture = nullptr);
-  void reset();
+  void reset();  // forgets the sequence and the snapshot
+  // Keeps a copy of the state at the end of every prefill (one more state's KV and recurrent memory,
+  // allocated here once). For chat.
+  void keep_prompt_snapshot();
 
   const std::vector<int32_t>& tokens() const { return tokens_; }
   int n_ctx() const { return n_ctx_; }
@@ -49,6 +55,8 @@ class Session {
 
   models::Model& model_;
   std::unique_ptr<models::ModelState> state_;
+  std::unique_ptr<models::ModelState> snapshot_;  // keep_prompt_snapshot(): the state after snapshot_tokens_
+  std::vector<int32_t> snapshot_tokens_;
   int n_ctx_, n_batch_;
   std::vector<int32_t> tokens_;
   std::vector<float> logits_;

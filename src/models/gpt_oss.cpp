@@ -41,6 +41,13 @@ class GptOssModel::State final : public MoeSequenceState {
     return total;
   }
 
+  void copy_sequence_from(const ModelState& other) override {
+    const auto* o = dynamic_cast<const State*>(&other);
+    if (!o || o->model_ != model_)
+      fail("gpt-oss: copy_sequence_from() was given a state made by another model");
+    copy_kv_from(*o, "gpt-oss");
+  }
+
   // Grows the batch buffers to hold T tokens (no-op when they already do).
   void reserve(int64_t T) {
     if (!batch_too_small(T)) return;

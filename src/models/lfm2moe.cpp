@@ -37,6 +37,15 @@ class Lfm2MoeModel::State final : public MoeSequenceState {
     return total;
   }
 
+  void copy_sequence_from(const ModelState& other) override {
+    const auto* o = dynamic_cast<const State*>(&other);
+    if (!o || o->model_ != model_)
+      fail("lfm2moe: copy_sequence_from() was given a state made by another model");
+    copy_kv_from(*o, "lfm2moe");
+    for (size_t il = 0; il < conv.size(); ++il)
+      std::copy(o->conv[il].begin(), o->conv[il].end(), conv[il].begin());
+  }
+
   // Grows the batch buffers to hold T tokens (no-op when they already do).
   void reserve(int64_t T) {
     if (!batch_too_small(T)) return;

@@ -46,6 +46,11 @@ class ModelState {
   virtual int n_ctx() const = 0;
   virtual void reset() = 0;
   virtual size_t bytes() const = 0;  // memory held by the caches and buffers
+  // Makes this state hold the sequence `other` holds: n_past, the KV of the positions below it and the
+  // recurrent state (batch buffers are scratch and are not copied; nothing is allocated). A snapshot for
+  // prefix reuse: a recurrent state cannot be rewound, but a copy taken at a known prefix can be restored.
+  // Throws df::Error when `other` is a state of another model or of another context size.
+  virtual void copy_sequence_from(const ModelState& other) = 0;
 };
 
 // What forward() can report besides logits (tests, debugging, stats).

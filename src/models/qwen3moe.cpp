@@ -19,6 +19,13 @@ class Qwen3MoeModel::State final : public MoeSequenceState {
     trunk.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, model.cfg_.head_dim));
   }
 
+  void copy_sequence_from(const ModelState& other) override {
+    const auto* o = dynamic_cast<const State*>(&other);
+    if (!o || o->model_ != model_)
+      fail("qwen3moe: copy_sequence_from() was given a state made by another model");
+    copy_kv_from(*o, "qwen3moe");
+  }
+
   // Grows the batch buffers to hold T tokens (no-op when they already do).
   void reserve(int64_t T) {
     if (!batch_too_small(T)) return;

@@ -1,5 +1,9 @@
 #include "models/sequence_state.h"
 
+#include <algorithm>
+
+#include "util/error.h"
+
 namespace df::models {
 
 KvCache::KvCache(const std::vector<bool>& attn, int n_layer, int n_ctx, int n_head_kv, int head_dim)
@@ -17,6 +21,22 @@ KvCache::KvCache(const std::vector<bool>& attn, int n_layer, int n_ctx, int n_he
 backend::KvCacheView KvCache::view(int il) {
   return backend::KvCacheView{k_[static_cast<size_t>(il)].data(), v_[static_cast<size_t>(il)].data(), n_ctx_,
                               n_head_kv_, head_dim_};
+}
+
+void KvCache::copy_prefix(const KvCache& other, int n_pos) {
+  const size_t n =
+      static_cast<size_t>(n_pos) * static_cast<size_t>(n_head_kv_) * static_cast<size_t>(head_dim_);
+  for (size_t il = 0; il < k_.size(); ++il) {
+    std::copy_n(other.k_[il].begin(), std::min(n, other.k_[il].size()), k_[il].begin());
+    std::copy_n(other.v_[il].begin(), std::min(n, other.v_[il].size()), v_[il].begin());
+  }
+}
+
+void MoeSequenceState::copy_kv_from(const MoeSequenceState& other, const char* arch) {
+  if (other.n_ctx_ != n_ctx_ || other.kv.bytes() != kv.bytes())
+    fail("{}: cannot copy a state of context {} into one of context {}", arch, other.n_ctx_, n_ctx_);
+  kv.copy_prefix(other.kv, other.n_past);
+  n_past = other.n_past;
 }
 
 size_t KvCache::bytes() const {

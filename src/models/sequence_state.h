@@ -21,6 +21,8 @@ class KvCache {
 
   backend::KvCacheView view(int il);
   size_t bytes() const;
+  // The K and V of the first n_pos positions of every layer, from a cache of the same shape.
+  void copy_prefix(const KvCache& other, int n_pos);
 
  private:
   std::vector<std::vector<uint16_t>> k_, v_;
@@ -62,6 +64,11 @@ class MoeSequenceState : public ModelState {
   KvCache kv;
   TrunkBuffers trunk;
   MoeBuffers moe;
+
+ protected:
+  // The part of copy_sequence_from() every MoE state shares: n_past and the KV below it. `arch` names the
+  // model in the message when the shapes differ.
+  void copy_kv_from(const MoeSequenceState& other, const char* arch);
 
  private:
   int n_ctx_;

@@ -1,0 +1,227 @@
+// The streaming flags of run and bench, end to end through the binary: each setting is shown to take effect
+// (what the expert cache reports, where the store goes, what bench --json says ran) and none changes the
+// output: on the F16 golden model every combination reproduces llama.cpp's greedy ids exactly. Plus bench's
+// JSON fields, which scripts read, and a damaged store through `run`.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli_run.h"
+#include "golden_json.h"
+
+namespace fs = std::filesystem;
+using df::testing::golden_json;
+using df::testing::golden_path;
+using df::testing::run_cli_split;
+using nlohmann::json;
+
+namespace {
+
+std::string join(const std::vector<int32_t>& ids, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s.append(sep);
+    s.append(std::to_string(ids[i]));
+  }
+  return s;
+}
+
+std::vector<int32_t> parse_ids(const std::string& line) {
+  std::vector<int32_t> ids;
+  std::istringstream in(line);
+  int32_t v;
+  while (in >> v) ids.push_back(v);
+  return ids;
+}
+
+std::string scratch(const std::string& name) {
+  const std::string dir = std::string(DF_TEST_TMP) + "/" + name;
+  fs::remove_all(dir);
+  fs::create_directories(fs::path(dir).parent_path());
+  return dir;
+}
+
+json manifest(const std::string& store) {
+  std::ifstream in(store + "/manifest.json");
+  return json::parse(in);
+}
+
+// The last line of bench --json's stdout.
+json bench_json(const std::string& out) {
+  const size_t end = out.find_last_not_of('\n');
+  const size_t begin = out.rfind('\n', end);
+  return json::parse(out.substr(begin == std::string::npos ? 0 : begin + 1, end + 1 - (begin + 1)));
+}
+
+}  // namespace
+
+// llama.cpp's 32 greedy ids of the F16 model (exact by the golden rule) under every streaming setting, each
+// shown to have taken effect in what the run printed and wrote.
+TEST(CliFlags, EveryStreamingSettingTakesEffectAndGivesLlamaCppsExactIds) {
+  const auto j = golden_json("lfm2moe-tiny-f16");
+  const auto& gen = j["generation"][0];
+  const std::string base = "run -m " + golden_path("lfm2moe-tiny-f16.gguf") + " --prompt-ids " +
+                           join(gen["prompt_ids"].get<std::vector<int32_t>>(), ",") +
+                           " -n 32 --temp 0 --ignore-eos --print-ids -t 2";
+  const auto want = gen["generated_ids"].get<std::vector<int32_t>>();
+
+  {
+    SCOPED_TRACE("--resident");
+    auto r = run_cli_split(base + " --resident");
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(parse_ids(r.out), want);
+    EXPECT_NE(r.err.find("all resident in RAM (--resident)"), std::string::npos) << r.err;
+  }
+
+  const std::string store = scratch("flags-store");
+  struct Case {
+    std::string flags, policy, io;
+    int lookahead;
+  };
+  const std::vector<Case> cases = {
+      {"--cache-policy lfu --lookahead 0 --io buffered", "lfu-aging", "page cache", 0},
+      {"--cache-policy lru --lookahead 2 --io direct", "lru", "O_DIRECT", 2},
+      {"--cache-policy lfu --lookahead 1 --io direct", "lfu-aging", "O_DIRECT", 1},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.flags);
+    // Five records: more than one layer's top-4, far fewer than the 16 experts x 4 MoE layers.
+    std::string budget = "1M";
+    if (fs::exists(store + "/manifest.json"))
+      budget = std::to_string(5 * manifest(store)["layout"]["record_bytes"].get<uint64_t>());
+    auto r = run_cli_split(base + " --store " + store + " --expert-cache " + budget + " --stats " + c.flags);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(parse_ids(r.out), want);
+    // --store: the store is where it was asked to be, complete.
+    ASSERT_TRUE(fs::exists(store + "/manifest.json")) << r.err;
+    EXPECT_TRUE(manifest(store)["complete"].get<bool>());
+    // The cache line: "5 slots x ... = ..., POLICY, READER, IO".
+    EXPECT_NE(r.err.find("5 slots x "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(", " + c.policy + ", "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.io), std::string::npos) << r.err;
+    // --lookahead 0 guesses nothing: the telemetry table's read-ahead column stays at 0 in every layer.
+    const bool read_ahead = r.err.find("read-ahead precision 0.0% recall 0.0%") == std::string::npos;
+    EXPECT_EQ(read_ahead, c.lookahead > 0) << r.err;
+  }
+}
+
+// The fields that scripts (bench/scripts/*, docs/PERF.md tables) read from bench --json, with values that
+// follow from the run: decode acquires k experts per MoE layer per token, bytes per token are the bytes read
+// over the tokens, the effective settings are named, memory figures are plausible.
+TEST(CliBench, JsonReportsWhatRanWithConsistentFigures) {
+  const auto j = golden_json("lfm2moe-tiny");
+  const int n_moe = static_cast<int>(j["teacher_forced"]["moe_layers"].size());
+  const int k = j["model"]["shape"]["n_expert_used"];
+  const std::string store = scratch("bench-store");
+  const std::string tiny = golden_path("lfm2moe-tiny.gguf");
+  for (int lookahead : {0, 2}) {
+    SCOPED_TRACE(testing::Message() << "lookahead " << lookahead);
+    auto r =
+        run_cli_split("bench -m " + tiny + " --store " + store + " --expert-cache 2M -p 16 -n 8 -t 2 --json" +
+                      " --cache-policy lfu --io buffered --lookahead " + std::to_string(lookahead));
+    ASSERT_EQ(r.status, 0) << r.err;
+    const json b = bench_json(r.out);
+    EXPECT_EQ(b["arch"], "lfm2moe");
+    EXPECT_EQ(b["n_prompt"], 16);
+    EXPECT_EQ(b["n_decode"], 8);
+    EXPECT_EQ(b["threads"], 2);
+    EXPECT_EQ(b["streaming"], true);
+    EXPECT_EQ(b["io"], "buffered");
+    EXPECT_EQ(b["cache_policy"], "lfu-aging");
+    EXPECT_EQ(b["lookahead"], lookahead);
+    EXPECT_GT(b["prefill_tps"].get<double>(), 0);
+    EXPECT_GT(b["decode_tps"].get<double>(), 0);
+    const uint64_t record_bytes = manifest(store)["layout"]["record_bytes"];
+    EXPECT_EQ(b["expert_cache_bytes"].get<uint64_t>(),
+              b["expert_cache_slots"].get<uint64_t>() * record_bytes);
+    EXPECT_LE(b["expert_cache_bytes"].get<uint64_t>(), uint64_t{2} << 20);
+    EXPECT_GT(b["trunk_bytes"].get<uint64_t>(), 0u);
+    EXPECT_GT(b["kv_bytes"].get<uint64_t>(), 0u);
+    EXPECT_GT(b["peak_rss_bytes"].get<uint64_t>(), b["trunk_bytes"].get<uint64_t>());
+
+    const json& dec = b["decode_telemetry"];
+    EXPECT_EQ(dec["tokens"], 8);
+    EXPECT_EQ(b["prefill_telemetry"]["tokens"], 16);
+    EXPECT_EQ(dec["total"]["accesses"].get<int>(), 8 * n_moe * k);
+    EXPECT_EQ(dec["layers"].size(), static_cast<size_t>(n_moe));
+    EXPECT_DOUBLE_EQ(b["bytes_per_token"].get<double>(), dec["total"]["bytes_read"].get<double>() / 8);
+    EXPECT_DOUBLE_EQ(b["hit_rate"].get<double>(),
+                     dec["total"]["hits"].get<double>() / dec["total"]["accesses"].get<double>());
+    uint64_t rounds = 0;
+    for (int l = 0; l < n_moe; ++l) rounds += 8u * static_cast<uint64_t>(std::min(lookahead, l));
+    EXPECT_EQ(dec["total"]["prefetch_rounds"].get<uint64_t>(), rounds);
+    for (const char* field : {"cache_hit_rate", "io_wait_share", "read_bandwidth", "prefetch_precision",
+                              "prefetch_recall", "load_seconds", "repeats", "cold", "model"})
+      EXPECT_TRUE(b.contains(field)) << field;
+  }
+  auto r = run_cli_split("bench -m " + tiny + " --resident -p 8 -n 4 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const json b = bench_json(r.out);
+  EXPECT_EQ(b["streaming"], false);
+  EXPECT_EQ(b["io"], "none");
+  EXPECT_EQ(b["hit_rate"], 1.0);
+  EXPECT_EQ(b["bytes_per_token"], 0);
+}
+
+// `run` on a store with damaged records (one flipped byte in every expert of the first MoE layer, so that any
+// prompt meets one): a non-zero exit, an error naming the record and its bytes, and nothing on stdout that
+// could be taken for output (machine mode prints no ids; text mode only the echoed prompt).
+TEST(CliRun, ADamagedStoreFailsWithTheRecordNamedAndNoOutput) {
+  const auto j = golden_json("lfm2moe-tiny");
+  const auto prompt = j["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
+  const int n_expert = j["model"]["shape"]["n_expert"];
+  const std::string store = scratch("damaged-store");
+  auto ingest = run_cli_split("ingest " + golden_path("lfm2moe-tiny.gguf") + " -o " + store);
+  ASSERT_EQ(ingest.status, 0) << ingest.err;
+  const uint64_t record_bytes = manifest(store)["layout"]["record_bytes"];
+  {
+    std::fstream f(store + "/experts.bin", std::ios::in | std::ios::out | std::ios::binary);
+    for (int e = 0; e < n_expert; ++e) {
+      const auto at = static_cast<std::streamoff>(static_cast<uint64_t>(e) * record_bytes + 64);
+      char c = 0;
+      f.seekg(at);
+      f.read(&c, 1);
+      c = static_cast<char>(c ^ 0x01);
+      f.seekp(at);
+      f.write(&c, 1);
+    }
+  }
+  // "error: STORE/experts.bin: MoE layer 0 expert E (bytes E*R..(E+1)*R): checksum mismatch ..."
+  auto expect_record_named = [&](const std::string& err) {
+    const std::string head = "error: " + store + "/experts.bin: MoE layer 0 expert ";
+    const size_t at = err.find(head);
+    ASSERT_NE(at, std::string::npos) << err;
+    const int e = std::stoi(err.substr(at + head.size()));
+    ASSERT_GE(e, 0);
+    ASSERT_LT(e, n_expert);
+    const uint64_t begin = static_cast<uint64_t>(e) * record_bytes;
+    EXPECT_NE(err.find(head + std::to_string(e) + " (bytes " + std::to_string(begin) + ".." +
+                       std::to_string(begin + record_bytes) + "): checksum mismatch"),
+              std::string::npos)
+        << err;
+  };
+  auto ids =
+      run_cli_split("run -m " + store + " --prompt-ids " + join(prompt, ",") + " -n 4 --temp 0 --print-ids");
+  EXPECT_NE(ids.status, 0);
+  EXPECT_EQ(ids.out, "");
+  expect_record_named(ids.err);
+
+  auto text = run_cli_split("run -m " + store + " -p 'Hello world' -n 4 --temp 0 --lookahead 0");
+  EXPECT_NE(text.status, 0);
+  EXPECT_EQ(text.out, "Hello world");  // the echo of the prompt, nothing generated after it
+  expect_record_named(text.err);
+
+  auto verify = run_cli_split("verify " + store);
+  EXPECT_NE(verify.status, 0);
+  const int n_moe = static_cast<int>(j["teacher_forced"]["moe_layers"].size());
+  EXPECT_NE(
+      verify.err.find(std::to_string(n_expert) + " of " + std::to_string(n_expert * n_moe) +
+                      " records in experts.bin do not match their checksums; the first: the record of MoE "
+                      "layer 0 (blk.2), expert 0, bytes [0, " +
+                      std::to_string(record_bytes) + ")"),
+      std::string::npos)
+      << verify.err;
+}
