@@ -35,7 +35,7 @@ if [ "$sanitize" = 1 ]; then
   echo "== ASan + UBSan build"
   scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDF_SANITIZE=ON -DDF_SHARED_DIR="$shared_dir"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_ctest build-asan build-asan/ctest.log -LE slow
+    run_ctest build-asan build-asan/ctest.log
 fi
 
 if [ "$fuzz_seconds" != 0 ]; then

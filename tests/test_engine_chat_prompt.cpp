@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/chat_prompt.h"
+#include "error_matchers.h"
 #include "gguf/gguf.h"
 #include "golden_json.h"
 #include "util/error.h"
@@ -45,10 +46,11 @@ TEST_P(ChatPromptGolden, IdsEqualLlamaCpp) {
 TEST(ChatPromptBuilder, ATemplateSyntaxErrorIsReportedWhenTheBuilderIsMade) {
   auto file = df::gguf::File::open(golden_path("lfm2moe-tiny.gguf"));
   auto tokenizer = df::tok::Tokenizer::from_gguf(file);
-  EXPECT_THROW(df::ChatPromptBuilder(tokenizer, std::string("{% for m in messages %}{{ m.content }}")),
-               df::Error);
+  df::testing::expect_error(
+      [&] { df::ChatPromptBuilder(tokenizer, std::string("{% for m in messages %}{{ m.content }}")); },
+      {"endfor"});
   const df::ChatPromptBuilder empty(tokenizer, std::string());  // empty: the fallback rendering
-  EXPECT_THROW(empty.build({}), df::Error);
+  df::testing::expect_error([&] { empty.build({}); }, {"a chat needs at least one message"});
   EXPECT_TRUE(empty.build({{"user", "hi"}}).opens_reasoning);
 }
 

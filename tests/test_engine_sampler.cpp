@@ -4,6 +4,7 @@
 #include <map>
 
 #include "engine/sampler.h"
+#include "error_matchers.h"
 #include "util/error.h"
 
 using df::Sampler;
@@ -87,11 +88,11 @@ TEST(Sampler, TopPAndMinPCutTheTail) {
 TEST(Sampler, RejectsBadParameters) {
   SamplingParams p;
   p.top_p = 0;
-  EXPECT_THROW(Sampler(3, p), df::Error);
+  df::testing::expect_error([&] { Sampler(3, p); }, {"--top-p 0 must be in (0, 1]"});
   p = {};
   p.min_p = 2;
-  EXPECT_THROW(Sampler(3, p), df::Error);
+  df::testing::expect_error([&] { Sampler(3, p); }, {"--min-p 2 must be in [0, 1]"});
   Sampler s(3, {});
   std::vector<float> wrong(4);
-  EXPECT_THROW(s.sample(wrong), df::Error);
+  df::testing::expect_error([&] { s.sample(wrong); }, {"sampler: 4 logits given for a vocabulary of 3"});
 }

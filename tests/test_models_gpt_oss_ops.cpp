@@ -2,8 +2,10 @@
 // from ARCHITECTURES.md 1.3-1.6 and 7.2, on random inputs and odd shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -24,8 +26,11 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
 }
 
 // gpt-oss-20b's RoPE (ARCHITECTURES.md 7.2): d = 64, base 150000, YaRN factor 32 over 4096 positions. The
-// correction band is pairs 8..18: pairs up to 8 keep the extrapolated angle, pairs from 18 on are fully
-// interpolated (angle / 32), and every pair is scaled by m = 1 + 0.1 ln 32.
+// correction band is pairs lo = floor(corr(32)) = 8 .. hi = ceil(corr(1)) = 18: pairs up to 8 keep the
+// extrapolated angle, pairs from 18 on are fully interpolated (angle / 32), the ones between mix the two
+// linearly, and every pair is scaled by m = 1 + 0.1 ln 32. The reference is float64 from the spec; the
+// tolerance is what float arithmetic allows and no more: ggml's recurrence theta_i = pos * s^i in float
+// rounds about 2i+1 times (2^-24 each, relative to the angle), plus ~1e-7 for float cos and sin.
 TEST(GptOssOps, YarnRopeAnglesAndMagnitudeFollowTheSpec) {
   RopeParams p;
   p.n_rot = 64;
@@ -36,24 +41,32 @@ TEST(GptOssOps, YarnRopeAnglesAndMagnitudeFollowTheSpec) {
   p.attn_factor = yarn_attn_factor(p.freq_scale, 0.0f, 1.0f);
   const double m = 1.0 + 0.1 * std::log(32.0);
   const int half = 32;
-  for (int32_t pos : {1, 7, 1000}) {
+  auto corr_dim = [](double beta) {
+    return 64.0 * std::log(4096.0 / (beta * 2.0 * std::numbers::pi)) / (2.0 * std::log(150000.0));
+  };
+  const double lo = std::floor(corr_dim(32.0)), hi = std::ceil(corr_dim(1.0));
+  ASSERT_EQ(lo, 8.0);
+  ASSERT_EQ(hi, 18.0);
+  int band_pairs_checked = 0;
+  for (int32_t pos : {1, 7, 1000, 4095}) {
     for (int i = 0; i < half; ++i) {
       std::vector<float> v(64, 0.0f);
       v[static_cast<size_t>(i)] = 1.0f;  // rotates into (cos, sin) · m
       rope_neox_yarn(v.data(), 1, 1, 64, &pos, p);
       const double c = v[static_cast<size_t>(i)], s = v[static_cast<size_t>(i + half)];
       EXPECT_NEAR(std::hypot(c, s), m, 1e-5) << "pair " << i;
-      const double theta = pos * std::pow(150000.0, -2.0 * i / 64.0);
-      double want = 0;
-      if (i <= 8) want = theta;
-      if (i >= 18) want = theta / 32.0;
-      if (i <= 8 || i >= 18) {
-        // Compare the rotation, not the angle (which wraps): cos and sin of the expected angle.
-        EXPECT_NEAR(c, std::cos(want) * m, 2e-3 * std::max(1.0, theta)) << "pos " << pos << " pair " << i;
-        EXPECT_NEAR(s, std::sin(want) * m, 2e-3 * std::max(1.0, theta)) << "pos " << pos << " pair " << i;
-      }
+      const double extrap = pos * std::pow(150000.0, -2.0 * i / 64.0);
+      const double interp = extrap / 32.0;
+      const double ramp = 1.0 - std::clamp((i - lo) / (hi - lo), 0.0, 1.0);  // 1 below the band, 0 above
+      const double want = interp * (1.0 - ramp) + extrap * ramp;
+      if (ramp > 0.0 && ramp < 1.0) ++band_pairs_checked;
+      const double tol = m * ((2.0 * i + 3.0) * std::ldexp(1.0, -24) * extrap + 2e-7);
+      // Compare the rotation, not the angle (which wraps): cos and sin of the expected angle.
+      EXPECT_NEAR(c, std::cos(want) * m, tol) << "pos " << pos << " pair " << i << " angle " << want;
+      EXPECT_NEAR(s, std::sin(want) * m, tol) << "pos " << pos << " pair " << i << " angle " << want;
     }
   }
+  EXPECT_EQ(band_pairs_checked, 4 * 9);  // pairs 9..17 at each position
 }
 
 // Without scaling the YaRN RoPE is the plain NeoX RoPE of the backend, dims past n_rot untouched.

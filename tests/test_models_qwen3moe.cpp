@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <span>
 #include <string>
@@ -140,6 +141,7 @@ TEST(Qwen3MoeLoad, ExpertWeightsScaleIsApplied) {
   ForwardCapture cap;
   m->forward(*st, tok, logits, false, &cap);
   const int K = m->info().n_expert_used;
+  ASSERT_EQ(cap.expert_weights.size(), m->info().moe_layers.size() * 2u * static_cast<size_t>(K));
   for (size_t r = 0; r < cap.expert_weights.size() / static_cast<size_t>(K); ++r) {
     double sum = 0;
     for (int j = 0; j < K; ++j)
@@ -148,19 +150,41 @@ TEST(Qwen3MoeLoad, ExpertWeightsScaleIsApplied) {
   }
 }
 
-// Without `output.weight` the head is token_embd (llama.cpp's TENSOR_DUPLICATED fallback).
+// Without `output.weight` the head is token_embd (llama.cpp's TENSOR_DUPLICATED fallback): the logits are
+// bit for bit those of a file whose output.weight is a copy of token_embd (same type, same bytes), and differ
+// from the file's own head.
 TEST(Qwen3MoeLoad, MissingOutputFallsBackToTheTokenEmbedding) {
-  const auto path = kTiny.write_variant(
+  const auto tied_path = kTiny.write_variant(
       "tied", nullptr, [](gguf::TensorSpec& s, std::vector<uint8_t>&) { return s.name != "output.weight"; });
-  const auto f = gguf::File::open(path);
-  auto tied = load_model(f, {});
+  const gguf::TensorInfo* embd = kTiny.file().find_tensor("token_embd.weight");
+  ASSERT_NE(embd, nullptr);
+  std::vector<uint8_t> embd_bytes(embd->nbytes);
+  kTiny.file().read_tensor(*embd, embd_bytes.data());
+  const auto copy_path =
+      kTiny.write_variant("embd-as-output", nullptr, [&](gguf::TensorSpec& s, std::vector<uint8_t>& bytes) {
+        if (s.name == "output.weight") {
+          s.type = embd->type;
+          s.ne = {embd->ne[0], embd->ne[1]};
+          bytes = embd_bytes;
+        }
+        return true;
+      });
+  const auto tied_file = gguf::File::open(tied_path), copy_file = gguf::File::open(copy_path);
+  auto tied = load_model(tied_file, {});
+  auto copied = load_model(copy_file, {});
   auto untied = load_model(kTiny.file(), {});
   const int32_t tok[] = {3, 1, 4, 1, 5};
-  std::vector<float> a(2048), b(2048);
-  auto sa = tied->new_state(8), sb = untied->new_state(8);
-  tied->forward(*sa, tok, a, false);
-  untied->forward(*sb, tok, b, false);
-  EXPECT_NE(a, b);
+  const size_t V = static_cast<size_t>(tied->info().n_vocab);
+  std::vector<float> a(5 * V), b(5 * V), c(5 * V);
+  auto sa = tied->new_state(8), sb = copied->new_state(8), sc = untied->new_state(8);
+  tied->forward(*sa, tok, a, true);
+  copied->forward(*sb, tok, b, true);
+  untied->forward(*sc, tok, c, true);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+      << "the tied head is not token_embd";
+  size_t differing = 0;
+  for (size_t i = 0; i < a.size(); ++i) differing += a[i] != c[i];
+  EXPECT_GT(differing, a.size() / 2) << "the tied head looks like the file's own output.weight";
   for (float x : a) ASSERT_TRUE(std::isfinite(x));
 }
 

@@ -3,6 +3,7 @@
 // file.
 #include <filesystem>
 
+#include "error_matchers.h"
 #include "stream/expert_cache.h"
 #include "test_stream_fixture.h"
 #include "util/error.h"
@@ -160,16 +161,23 @@ TEST(StreamFaults, WrongSizedOrMissingFileIsRefused) {
   const SyntheticStore store = make_store(testing::fresh_dir(), kLayers, kExperts);
   RecordSource bad = store.source;
   bad.experts_path += ".missing";
-  EXPECT_THROW(ExpertCache(bad, options(kModes[0])), Error);
+  df::testing::expect_error(
+      [&] { ExpertCache(bad, options(kModes[0])); },
+      {bad.experts_path + ": cannot open the expert records: No such file or directory"});
   bad = store.source;
   bad.checksums.pop_back();
-  EXPECT_THROW(ExpertCache(bad, options(kModes[0])), Error);
+  df::testing::expect_error(
+      [&] { ExpertCache(bad, options(kModes[0])); },
+      {bad.experts_path + ": " + std::to_string(bad.checksums.size()) + " record checksums for " +
+       std::to_string(bad.checksums.size() + 1) + " records"});
   bad = store.source;
   bad.layout.record_bytes = 6000;
-  EXPECT_THROW(ExpertCache(bad, options(kModes[0])), Error);
+  df::testing::expect_error([&] { ExpertCache(bad, options(kModes[0])); },
+                            {"records of 6000 bytes are not a multiple of", "re-run diskformer ingest"});
   bad = store.source;
   bad.layout.layers[1].down.offset = bad.layout.record_bytes - 8;
-  EXPECT_THROW(ExpertCache(bad, options(kModes[0])), Error);
+  df::testing::expect_error([&] { ExpertCache(bad, options(kModes[0])); },
+                            {"MoE layer 1 down rows", "do not fit in a record of"});
 }
 
 TEST(StreamFaults, FileSystemWithoutODirectFallsBackWithANotice) {

@@ -1,4 +1,5 @@
 // StreamingExpertProvider: the models::ExpertProvider the model sees, with views into the cache's slots.
+#include "error_matchers.h"
 #include "stream/streaming_expert_provider.h"
 #include "test_stream_fixture.h"
 #include "util/error.h"
@@ -41,9 +42,12 @@ TEST(StreamProvider, ViewsPointAtThePartsOfTheRecord) {
   expect_view(store, 2, 5, model_side.acquire(2, 5));  // without will_acquire
   model_side.release(2, 5);
   EXPECT_EQ(cache.telemetry().total.accesses, 3u);  // an announced expert is counted once
-  EXPECT_THROW(model_side.release(2, 5), Error);
-  EXPECT_THROW(model_side.acquire(3, 0), Error);
-  EXPECT_THROW(model_side.acquire(0, 6), Error);
+  df::testing::expect_error([&] { model_side.release(2, 5); },
+                            {"release: MoE layer 2 expert 5 is not acquired"});
+  df::testing::expect_error([&] { model_side.acquire(3, 0); },
+                            {"acquire: MoE layer 3 out of range (3 layers)"});
+  df::testing::expect_error([&] { model_side.acquire(0, 6); },
+                            {"acquire: expert 6 out of range (MoE layer 0 has 6)"});
 }
 
 TEST(StreamProvider, AnnouncedButUnusedExpertsAreUnpinnedByTheNextLayer) {
@@ -68,7 +72,7 @@ TEST(StreamProvider, AbandonAfterAFailedStepFreesEveryPin) {
   StreamingExpertProvider p(cache);
   p.will_acquire(0, std::vector<int32_t>{2, 4});
   expect_view(store, 0, 2, p.acquire(0, 2));
-  EXPECT_THROW(p.acquire(0, 4), Error);
+  df::testing::expect_error([&] { p.acquire(0, 4); }, {"MoE layer 0 expert 4", "checksum mismatch"});
   p.abandon();
   p.will_acquire(1, std::vector<int32_t>{0, 1});
   expect_view(store, 1, 0, p.acquire(1, 0));
@@ -105,7 +109,9 @@ models::ExpertLayout model_layout(int n_layers, GgmlType down_type) {
 TEST(StreamProvider, StoreLayoutMustMatchTheModel) {
   const SyntheticStore store = make_store(testing::fresh_dir(), 3, 6);
   EXPECT_NO_THROW(check_layout_matches(store.source.layout, model_layout(3, GgmlType::F32), "/s"));
-  EXPECT_THROW(check_layout_matches(store.source.layout, model_layout(2, GgmlType::F32), "/s"), Error);
+  df::testing::expect_error(
+      [&] { check_layout_matches(store.source.layout, model_layout(2, GgmlType::F32), "/s"); },
+      {"/s: the store has 3 MoE layers, the model 2; re-run diskformer ingest"});
   try {
     check_layout_matches(store.source.layout, model_layout(3, GgmlType::F16), "/s");
     FAIL();

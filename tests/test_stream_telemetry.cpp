@@ -1,5 +1,6 @@
 // Telemetry counts exactly what a scripted access pattern does, and formats as a table and as JSON.
-#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "stream/expert_cache.h"
@@ -19,29 +20,64 @@ void use(ExpertCache& cache, const SyntheticStore& store, int layer, std::vector
   cache.release(h);
 }
 
+// Time comes from a clock the test moves: it stands still except while the one read of MoE layer 2 is held,
+// which the test lets go only once the caller is blocked in wait() (the clock's first read on the caller's
+// thread after arming), and which then takes exactly 20 ms of that clock. So every timed figure is exact.
+class SteppedClock {
+ public:
+  uint64_t now() {
+    std::lock_guard lock(mu_);
+    if (armed_ && std::this_thread::get_id() == caller_) {
+      armed_ = false;
+      open_ = true;
+      cv_.notify_all();
+    }
+    return ns_;
+  }
+  void arm() {
+    std::lock_guard lock(mu_);
+    armed_ = true;
+    open_ = false;
+  }
+  // The reader thread: waits until the caller waits, then spends `ns` of clock time on the read.
+  void hold_read(uint64_t ns) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return open_; });
+    ns_ += ns;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::thread::id caller_ = std::this_thread::get_id();
+  uint64_t ns_ = 1'000'000'000;
+  bool armed_ = false, open_ = true;
+};
+
 TEST(StreamTelemetry, CountsAScriptedPatternExactly) {
   const SyntheticStore store = make_store(testing::fresh_dir(), 3, 6);
   const uint64_t rb = store.record_bytes();
+  constexpr uint64_t kReadNs = 20'000'000;
   for (ReaderKind reader : {ReaderKind::kUring, ReaderKind::kPread}) {
+    SteppedClock clock;
     ExpertCacheOptions o;
     o.slots = 4;
     o.min_slots = 2;
     o.reader = reader;
     o.notice = [](const std::string&) {};
-    // Reads of MoE layer 2 take at least 20 ms, so waiting for them is measurable.
-    o.faults.on_read_start = [](const ReadJob& job) {
-      if (job.layer == 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    o.clock_ns = [&clock] { return clock.now(); };
+    o.faults.on_read_start = [&clock](const ReadJob& job) {
+      if (job.layer == 2) clock.hold_read(kReadNs);
     };
     ExpertCache cache(store.source, o);
-    const auto t0 = std::chrono::steady_clock::now();
     use(cache, store, 0, {0, 1});                   // 2 misses
     use(cache, store, 0, {0, 2});                   // 1 hit, 1 miss
     cache.prefetch(1, std::vector<int32_t>{3, 4});  // one free slot, then the LRU victim (0,1)
     cache.drain();
     use(cache, store, 1, {3, 5});  // a hit on a guess; the miss takes the LRU victim (0,0)
-    use(cache, store, 2, {0});     // a miss: layer 1 is over, so its unused guess (1,4) goes
+    clock.arm();
+    use(cache, store, 2, {0});  // a miss: layer 1 is over, so its unused guess (1,4) goes
     cache.record_step(3, 100'000'000);
-    const auto wall = std::chrono::steady_clock::now() - t0;
 
     EXPECT_FALSE(cache.resident(0, 0));
     EXPECT_FALSE(cache.resident(0, 1));
@@ -70,8 +106,9 @@ TEST(StreamTelemetry, CountsAScriptedPatternExactly) {
     const LayerCounters& l2 = s.layers[2];
     EXPECT_EQ(l2.accesses, 1u);
     EXPECT_EQ(l2.misses, 1u);
-    EXPECT_GE(l2.wait_ns, 20'000'000u);
-    EXPECT_GE(l2.read_ns, 20'000'000u);
+    EXPECT_EQ(l2.wait_ns, kReadNs);
+    EXPECT_EQ(l2.read_ns, kReadNs);
+    EXPECT_EQ(l0.wait_ns + l1.wait_ns + l0.read_ns + l1.read_ns, 0u);  // the clock stood still for them
 
     EXPECT_EQ(s.total.accesses, 7u);
     EXPECT_EQ(s.total.hits, 2u);
@@ -82,10 +119,10 @@ TEST(StreamTelemetry, CountsAScriptedPatternExactly) {
     EXPECT_DOUBLE_EQ(s.bytes_per_token(), 7.0 * static_cast<double>(rb) / 3);
     EXPECT_DOUBLE_EQ(s.prefetch_precision(), 0.5);
     EXPECT_DOUBLE_EQ(s.prefetch_recall(), 1.0 / 7);
-    EXPECT_GE(s.read_busy_ns, 20'000'000u);
-    EXPECT_LE(s.read_busy_ns, static_cast<uint64_t>(std::chrono::nanoseconds(wall).count()));
-    EXPECT_GE(s.io_wait_share(), 0.2);  // at least 20 ms of the 100 ms step
-    EXPECT_GT(s.read_bandwidth(), 0.0);
+    EXPECT_EQ(s.read_busy_ns, kReadNs);
+    EXPECT_DOUBLE_EQ(s.io_wait_share(), 0.2);  // 20 ms of the 100 ms step
+    EXPECT_DOUBLE_EQ(s.read_bandwidth(),
+                     7.0 * static_cast<double>(rb) / (static_cast<double>(kReadNs) * 1e-9));
 
     const nlohmann::json j = telemetry_json(s);
     EXPECT_EQ(j["total"]["hits"], 2);
