@@ -19,6 +19,8 @@ class Qwen3MoeModel::State final : public MoeSequenceState {
     trunk.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, model.cfg_.head_dim));
   }
 
+  size_t bytes() const override { return MoeSequenceState::bytes() + wave.bytes(); }
+
   // Grows the batch buffers to hold T tokens (no-op when they already do).
   void reserve(int64_t T) {
     if (!batch_too_small(T)) return;
