@@ -8,7 +8,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
 #include "cli/commands.h"
 #include "cli/model_flags.h"
@@ -57,8 +56,12 @@ class LayerDumper {
     AtomicFile out(dir_ + "/" + name);
     out.write(capture_.l_out.data(), capture_.l_out.size() * sizeof(float));
     out.commit();
-    index_.push_back({{"step", step}, {"file", name}, {"n_layer", info_.n_layer}, {"n_tokens", tokens},
-                      {"n_embd", info_.n_embd}, {"layout", "float32 [n_layer][n_tokens][n_embd]"}});
+    index_.push_back({{"step", step},
+                      {"file", name},
+                      {"n_layer", info_.n_layer},
+                      {"n_tokens", tokens},
+                      {"n_embd", info_.n_embd},
+                      {"layout", "float32 [n_layer][n_tokens][n_embd]"}});
   }
   void finish() {
     AtomicFile out(dir_ + "/index.json");
@@ -77,7 +80,8 @@ class LayerDumper {
 void run(const RunFlags& f) {
   int sources = !f.prompt.empty() + !f.prompt_file.empty() + !f.prompt_ids.empty();
   if (sources != 1) fail("give exactly one of -p TEXT, -f FILE or --prompt-ids IDS");
-  if (f.chat && !f.prompt_ids.empty()) fail("--chat renders text through the chat template: use -p, not --prompt-ids");
+  if (f.chat && !f.prompt_ids.empty())
+    fail("--chat renders text through the chat template: use -p, not --prompt-ids");
   if (f.n_predict < -1) fail("-n {} must be -1 (until the end) or at least 0", f.n_predict);
 
   OpenedModel m = open_from_flags(f.model);
@@ -101,11 +105,12 @@ void run(const RunFlags& f) {
   }
   if (prompt.empty()) fail("the prompt is empty");
 
-  const int n_ctx = f.model.context_for(info.n_ctx_train);
+  const int n_ctx = m.n_ctx;
   std::unique_ptr<LayerDumper> dumper;
   if (!f.dump_layers.empty()) {
     dumper = std::make_unique<LayerDumper>(f.dump_layers, info);
-    m.prefill_chunk = std::max<int>(m.prefill_chunk, static_cast<int>(prompt.size()));  // the prompt is one step
+    m.prefill_chunk =
+        std::max<int>(m.prefill_chunk, static_cast<int>(prompt.size()));  // the prompt is one step
   }
   auto session_ptr = make_session(m, n_ctx);
   Session& session = *session_ptr;
@@ -155,9 +160,10 @@ void run(const RunFlags& f) {
     std::fprintf(stderr,
                  "\nprompt: %d tokens in %.3f s (%.2f tok/s) | generated: %zu tokens, decode %.2f tok/s | "
                  "stop: %s | threads: %d, context: %d\n",
-                 r.prompt_tokens, r.prefill_seconds, pre_tps, r.tokens.size(), dec_tps, stop_reason_name(r.reason),
-                 f.model.threads > 0 ? f.model.threads : static_cast<int>(std::thread::hardware_concurrency()), n_ctx);
-    if (f.stats && m.cache) std::fprintf(stderr, "%s", stream::format_telemetry_table(m.cache->telemetry()).c_str());
+                 r.prompt_tokens, r.prefill_seconds, pre_tps, r.tokens.size(), dec_tps,
+                 stop_reason_name(r.reason), m.n_threads, n_ctx);
+    if (f.stats && m.cache)
+      std::fprintf(stderr, "%s", stream::format_telemetry_table(m.cache->telemetry()).c_str());
   }
 }
 
@@ -175,7 +181,8 @@ void register_run(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--chat", flags->chat, "render -p as a user message through the model's chat template");
   cmd->add_option("--system", flags->system, "system message (with --chat)");
-  cmd->add_flag("--print-ids", flags->print_ids, "print only the generated ids, space-separated, on one line");
+  cmd->add_flag("--print-ids", flags->print_ids,
+                "print only the generated ids, space-separated, on one line");
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "do not stop at end-of-generation tokens");
   cmd->add_flag("--no-display-prompt", flags->no_display_prompt, "do not echo the prompt");
   cmd->add_flag("--stats", flags->stats, "print timings and counters to stderr");

@@ -6,16 +6,21 @@
 #include <random>
 
 #include "stream/byte_size.h"
+#include "util/cpu_limits.h"
 #include "util/error.h"
 
 namespace df::cli {
 
 void ModelFlags::add(CLI::App* app) {
-  app->add_option("-m,--model", model, "model: a GGUF file (ingested into an expert store on first use) or a store")
+  app->add_option("-m,--model", model,
+                  "model: a GGUF file (ingested into an expert store on first use) or a store")
       ->required();
-  app->add_option("--store", store, "where the expert store of a GGUF lives (default: $XDG_CACHE_HOME/diskformer)");
-  app->add_flag("--resident", resident, "keep every expert in RAM, read from the GGUF (no store, no streaming)");
-  app->add_option("--expert-cache", expert_cache, "expert cache budget, e.g. 512M, 2G (default: from free memory)");
+  app->add_option("--store", store,
+                  "where the expert store of a GGUF lives (default: $XDG_CACHE_HOME/diskformer)");
+  app->add_flag("--resident", resident,
+                "keep every expert in RAM, read from the GGUF (no store, no streaming)");
+  app->add_option("--expert-cache", expert_cache,
+                  "expert cache budget, e.g. 512M, 2G (default: from free memory)");
   app->add_option("--io", io, "expert reads: direct (O_DIRECT) or buffered (page cache)")
       ->check(CLI::IsMember({"direct", "buffered"}))
       ->capture_default_str();
@@ -25,8 +30,9 @@ void ModelFlags::add(CLI::App* app) {
   app->add_option("--lookahead", lookahead, "MoE layers whose experts are guessed and read ahead (0 = off)")
       ->check(CLI::Range(0, 8))
       ->capture_default_str();
-  app->add_option("-t,--threads", threads, "CPU threads (default: one per core)");
-  app->add_option("-c,--ctx-size", ctx, "context size in tokens (default: the training context, at most 4096)");
+  app->add_option("-t,--threads", threads, "CPU threads (default: one per CPU this process may use)");
+  app->add_option("-c,--ctx-size", ctx,
+                  "context size in tokens (default: the training context, at most 4096)");
   app->add_option("-b,--batch-size", batch, "prompt tokens per forward pass (prefill chunk)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -42,21 +48,28 @@ ModelSourceOptions ModelFlags::source() const {
   o.cache_policy = cache_policy;
   o.n_threads = threads;
   o.lookahead = lookahead;
-  o.n_ctx = ctx > 0 ? ctx : 4096;
+  o.n_ctx = ctx;
   o.prefill_chunk = batch;
   return o;
 }
 
-int ModelFlags::context_for(int n_ctx_train) const {
-  if (ctx < 0) fail("context size -c {} must be positive", ctx);
-  if (ctx > 0) return ctx;
-  return n_ctx_train > 0 ? std::min(n_ctx_train, 4096) : 4096;
-}
-
-OpenedModel open_from_flags(const ModelFlags& flags) {
+OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx) {
   if (flags.resident && (!flags.expert_cache.empty() || !flags.store.empty()))
     fail("--resident keeps every expert in RAM: it cannot be combined with --expert-cache or --store");
-  OpenedModel m = open_model(flags.source());
+  if (flags.threads < 0)
+    fail("-t {}: the thread count must be positive (or 0 for one per usable CPU)", flags.threads);
+  if (flags.threads > 0) {
+    const CpuLimits cpus = read_cpu_limits();
+    if (flags.threads > cpus.usable())
+      fmt::print(
+          stderr,
+          "warning: -t {} is more than the {} CPU{} this process may use ({}): the extra threads only take "
+          "turns and slow every step down\n",
+          flags.threads, cpus.usable(), cpus.usable() == 1 ? "" : "s", cpus.describe());
+  }
+  ModelSourceOptions options = flags.source();
+  if (n_ctx > 0) options.n_ctx = n_ctx;
+  OpenedModel m = open_model(options);
   fmt::print(stderr, "{}\n", m.cache_description);
   return m;
 }
@@ -73,7 +86,8 @@ void SamplingFlags::add(CLI::App* app) {
   app->add_option("--top-k", params.top_k, "top-k (0 = off)")->capture_default_str();
   app->add_option("--top-p", params.top_p, "top-p (1 = off)")->capture_default_str();
   app->add_option("--min-p", params.min_p, "min-p (0 = off)")->capture_default_str();
-  app->add_option("--repeat-penalty", params.repeat_penalty, "repetition penalty (1 = off)")->capture_default_str();
+  app->add_option("--repeat-penalty", params.repeat_penalty, "repetition penalty (1 = off)")
+      ->capture_default_str();
   app->add_option("--repeat-last-n", params.repeat_last_n, "tokens the repetition penalty looks back")
       ->capture_default_str();
   app->add_option("-s,--seed", seed, "random seed (default: random)");
