@@ -12,15 +12,11 @@
 namespace df::cli {
 
 void ModelFlags::add(CLI::App* app) {
-  app->add_option("-m,--model", model,
-                  "model: a GGUF file (ingested into an expert store on first use) or a store")
+  app->add_option("-m,--model", model, "model: a GGUF file (ingested into an expert store on first use) or a store")
       ->required();
-  app->add_option("--store", store,
-                  "where the expert store of a GGUF lives (default: $XDG_CACHE_HOME/diskformer)");
-  app->add_flag("--resident", resident,
-                "keep every expert in RAM, read from the GGUF (no store, no streaming)");
-  app->add_option("--expert-cache", expert_cache,
-                  "expert cache budget, e.g. 512M, 2G (default: from free memory)");
+  app->add_option("--store", store, "where the expert store of a GGUF lives (default: $XDG_CACHE_HOME/diskformer)");
+  app->add_flag("--resident", resident, "keep every expert in RAM, read from the GGUF (no store, no streaming)");
+  app->add_option("--expert-cache", expert_cache, "expert cache budget, e.g. 512M, 2G (default: from free memory)");
   app->add_option("--io", io, "expert reads: direct (O_DIRECT) or buffered (page cache)")
       ->check(CLI::IsMember({"direct", "buffered"}))
       ->capture_default_str();
@@ -31,8 +27,7 @@ void ModelFlags::add(CLI::App* app) {
       ->check(CLI::Range(0, 8))
       ->capture_default_str();
   app->add_option("-t,--threads", threads, "CPU threads (default: one per CPU this process may use)");
-  app->add_option("-c,--ctx-size", ctx,
-                  "context size in tokens (default: the training context, at most 4096)");
+  app->add_option("-c,--ctx-size", ctx, "context size in tokens (default: the training context, at most 4096)");
   app->add_option("-b,--batch-size", batch, "prompt tokens per forward pass (prefill chunk)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -86,8 +81,7 @@ void SamplingFlags::add(CLI::App* app) {
   app->add_option("--top-k", params.top_k, "top-k (0 = off)")->capture_default_str();
   app->add_option("--top-p", params.top_p, "top-p (1 = off)")->capture_default_str();
   app->add_option("--min-p", params.min_p, "min-p (0 = off)")->capture_default_str();
-  app->add_option("--repeat-penalty", params.repeat_penalty, "repetition penalty (1 = off)")
-      ->capture_default_str();
+  app->add_option("--repeat-penalty", params.repeat_penalty, "repetition penalty (1 = off)")->capture_default_str();
   app->add_option("--repeat-last-n", params.repeat_last_n, "tokens the repetition penalty looks back")
       ->capture_default_str();
   app->add_option("-s,--seed", seed, "random seed (default: random)");

@@ -18,18 +18,18 @@
 namespace df {
 
 struct ModelSourceOptions {
-  std::string path;       // -m: FILE.gguf or a store directory
-  std::string store_dir;  // --store: where the store of a .gguf lives (default: the cache directory)
-  bool resident = false;  // --resident: every expert in RAM, read from the GGUF
+  std::string path;        // -m: FILE.gguf or a store directory
+  std::string store_dir;   // --store: where the store of a .gguf lives (default: the cache directory)
+  bool resident = false;   // --resident: every expert in RAM, read from the GGUF
   std::optional<uint64_t> expert_cache_bytes;  // --expert-cache; absent: automatic
   std::string io = "direct";                   // --io direct|buffered
   std::string cache_policy = "lru";            // --cache-policy lru|lfu
-  int n_threads = 0;  // -t; <= 0: one per CPU this process may use (util/cpu_limits.h)
-  int lookahead = 1;  // --lookahead
+  int n_threads = 0;       // -t; <= 0: one per CPU this process may use (util/cpu_limits.h)
+  int lookahead = 1;       // --lookahead
   // -c: the context the sessions will use; 0: the training context, at most 4096. Checked against the
   // training context and the memory there is, and its state is part of the automatic budget's reserve.
   int n_ctx = 0;
-  int prefill_chunk = 64;                          // wanted prefill chunk; the cache may need it smaller
+  int prefill_chunk = 64;  // wanted prefill chunk; the cache may need it smaller
   std::function<void(const std::string&)> notice;  // one-line notes for the user (stderr by default)
   std::optional<stream::MemorySnapshot> memory;    // tests: this instead of /proc/meminfo and the cgroup
 };
@@ -42,12 +42,12 @@ struct OpenedModel {
   std::unique_ptr<models::Model> model;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::optional<std::string> chat_template;  // tokenizer.chat_template, if the file has one
-  int prefill_chunk = 64;                    // the chunk to use: at most what the cache can hold at once
-  int n_ctx = 0;               // the context the memory was planned for (options.n_ctx resolved)
-  int n_threads = 0;           // the compute threads (options.n_threads resolved)
-  uint64_t reserve_bytes = 0;  // memory planned for everything but the expert cache (engine/memory_plan.h)
-  uint64_t trunk_bytes = 0;    // resident tensors (the dense part of the model)
-  uint64_t expert_bytes = 0;   // all routed experts (on disk when streaming)
+  int prefill_chunk = 64;       // the chunk to use: at most what the cache can hold at once
+  int n_ctx = 0;                // the context the memory was planned for (options.n_ctx resolved)
+  int n_threads = 0;            // the compute threads (options.n_threads resolved)
+  uint64_t reserve_bytes = 0;   // memory planned for everything but the expert cache (engine/memory_plan.h)
+  uint64_t trunk_bytes = 0;     // resident tensors (the dense part of the model)
+  uint64_t expert_bytes = 0;    // all routed experts (on disk when streaming)
   std::string cache_description;
 
   // Hooks for a Session: each step's token count and time (telemetry), and clean-up after a failed step.
