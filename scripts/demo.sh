@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# The same build/ and options as scripts/test.sh's Release build, less the tests: either script may run first and
+# the second reuses the first one's objects.
 scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DDF_BUILD_TESTS=OFF
 model=out/demo-lfm2moe-small.gguf
 mkdir -p out

@@ -28,7 +28,9 @@ run_ctest() {  # run_ctest BUILD_DIR LOG [ctest args...]
 }
 
 echo "== Release build (-Wall -Wextra -Werror)"
-scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DDF_SHARED_DIR="$shared_dir"
+# The demo configures the same build/ without tests (-DDF_BUILD_TESTS=OFF stays in CMake's cache): turn them
+# on explicitly, so this works after the demo and the two share every object of the engine.
+scripts/build.sh build -DCMAKE_BUILD_TYPE=Release -DDF_BUILD_TESTS=ON -DDF_SHARED_DIR="$shared_dir"
 run_ctest build build/ctest.log
 
 if [ "$sanitize" = 1 ]; then

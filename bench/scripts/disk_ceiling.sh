@@ -8,7 +8,9 @@
 # usage: disk_ceiling.sh [--file PATH] [--file-gib 8] [--record-bytes N] [--depths "1 4"] [--runtime-s 10]
 #                        [--engine io_uring] [--no-buffered] [--keep-cache]
 #   --file          test file (created once, filled with fio's random data; reused when its size matches); put it on
-#                   the disk the models live on. Default: /var/tmp/diskformer-disk-ceiling-<GiB>g.bin
+#                   the disk the models live on. Default: /var/tmp/diskformer-disk-ceiling-<GiB>g.bin. The script
+#                   marks the files it creates (a sidecar PATH.disk-ceiling naming the file's inode) and refuses
+#                   to write over any other existing file: an expert store or a model is never overwritten.
 #   --record-bytes  default 5308416 = 3 x 2048 x 1536 x 18/32 bytes (LFM2.5-24B Q4_0 expert: gate, up, down;
 #                   already a multiple of 4096)
 #   --keep-cache    do not drop the page cache before the buffered run (it is then not a cold measurement)
@@ -32,7 +34,7 @@ while [[ $# -gt 0 ]]; do
         --engine) engine="$2"; shift 2 ;;
         --no-buffered) buffered=0; shift ;;
         --keep-cache) drop_cache=0; shift ;;
-        -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "disk_ceiling.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -47,6 +49,28 @@ record_bytes=$(((record_bytes + 4095) / 4096 * 4096))
 file="${file:-/var/tmp/diskformer-disk-ceiling-${file_gib}g.bin}"
 file_bytes=$((file_gib << 30))
 
+# Files this script made carry a marker beside them naming their inode; anything else at the path (a model, an
+# expert store, a link to one) is never written, whatever its size. Checked before fio is even installed.
+marker="$file.disk-ceiling"
+marker_prefix="created by diskformer bench/scripts/disk_ceiling.sh"
+marker_text() { printf '%s: inode %s\n' "$marker_prefix" "$(stat -c %i "$file")"; }
+refuse() {
+    echo "disk_ceiling.sh: $1: refusing to write over it (this script only rewrites the test files it created)." \
+        "Pass --file with a path that does not exist yet." >&2
+    exit 2
+}
+if [[ -e "$marker" || -L "$marker" ]] && ! { [[ -f "$marker" && ! -L "$marker" ]] &&
+    head -n 1 "$marker" | grep -qF "$marker_prefix"; }; then
+    refuse "$marker exists and is not a marker of this script"
+fi
+if [[ -L "$file" ]]; then
+    refuse "$file is a symbolic link"
+elif [[ -e "$file" ]]; then
+    [[ -f "$file" ]] || refuse "$file is not a regular file"
+    [[ -f "$marker" && "$(cat "$marker")" == "$(marker_text)" ]] ||
+        refuse "$file exists and was not created by this script (no marker $marker naming its inode)"
+fi
+
 if ! command -v fio > /dev/null || ! command -v jq > /dev/null; then
     echo "disk_ceiling.sh: installing fio and jq" >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio jq) > /dev/null
@@ -55,7 +79,10 @@ fi
 if [[ ! -f "$file" || "$(stat -c %s "$file")" -ne "$file_bytes" ]]; then
     echo "disk_ceiling.sh: writing ${file_gib} GiB test file $file" >&2
     mkdir -p "$(dirname "$file")"
-    rm -f "$file"
+    rm -f "$file" "$marker"  # ours (checked above), of another size
+    # Claimed with noclobber, so a file that appeared since the check is not truncated; marked before fio writes.
+    (set -o noclobber && : > "$file") || refuse "$file appeared while this script was starting"
+    marker_text > "$marker"
     # Real data, written through to the disk: a sparse or fallocated file would read back zeros without any I/O.
     fio --name=layout --filename="$file" --size="$file_bytes" --rw=write --bs=4M --direct=1 --ioengine=psync \
         --end_fsync=1 --output=/dev/null

@@ -8,7 +8,6 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "cli/commands.h"
 #include "cli/model_flags.h"
@@ -53,10 +52,11 @@ void bench(const BenchFlags& f) {
                "note: --cold could not drop the page cache (needs root): the store may be served from RAM\n");
   using clock = std::chrono::steady_clock;
   const auto t_load = clock::now();
-  OpenedModel m = open_from_flags(f.model);
+  // The context holds the prompt and the decoded tokens; the memory is planned for exactly that.
+  const int n_ctx = f.n_prompt + f.n_decode + 1;
+  OpenedModel m = open_from_flags(f.model, n_ctx);
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
   const auto& info = m.model->info();
-  const int n_ctx = f.n_prompt + f.n_decode + 1;
 
   // A fixed prompt: deterministic ids spread over the vocabulary (the tokens' meaning does not matter for
   // speed).
@@ -89,8 +89,7 @@ void bench(const BenchFlags& f) {
   const double decode_tps = f.repeats * f.n_decode / decode_s;
   const uint64_t peak_rss = status_kib("VmHWM") * 1024;
   const uint64_t cache_bytes = m.cache ? m.cache->pool_bytes() : m.expert_bytes;
-  const int threads =
-      f.model.threads > 0 ? f.model.threads : static_cast<int>(std::thread::hardware_concurrency());
+  const int threads = m.n_threads;
 
   fmt::print("model        {} ({}, {} layers, {} experts top-{})\n", f.model.model, info.arch, info.n_layer,
              info.n_expert, info.n_expert_used);

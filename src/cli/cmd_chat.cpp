@@ -30,7 +30,7 @@ void chat(const ChatFlags& f) {
   const auto& info = m.model->info();
   const auto& tokenizer = *m.tokenizer;
   const ChatPromptBuilder prompts(tokenizer, m.chat_template);  // parsed once, rendered every turn
-  auto session_ptr = make_session(m, f.model.context_for(info.n_ctx_train));
+  auto session_ptr = make_session(m, m.n_ctx);
   Session& session = *session_ptr;
   session.keep_prompt_snapshot();  // each turn resumes after the previous turn's prompt
   Sampler sampler(info.n_vocab, f.sampling.resolve());

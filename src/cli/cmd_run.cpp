@@ -8,7 +8,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
 #include "cli/commands.h"
 #include "cli/model_flags.h"
@@ -103,7 +102,7 @@ void run(const RunFlags& f) {
   if (prompt.empty()) fail("the prompt is empty");
   if (f.verbose_prompt) print_prompt_ids(prompt);
 
-  const int n_ctx = f.model.context_for(info.n_ctx_train);
+  const int n_ctx = m.n_ctx;
   std::unique_ptr<LayerDumper> dumper;
   if (!f.dump_layers.empty()) {
     dumper = std::make_unique<LayerDumper>(f.dump_layers, info);
@@ -157,8 +156,8 @@ void run(const RunFlags& f) {
     std::fprintf(stderr,
                  "\nprompt: %d tokens in %.3f s (%.2f tok/s) | generated: %zu tokens, decode %.2f tok/s | "
                  "stop: %s | threads: %d, context: %d\n",
-                 r.prompt_tokens, r.prefill_seconds, pre_tps, r.tokens.size(), dec_tps, stop_reason_name(r.reason),
-                 f.model.threads > 0 ? f.model.threads : static_cast<int>(std::thread::hardware_concurrency()), n_ctx);
+                 r.prompt_tokens, r.prefill_seconds, pre_tps, r.tokens.size(), dec_tps,
+                 stop_reason_name(r.reason), m.n_threads, n_ctx);
     if (f.stats && m.cache) std::fprintf(stderr, "%s", stream::format_telemetry_table(m.cache->telemetry()).c_str());
   }
 }

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "stream/byte_size.h"
+#include "util/cpu_limits.h"
 #include "util/error.h"
 
 namespace df::cli {
@@ -26,7 +27,7 @@ void ModelFlags::add(CLI::App* app) {
   app->add_option("--lookahead", lookahead, "MoE layers whose experts are guessed and read ahead (0 = off)")
       ->check(CLI::Range(0, 8))
       ->capture_default_str();
-  app->add_option("-t,--threads", threads, "CPU threads (default: one per core)");
+  app->add_option("-t,--threads", threads, "CPU threads (default: one per CPU this process may use)");
   app->add_option("-c,--ctx-size", ctx, "context size in tokens (default: the training context, at most 4096)");
   app->add_option("-b,--batch-size", batch, "prompt tokens per forward pass (prefill chunk)")
       ->check(CLI::PositiveNumber)
@@ -43,21 +44,28 @@ ModelSourceOptions ModelFlags::source() const {
   o.cache_policy = cache_policy;
   o.n_threads = threads;
   o.lookahead = lookahead;
-  o.n_ctx = ctx > 0 ? ctx : 4096;
+  o.n_ctx = ctx;
   o.prefill_chunk = batch;
   return o;
 }
 
-int ModelFlags::context_for(int n_ctx_train) const {
-  if (ctx < 0) fail("context size -c {} must be positive", ctx);
-  if (ctx > 0) return ctx;
-  return n_ctx_train > 0 ? std::min(n_ctx_train, 4096) : 4096;
-}
-
-OpenedModel open_from_flags(const ModelFlags& flags) {
+OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx) {
   if (flags.resident && (!flags.expert_cache.empty() || !flags.store.empty()))
     fail("--resident keeps every expert in RAM: it cannot be combined with --expert-cache or --store");
-  OpenedModel m = open_model(flags.source());
+  if (flags.threads < 0)
+    fail("-t {}: the thread count must be positive (or 0 for one per usable CPU)", flags.threads);
+  if (flags.threads > 0) {
+    const CpuLimits cpus = read_cpu_limits();
+    if (flags.threads > cpus.usable())
+      fmt::print(
+          stderr,
+          "warning: -t {} is more than the {} CPU{} this process may use ({}): the extra threads only take "
+          "turns and slow every step down\n",
+          flags.threads, cpus.usable(), cpus.usable() == 1 ? "" : "s", cpus.describe());
+  }
+  ModelSourceOptions options = flags.source();
+  if (n_ctx > 0) options.n_ctx = n_ctx;
+  OpenedModel m = open_model(options);
   fmt::print(stderr, "{}\n", m.cache_description);
   if (m.cache) fmt::print(stderr, "expert cache: {}\n", m.cache->describe());  // what runs: policy, reader, I/O
   return m;

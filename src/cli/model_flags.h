@@ -17,16 +17,16 @@ struct ModelFlags {
   std::string model, store, expert_cache, io = "direct", cache_policy = "lru";
   bool resident = false;
   int threads = 0;
-  int ctx = 0;      // 0: min(training context, 4096)
-  int batch = 64;   // prefill chunk
+  int ctx = 0;     // 0: min(training context, 4096), resolved by open_model (OpenedModel::n_ctx)
+  int batch = 64;  // prefill chunk
   int lookahead = 1;
   void add(CLI::App* app);
   ModelSourceOptions source() const;
-  int context_for(int n_ctx_train) const;
 };
 
-// Opens the model named by the flags and prints what the expert cache got (stderr).
-OpenedModel open_from_flags(const ModelFlags& flags);
+// Opens the model named by the flags, for a context of n_ctx tokens (0: -c), and prints what the expert
+// cache got (stderr); warns when -t asks for more threads than the CPUs this process may use.
+OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx = 0);
 // --verbose-prompt (llama.cpp's flag): the prompt's token ids, as the model will see them, on stderr.
 void print_prompt_ids(std::span<const int32_t> ids);
 // A session wired to the model's expert cache (telemetry per step, clean-up after a failed step).

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "engine/memory_plan.h"
 #include "gguf/tensor_names.h"
 #include "store/ingest.h"
 #include "store/progress.h"
@@ -13,6 +14,7 @@
 #include "stream/read_backend.h"
 #include "stream/store_source.h"
 #include "stream/streaming_expert_provider.h"
+#include "util/cpu_limits.h"
 #include "util/error.h"
 
 namespace df {
@@ -40,6 +42,14 @@ void describe_experts(gguf::File& dense, const store::Layout& layout) {
     add(l.up, l.up.n_out);
     add(l.down, l.down.n_out);
   }
+}
+
+// -c 0: the training context, at most 4096 (a longer one only when asked: it costs memory).
+int resolve_context(int n_ctx, const gguf::File& f) {
+  if (n_ctx < 0) fail("context size -c {} must be positive", n_ctx);
+  if (n_ctx > 0) return n_ctx;
+  const int64_t train = f.get_int(f.architecture() + ".context_length").value_or(0);
+  return train > 0 ? static_cast<int>(std::min<int64_t>(train, 4096)) : 4096;
 }
 
 uint64_t tensor_bytes(const gguf::File& f, bool experts) {
@@ -74,18 +84,34 @@ OpenedModel open_model(const ModelSourceOptions& options) {
 
   OpenedModel m;
   models::LoadOptions load;
-  load.n_threads = options.n_threads;
+  m.n_threads = options.n_threads > 0 ? options.n_threads : read_cpu_limits().usable();
+  load.n_threads = m.n_threads;
   load.prefetch_lookahead = options.lookahead;
   m.prefill_chunk = options.prefill_chunk;
+  const auto memory = [&] { return options.memory ? *options.memory : stream::read_memory_snapshot(); };
 
   if (options.resident) {
     m.file = std::make_unique<gguf::File>(gguf::File::open(options.path));
     m.trunk_bytes = tensor_bytes(*m.file, false);
     m.expert_bytes = tensor_bytes(*m.file, true);
-    m.cache_description = "experts: all resident in RAM (--resident)";
+    m.n_ctx = resolve_context(options.n_ctx, *m.file);
+    MemoryPlanInput in = memory_plan_input(*m.file, m.n_ctx, m.prefill_chunk, m.n_threads);
+    in.resident = true;
+    in.resident_expert_bytes = m.expert_bytes;
+    const MemoryPlan plan = plan_memory(in, memory());
+    m.reserve_bytes = plan.reserve.total();
+    m.cache_description = plan.description;
   } else {
     std::string dir = options.path;
     if (!is_dir) {
+      // A context the memory cannot hold is refused before the ingest spends minutes on the file (the
+      // expert cache is checked once the store says how large a record is).
+      {
+        const gguf::File source = gguf::File::open(options.path);
+        check_memory(memory_plan_input(source, resolve_context(options.n_ctx, source), options.prefill_chunk,
+                                       m.n_threads),
+                     memory());
+      }
       store::TerminalProgress bar;
       store::IngestOptions io;
       io.output_dir = options.store_dir;
@@ -112,16 +138,18 @@ OpenedModel open_model(const ModelSourceOptions& options) {
     const int top_k =
         static_cast<int>(m.file->get_int(m.file->architecture() + ".expert_used_count").value_or(0));
     if (top_k <= 0) fail("{}: missing or invalid {}.expert_used_count", dir, m.file->architecture());
-    stream::BudgetRequest br;
-    br.explicit_bytes = options.expert_cache_bytes;
-    // The trunk, its working buffers and the KV cache stay beside the expert cache: a generous estimate of
-    // them (the trunk again for buffers and KV of long contexts would be far too much; 1/4 of it plus 256 MiB
-    // covers the models we run).
-    br.reserve_bytes = m.trunk_bytes + m.trunk_bytes / 4 + (256ull << 20);
-    br.record_bytes = layout.record_bytes;
-    br.total_records = layout.n_records();
-    br.min_records = static_cast<uint64_t>(top_k);
-    stream::BudgetChoice choice = stream::choose_expert_budget(br, stream::read_memory_snapshot());
+    // The state's batch buffers are planned for the chunk asked for; the cache may make it smaller, never
+    // larger.
+    m.n_ctx = resolve_context(options.n_ctx, *m.file);
+    MemoryPlanInput in = memory_plan_input(*m.file, m.n_ctx, options.prefill_chunk, m.n_threads);
+    in.expert_cache_bytes = options.expert_cache_bytes;
+    in.record_bytes = layout.record_bytes;
+    in.total_records = layout.n_records();
+    in.min_records = static_cast<uint64_t>(top_k);
+    const MemoryPlan plan = plan_memory(in, memory());
+    if (!plan.warning.empty()) notice(plan.warning);
+    const stream::BudgetChoice& choice = plan.cache;
+    m.reserve_bytes = plan.reserve.total();
     co.slots = choice.slots;
     co.min_slots = static_cast<uint64_t>(top_k);
     m.cache_description = choice.description;

@@ -11,6 +11,7 @@
 #include "gguf/gguf.h"
 #include "models/model.h"
 #include "store/store.h"
+#include "stream/cache_budget.h"
 #include "stream/expert_cache.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,12 +24,15 @@ struct ModelSourceOptions {
   std::optional<uint64_t> expert_cache_bytes;  // --expert-cache; absent: automatic
   std::string io = "direct";                   // --io direct|buffered
   std::string cache_policy = "lru";            // --cache-policy lru|lfu
-  int n_threads = 0;       // -t; <= 0: one per core
+  int n_threads = 0;       // -t; <= 0: one per CPU this process may use (util/cpu_limits.h)
   int lookahead = 1;       // --lookahead
-  int n_ctx = 4096;        // for the memory reserve of the automatic budget
+  // -c: the context the sessions will use; 0: the training context, at most 4096. Checked against the
+  // training context and the memory there is, and its state is part of the automatic budget's reserve.
+  int n_ctx = 0;
   int prefill_chunk = 64;  // wanted prefill chunk; the cache may need it smaller
   std::function<void(const std::string&)> notice;  // one-line notes for the user (stderr by default)
   stream::FaultPlan faults;  // tests only: read faults injected below the expert cache of a store
+  std::optional<stream::MemorySnapshot> memory;    // tests: this instead of /proc/meminfo and the cgroup
 };
 
 struct OpenedModel {
@@ -40,6 +44,9 @@ struct OpenedModel {
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::optional<std::string> chat_template;  // tokenizer.chat_template, if the file has one
   int prefill_chunk = 64;       // the chunk to use: at most what the cache can hold at once
+  int n_ctx = 0;                // the context the memory was planned for (options.n_ctx resolved)
+  int n_threads = 0;            // the compute threads (options.n_threads resolved)
+  uint64_t reserve_bytes = 0;   // memory planned for everything but the expert cache (engine/memory_plan.h)
   uint64_t trunk_bytes = 0;     // resident tensors (the dense part of the model)
   uint64_t expert_bytes = 0;    // all routed experts (on disk when streaming)
   std::string cache_description;
@@ -49,6 +56,8 @@ struct OpenedModel {
   void on_failure();
 };
 
+// Checks the context and the memory it needs (engine/memory_plan.h) before the trunk, the state or the expert
+// cache is allocated; df::Error names what is needed and what there is.
 OpenedModel open_model(const ModelSourceOptions& options);
 
 }  // namespace df

@@ -119,6 +119,10 @@ class File {
   // pread the tensor's bytes (or a byte range of them) into dst. Throws on I/O errors and short reads.
   void read_tensor(const TensorInfo& t, void* dst) const;
   void read_range(uint64_t file_offset, uint64_t nbytes, void* dst) const;
+  // Tells the kernel the tensor's file pages are not needed again (POSIX_FADV_DONTNEED). A loader that copied
+  // them into its own buffers then holds one copy, not two: the page cache is charged to the process's cgroup
+  // too, and under a memory limit the second copy pushed the usage to the limit while the trunk loaded.
+  void drop_cached(const TensorInfo& t) const;
   int fd() const { return fd_; }
 
   // Registers a tensor whose data lives outside this file (the routed experts of an expert store, whose

@@ -426,6 +426,13 @@ void File::read_tensor(const TensorInfo& t, void* dst) const {
   read_range(t.file_offset, t.nbytes, dst);
 }
 
+void File::drop_cached(const TensorInfo& t) const {
+  // Advice only: a failure changes nothing but the memory the cache keeps.
+  if (fd_ >= 0 && !t.external && t.nbytes > 0)
+    (void)::posix_fadvise(fd_, static_cast<off_t>(t.file_offset), static_cast<off_t>(t.nbytes),
+                          POSIX_FADV_DONTNEED);
+}
+
 void File::add_external_tensor(TensorInfo info) {
   if (tensor_index_.count(info.name)) fail("{}: tensor '{}' already exists", path_, info.name);
   info.external = true;

@@ -34,7 +34,7 @@ class Lfm2MoeModel::State final : public MoeSequenceState {
     size_t total = MoeSequenceState::bytes();
     for (const auto& s : conv) total += s.size() * sizeof(float);
     for (const auto* b : {&y, &bcx}) total += b->size() * sizeof(float);
-    return total;
+    return total + wave.bytes();
   }
 
   void copy_sequence_from(const ModelState& other) override {

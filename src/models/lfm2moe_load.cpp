@@ -12,6 +12,7 @@ namespace df::models {
 
 Lfm2MoeModel::Lfm2MoeModel(const gguf::File& file, const LoadOptions& options)
     : MoeModelBase(options), cfg_(lfm2moe_config(file)) {
+  state_dims_ = state_dims_of(cfg_);
   const int64_t H = cfg_.n_embd, hd = cfg_.head_dim;
   const int64_t q_dim = static_cast<int64_t>(cfg_.n_head) * hd,
                 kv_dim = static_cast<int64_t>(cfg_.n_head_kv) * hd;

@@ -74,6 +74,9 @@ class Model {
   virtual const ModelInfo& info() const = 0;
   // A fresh state for sequences of up to n_ctx positions (df::Error when n_ctx < 1).
   virtual std::unique_ptr<ModelState> new_state(int n_ctx) = 0;
+  // What such a state holds (its bytes()) once it has run batches of up to n_batch tokens, computed without
+  // allocating: lets a caller check a context against the memory there is first.
+  virtual uint64_t state_bytes(int n_ctx, int n_batch) const = 0;
   // Runs `tokens` at positions state.n_past.. as ONE batch (a prefill chunk, or one token for decode) and
   // advances n_past. Writes the logits of the last token (n_vocab floats) or, with all_rows, of every token
   // (T * n_vocab) into `logits`, which must have exactly that size. Throws df::Error on an empty batch, a

@@ -22,12 +22,23 @@ void MoeBuffers::reserve(size_t t, size_t H, size_t E, size_t K) {
   guess_mask.resize(E);
 }
 
-size_t MoeBuffers::float_bytes() const {
-  size_t total = 0;
+size_t MoeBuffers::bytes() const {
+  size_t total = guess_mask.size();
   for (const auto* buf :
        {&router_logits, &expert_weights, &expert_out, &moe, &guess_xn, &guess_logits, &guess_weights})
     total += buf->size() * sizeof(float);
+  for (const auto* buf : {&expert_ids, &expert_count, &expert_start, &expert_entries, &entry_tokens, &used,
+                          &guess_ids, &guess_list})
+    total += buf->size() * sizeof(int32_t);
   return total;
+}
+
+size_t MoeBuffers::bytes_for(size_t t, size_t H, size_t E, size_t K) {
+  // floats: moe, guess_xn (tH); router_logits, guess_logits (tE); expert_weights, guess_weights (tK);
+  // expert_out (tKH). int32: expert_ids, guess_ids, expert_entries, entry_tokens (tK); expert_count, used,
+  // guess_list (E), expert_start (E + 1). guess_mask: E bytes.
+  return (2 * t * H + 2 * t * E + 2 * t * K + t * K * H) * sizeof(float) +
+         (4 * t * K + 3 * E + (E + 1)) * sizeof(int32_t) + E;
 }
 
 size_t group_by_expert(MoeBuffers& b, int64_t T, int k, int n_expert) {

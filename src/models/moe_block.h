@@ -28,7 +28,9 @@ struct MoeBuffers {
   std::vector<uint8_t> guess_mask;
 
   void reserve(size_t tokens, size_t n_embd, size_t n_expert, size_t k);
-  size_t float_bytes() const;  // what ModelState::bytes() counts of these buffers
+  size_t bytes() const;  // what ModelState::bytes() counts of these buffers
+  // What bytes() is after reserve(tokens, n_embd, n_expert, k), without allocating.
+  static size_t bytes_for(size_t tokens, size_t n_embd, size_t n_expert, size_t k);
 };
 
 // Groups the T·k (token, slot) entries of expert_ids by expert, tokens in order within each expert:
@@ -96,6 +98,10 @@ struct SwigluWave {
     ids.resize(k);
     tasks.resize(k);
   }
+  size_t bytes() const {
+    return ids.size() * sizeof(int32_t) + tasks.size() * sizeof(backend::SwigluFfnTask);
+  }
+  static size_t bytes_for(size_t k) { return k * (sizeof(int32_t) + sizeof(backend::SwigluFfnTask)); }
 };
 
 // The chosen experts (b.used[0..n_used)), plain SwiGLU FFNs of n_embd → n_ff → n_embd, each applied to

@@ -14,6 +14,7 @@
 #include "models/model.h"
 #include "models/model_common.h"
 #include "models/sequence_state.h"
+#include "models/state_size.h"
 #include "util/error.h"
 #include "util/huge_page_buffer.h"
 
@@ -23,6 +24,7 @@ class MoeModelBase : public Model {
  public:
   const ModelInfo& info() const override { return info_; }
   ExpertProvider& experts() override { return *experts_; }
+  uint64_t state_bytes(int n_ctx, int n_batch) const override;
 
  protected:
   explicit MoeModelBase(const LoadOptions& options);
@@ -57,6 +59,7 @@ class MoeModelBase : public Model {
   ExpertLayout expert_layout_;
   std::unique_ptr<ExpertProvider> experts_;
   size_t max_act_row_bytes_ = 0;
+  StateDims state_dims_;  // set from the config by each constructor; act_row_bytes by finish_load
 };
 
 template <class State>

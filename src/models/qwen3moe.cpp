@@ -19,6 +19,8 @@ class Qwen3MoeModel::State final : public MoeSequenceState {
     trunk.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, model.cfg_.head_dim));
   }
 
+  size_t bytes() const override { return MoeSequenceState::bytes() + wave.bytes(); }
+
   void copy_sequence_from(const ModelState& other) override {
     const auto* o = dynamic_cast<const State*>(&other);
     if (!o || o->model_ != model_)

@@ -11,6 +11,7 @@ namespace df::models {
 
 Qwen3MoeModel::Qwen3MoeModel(const gguf::File& file, const LoadOptions& options)
     : MoeModelBase(options), cfg_(qwen3moe_config(file)) {
+  state_dims_ = state_dims_of(cfg_);
   const int64_t H = cfg_.n_embd, hd = cfg_.head_dim, E = cfg_.n_expert, F = cfg_.n_ff_exp;
   const int64_t q_dim = static_cast<int64_t>(cfg_.n_head) * hd,
                 kv_dim = static_cast<int64_t>(cfg_.n_head_kv) * hd;

@@ -45,6 +45,13 @@ size_t KvCache::bytes() const {
   return total;
 }
 
+uint64_t KvCache::bytes_for(int n_kv_layers, int n_ctx, int n_head_kv, int head_dim) {
+  // K and V, f16, n_ctx rows of n_head_kv * head_dim per attention layer
+  return uint64_t{2} * sizeof(uint16_t) * static_cast<uint64_t>(std::max(n_kv_layers, 0)) *
+         static_cast<uint64_t>(std::max(n_ctx, 0)) * static_cast<uint64_t>(std::max(n_head_kv, 0)) *
+         static_cast<uint64_t>(std::max(head_dim, 0));
+}
+
 void TrunkBuffers::reserve(size_t t, size_t H, size_t q_dim, size_t kv_dim, size_t act_row_bytes) {
   pos.resize(t);
   for (auto* b : {&x, &xn, &mix}) b->resize(t * H);
@@ -56,9 +63,14 @@ void TrunkBuffers::reserve(size_t t, size_t H, size_t q_dim, size_t kv_dim, size
 }
 
 size_t TrunkBuffers::bytes() const {
-  size_t total = attn_scratch.size() * sizeof(float) + scratch.size();
+  size_t total = attn_scratch.size() * sizeof(float) + scratch.size() + pos.size() * sizeof(int32_t);
   for (const auto* b : {&x, &xn, &mix, &q, &k, &v, &att}) total += b->size() * sizeof(float);
   return total;
+}
+
+size_t TrunkBuffers::bytes_for(size_t t, size_t H, size_t q_dim, size_t kv_dim, size_t act_row_bytes) {
+  // pos; x, xn, mix; q, att; k, v; scratch (attn_scratch is sized by the state, not per batch)
+  return t * (sizeof(int32_t) + (3 * H + 2 * q_dim + 2 * kv_dim) * sizeof(float) + act_row_bytes);
 }
 
 void MoeSequenceState::grow_batch(int64_t T, const BatchDims& d) {

@@ -23,6 +23,8 @@ class KvCache {
   size_t bytes() const;
   // The K and V of the first n_pos positions of every layer, from a cache of the same shape.
   void copy_prefix(const KvCache& other, int n_pos);
+  // What bytes() is for n_kv_layers attention layers, without allocating.
+  static uint64_t bytes_for(int n_kv_layers, int n_ctx, int n_head_kv, int head_dim);
 
  private:
   std::vector<std::vector<uint16_t>> k_, v_;
@@ -38,6 +40,8 @@ struct TrunkBuffers {
 
   void reserve(size_t tokens, size_t n_embd, size_t q_dim, size_t kv_dim, size_t act_row_bytes);
   size_t bytes() const;  // what ModelState::bytes() counts of these buffers
+  // What bytes() is after reserve(tokens, ...), without allocating.
+  static size_t bytes_for(size_t tokens, size_t n_embd, size_t q_dim, size_t kv_dim, size_t act_row_bytes);
 };
 
 // The sizes the batch buffers grow with.
@@ -53,7 +57,7 @@ class MoeSequenceState : public ModelState {
   int n_ctx() const override { return n_ctx_; }
   // The KV cache needs no clearing: attention reads only positions below n_past + T.
   void reset() override { n_past = 0; }
-  size_t bytes() const override { return kv.bytes() + trunk.bytes() + moe.float_bytes(); }
+  size_t bytes() const override { return kv.bytes() + trunk.bytes() + moe.bytes(); }
 
   // True when the buffers hold fewer than T tokens; grow_batch() then grows the shared ones, and the model
   // its own, before batch_grown(T).

@@ -71,6 +71,7 @@ backend::Weight WeightLoader::table(std::string_view name, int64_t n_in, int64_t
   const gguf::TensorInfo& t = *file_.find_tensor(name);
   auto& bytes = storage_.emplace_back(t.nbytes, "model weights");
   file_.read_tensor(t, bytes.data());
+  file_.drop_cached(t);  // the bytes live in storage_ now
   bytes_ += t.nbytes;
   return backend::Weight{type, bytes.data(), n_in, n_out};
 }
@@ -90,6 +91,7 @@ const float* WeightLoader::f32(std::string_view name, std::initializer_list<int6
   const gguf::TensorInfo& t = check(name, shape, {GgmlType::F32});
   auto& bytes = storage_.emplace_back(t.nbytes, "model weights");
   file_.read_tensor(t, bytes.data());
+  file_.drop_cached(t);  // the bytes live in storage_ now
   bytes_ += t.nbytes;
   return reinterpret_cast<const float*>(bytes.data());
 }

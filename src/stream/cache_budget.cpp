@@ -124,21 +124,25 @@ BudgetChoice choose_expert_budget(const BudgetRequest& r, const MemorySnapshot& 
     const uint64_t taken = r.reserve_bytes + headroom;
     const uint64_t left = usable > taken ? usable - taken : 0;
     const uint64_t slots = std::min(left / r.record_bytes, r.total_records);
+    const std::string reserved =
+        r.reserve_description.empty()
+            ? format_bytes(r.reserve_bytes)
+            : fmt::format("{} ({})", format_bytes(r.reserve_bytes), r.reserve_description);
     if (slots < min_records)
       fail(
-          "expert cache: only {} of memory is usable ({}), {} is reserved for the trunk and KV cache and {} "
-          "kept free, which leaves {}; the cache needs at least {} ({} records of {}). Free memory or pass "
-          "--expert-cache SIZE",
+          "expert cache: only {} of memory is usable ({}), {} is reserved for the rest of the run and {} "
+          "kept free, which leaves {}; the cache needs at least {} ({} records of {}). Free memory, lower "
+          "the "
+          "context size (-c) or pass --expert-cache SIZE",
           format_bytes(usable), memory.cgroup_limit ? "MemAvailable and the cgroup limit" : "MemAvailable",
-          format_bytes(r.reserve_bytes), format_bytes(headroom), format_bytes(left), format_bytes(min_bytes),
-          min_records, format_bytes(r.record_bytes));
+          reserved, format_bytes(headroom), format_bytes(left), format_bytes(min_bytes), min_records,
+          format_bytes(r.record_bytes));
     choice.slots = slots;
     choice.automatic = true;
-    choice.description = fmt::format(
-        "expert cache {} ({} of {} records of {}; auto: {} usable, {} reserved for trunk + KV, {} kept "
-        "free)",
-        format_bytes(slots * r.record_bytes), slots, r.total_records, format_bytes(r.record_bytes),
-        format_bytes(usable), format_bytes(r.reserve_bytes), format_bytes(headroom));
+    choice.description =
+        fmt::format("expert cache {} ({} of {} records of {}; auto: {} usable, reserve {}, {} kept free)",
+                    format_bytes(slots * r.record_bytes), slots, r.total_records,
+                    format_bytes(r.record_bytes), format_bytes(usable), reserved, format_bytes(headroom));
   }
   choice.bytes = choice.slots * r.record_bytes;
   return choice;

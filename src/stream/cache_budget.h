@@ -1,6 +1,7 @@
 #pragma once
 // How many expert slots the cache gets: from --expert-cache SIZE, or chosen from the memory this process may
-// still use (MemAvailable and the cgroup limit) after the trunk and the KV cache have their share.
+// still use (MemAvailable and the cgroup limit) after the trunk and the KV cache have their share (the
+// caller computes that reserve: engine/memory_plan.h).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,6 +23,7 @@ MemorySnapshot read_memory_snapshot(const std::string& root = "/");
 struct BudgetRequest {
   std::optional<uint64_t> explicit_bytes;  // --expert-cache; absent: automatic
   uint64_t reserve_bytes = 0;              // trunk + KV cache + the rest of the runtime, from the caller
+  std::string reserve_description;         // what reserve_bytes is made of, for the messages
   uint64_t record_bytes = 0;               // one expert record (store Layout::record_bytes)
   uint64_t total_records = 0;              // every record of the store: more slots than this are useless
   uint64_t min_records = 0;                // the top-k of one layer; more when prefill chunks pin a union

@@ -42,7 +42,11 @@ void CpuBackend::kv_store(const KvCacheView& kv, const float* k, const float* v,
 }
 
 size_t CpuBackend::attention_scratch_floats(int n_ctx, int head_dim) const {
-  return scratch_per_thread(n_ctx, head_dim) * static_cast<size_t>(pool_.size());
+  return attention_scratch_floats_for(n_ctx, head_dim, pool_.size());
+}
+
+size_t CpuBackend::attention_scratch_floats_for(int n_ctx, int head_dim, int n_threads) {
+  return scratch_per_thread(n_ctx, head_dim) * static_cast<size_t>(n_threads);
 }
 
 void CpuBackend::attention(const KvCacheView& kv, const float* q, int64_t rows, int pos0, int n_head,

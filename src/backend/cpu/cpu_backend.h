@@ -73,6 +73,8 @@ class CpuBackend final : public Backend {
 
   void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t rows, int pos0) override;
   size_t attention_scratch_floats(int n_ctx, int head_dim) const override;
+  // The same for a pool of n_threads, without a backend (memory planning before anything is allocated).
+  static size_t attention_scratch_floats_for(int n_ctx, int head_dim, int n_threads);
   void attention(const KvCacheView& kv, const float* q, int64_t rows, int pos0, int n_head, float scale,
                  float* out, std::span<float> scratch) override;
 

@@ -1,0 +1,70 @@
+#pragma once
+// What a run needs in memory beside the expert cache, computed from the model's sizes, the context, the
+// prefill chunk and the threads (nothing is allocated to find out), set against what MemAvailable and the
+// cgroup limit leave. A context the model was not trained for, or one that memory cannot hold, is refused
+// here, before the trunk, the state or the cache exist; the automatic expert-cache budget gets the rest.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "stream/cache_budget.h"
+
+namespace df::gguf {
+class File;
+}
+
+namespace df {
+
+struct MemoryPlanInput {
+  uint64_t trunk_bytes = 0;    // resident tensors
+  uint64_t state_bytes = 0;    // models::state_bytes(n_ctx, n_batch, n_threads): KV, recurrent state, scratch
+  uint64_t session_bytes = 0;  // logits, sampler candidates, token history of the session
+  uint64_t metadata_bytes = 0;  // the GGUF's header: the tokenizer and chat template are built from it
+  uint64_t stack_bytes = 0;     // the stack each thread maps
+  int n_ctx = 0;
+  int n_ctx_train = 0;  // 0: unknown (not checked)
+  int n_threads = 1;    // compute threads (resolved, > 0)
+  // The experts: all in RAM (resident), or a cache of records streamed from the store.
+  bool resident = false;
+  uint64_t resident_expert_bytes = 0;
+  std::optional<uint64_t> expert_cache_bytes;  // --expert-cache; absent: automatic
+  uint64_t record_bytes = 0, total_records = 0, min_records = 0;
+};
+
+// The memory kept for everything but the expert cache.
+struct MemoryReserve {
+  uint64_t trunk = 0, state = 0, session = 0, stacks = 0, fixed = 0;
+  uint64_t total() const { return trunk + state + session + stacks + fixed; }
+  std::string describe() const;  // "trunk 1.2 GiB + state 98 MiB + ..."
+};
+
+// Threads beside the compute pool: the expert reader (io_uring: 1, pread: up to 4) and the main thread.
+inline constexpr int kOtherThreads = 5;
+// What no size of the model accounts for: the binary and its libraries, the allocator's arenas and slack,
+// the reader's queues. Measured at ~30 MiB on the tiny models (docs/PERF.md); twice that is kept.
+inline constexpr uint64_t kFixedOverhead = uint64_t{64} << 20;
+// The tokenizer's vocabulary, merges and lookup tables take a few times the metadata they are built from.
+inline constexpr uint64_t kMetadataFactor = 4;
+
+MemoryReserve memory_reserve(const MemoryPlanInput& in);
+
+struct MemoryPlan {
+  MemoryReserve reserve;
+  stream::BudgetChoice cache;  // slots = 0 when resident
+  std::string description;     // one line for the user
+  std::string warning;         // non-empty: an explicit --expert-cache that memory does not hold
+};
+
+// Throws df::Error, saying what is needed and what there is, when n_ctx exceeds the training context, or the
+// reserve and the least cache (or the resident experts; none when record_bytes is 0) exceed what is usable.
+// Returns the reserve.
+MemoryReserve check_memory(const MemoryPlanInput& in, const stream::MemorySnapshot& memory);
+
+// check_memory, then the expert cache's budget: the explicit one, or what is usable less the reserve.
+MemoryPlan plan_memory(const MemoryPlanInput& in, const stream::MemorySnapshot& memory);
+
+// The sizes of a model from its (trunk) GGUF, keys and tensor table only, for n_ctx positions, prefill chunks
+// of n_batch tokens and n_threads threads. The expert fields are left for the caller.
+MemoryPlanInput memory_plan_input(const gguf::File& trunk, int n_ctx, int n_batch, int n_threads);
+
+}  // namespace df

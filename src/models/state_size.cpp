@@ -1,0 +1,101 @@
+#include "models/state_size.h"
+
+#include <algorithm>
+
+#include "backend/cpu/cpu_backend.h"
+#include "gguf/gguf.h"
+#include "models/gpt_oss.h"
+#include "models/gpt_oss_ops.h"
+#include "models/lfm2moe.h"
+#include "models/moe_block.h"
+#include "models/qwen3moe.h"
+#include "models/sequence_state.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace df::models {
+namespace {
+
+template <class Config>
+StateDims common_dims(const Config& c, int n_kv_layers) {
+  StateDims d;
+  d.n_layer = c.n_layer;
+  d.n_kv_layers = n_kv_layers;
+  d.n_head_kv = c.n_head_kv;
+  d.head_dim = c.head_dim;
+  d.n_embd = static_cast<size_t>(c.n_embd);
+  d.q_dim = static_cast<size_t>(c.n_head) * static_cast<size_t>(c.head_dim);
+  d.kv_dim = static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim);
+  d.n_expert = static_cast<size_t>(c.n_expert);
+  d.k = static_cast<size_t>(c.n_expert_used);
+  return d;
+}
+
+// The widest activation row any matrix of the file would quantize (its first dimension is the input).
+size_t widest_act_row(const gguf::File& f) {
+  size_t widest = 0;
+  for (const auto& t : f.tensors()) {
+    if (t.n_dims < 2) continue;  // norms, biases: no matmul (f32 routers are matmuls)
+    try {
+      widest = std::max(widest, ggml_row_bytes(quant::vec_dot_type(t.type), t.ne[0]));
+    } catch (const Error&) {
+      // a type without a dot product: the loader refuses it with its own message
+    }
+  }
+  return widest;
+}
+
+}  // namespace
+
+StateDims state_dims_of(const Lfm2MoeConfig& c) {
+  const int n_attn = static_cast<int>(std::count(c.attn.begin(), c.attn.end(), true));
+  StateDims d = common_dims(c, n_attn);
+  const size_t H = d.n_embd, n_conv = static_cast<size_t>(c.n_layer - n_attn);
+  d.extra_bytes_per_token = 4 * H * sizeof(float);  // y (H) and bcx (3H)
+  d.fixed_bytes = n_conv * static_cast<size_t>(std::max(c.l_cache - 1, 0)) * H * sizeof(float) +
+                  SwigluWave::bytes_for(d.k);
+  return d;
+}
+
+StateDims state_dims_of(const Qwen3MoeConfig& c) {
+  StateDims d = common_dims(c, c.n_layer);
+  d.fixed_bytes = SwigluWave::bytes_for(d.k);
+  return d;
+}
+
+StateDims state_dims_of(const GptOssConfig& c) {
+  StateDims d = common_dims(c, c.n_layer);
+  const size_t F = static_cast<size_t>(c.n_ff_exp);
+  d.extra_bytes_per_token = (2 * d.k * d.n_embd + 3 * d.k * F) * sizeof(float);  // xg, down; gate, up, act
+  d.attention_scratch_per_thread = false;
+  return d;
+}
+
+uint64_t state_bytes(const StateDims& d, int n_ctx, int n_batch, int n_threads) {
+  const size_t t = static_cast<size_t>(std::max(n_batch, 0));
+  const uint64_t kv = KvCache::bytes_for(d.n_kv_layers, n_ctx, d.n_head_kv, d.head_dim);
+  const uint64_t attn_floats =
+      d.attention_scratch_per_thread
+          ? backend::CpuBackend::attention_scratch_floats_for(n_ctx, d.head_dim, std::max(n_threads, 1))
+          : gpt_oss::attention_scratch_floats(n_ctx, d.head_dim);
+  return kv + attn_floats * sizeof(float) + d.fixed_bytes +
+         TrunkBuffers::bytes_for(t, d.n_embd, d.q_dim, d.kv_dim, d.act_row_bytes) +
+         MoeBuffers::bytes_for(t, d.n_embd, d.n_expert, d.k) + t * d.extra_bytes_per_token;
+}
+
+StateDims state_dims(const gguf::File& file) {
+  const std::string arch = file.require_string("general.architecture");
+  StateDims d;
+  if (arch == "lfm2moe")
+    d = state_dims_of(lfm2moe_config(file));
+  else if (arch == "qwen3moe")
+    d = state_dims_of(qwen3moe_config(file));
+  else if (arch == "gpt-oss")
+    d = state_dims_of(gpt_oss_config(file));
+  else
+    fail("{}: unsupported architecture '{}' (supported: lfm2moe, qwen3moe, gpt-oss)", file.path(), arch);
+  d.act_row_bytes = widest_act_row(file);
+  return d;
+}
+
+}  // namespace df::models

@@ -1,0 +1,45 @@
+#pragma once
+// What one sequence's state holds (KV cache, recurrent state, batch buffers, attention scratch), computed
+// from the model's sizes alone, so that a caller can refuse a context that memory cannot hold, or size the
+// expert cache beside it, before anything is allocated. ModelState::bytes() of a real state is the same
+// number (tests/test_models_state_size.cpp holds them equal).
+#include <cstddef>
+#include <cstdint>
+
+namespace df::gguf {
+class File;
+}
+
+namespace df::models {
+
+struct Lfm2MoeConfig;
+struct Qwen3MoeConfig;
+struct GptOssConfig;
+
+struct StateDims {
+  int n_layer = 0;
+  int n_kv_layers = 0;  // layers with a KV cache
+  int n_head_kv = 0, head_dim = 0;
+  size_t n_embd = 0, q_dim = 0, kv_dim = 0, n_expert = 0, k = 0;
+  size_t act_row_bytes = 0;          // activation scratch per token (the widest quantized matmul input)
+  size_t extra_bytes_per_token = 0;  // the architecture's own batch buffers
+  size_t fixed_bytes = 0;            // recurrent state (lfm2moe's short-conv taps) and per-wave tables
+  // The CPU backend's attention keeps scratch per thread; gpt-oss's own attention op keeps one.
+  bool attention_scratch_per_thread = true;
+};
+
+// Bytes of a state for n_ctx positions once it has run batches of up to n_batch tokens, with n_threads
+// threads (the attention scratch is per thread).
+uint64_t state_bytes(const StateDims& dims, int n_ctx, int n_batch, int n_threads);
+
+// The dims of each architecture from its config; act_row_bytes is left 0 (the loader knows it exactly).
+StateDims state_dims_of(const Lfm2MoeConfig& c);
+StateDims state_dims_of(const Qwen3MoeConfig& c);
+StateDims state_dims_of(const GptOssConfig& c);
+
+// The dims from a GGUF's keys and tensor types, no weight read: what a model loaded from it would report,
+// with the activation scratch taken from the widest matrix of the file (at least what the model uses).
+// Throws df::Error for an unsupported architecture or invalid keys, as load_model does.
+StateDims state_dims(const gguf::File& file);
+
+}  // namespace df::models
