@@ -1,8 +1,11 @@
 // The CPU backend's grouped ops against the ops they group: matmul_many equals one matmul per product, and
-// swiglu_ffn equals gate and up matmuls, swiglu and the down matmul on the gathered rows, bit for bit, for
+// ffn (SwiGLU) equals gate and up matmuls, swiglu and the down matmul on the gathered rows, bit for bit, for
 // any thread count; bad groups fail with df::Error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -192,7 +195,7 @@ TEST_P(SwigluFfn, EqualsMatmulSwigluMatmulOnTheGatheredRowsBitForBit) {
   const auto u = matmul(one, ups[0].w, xd.data(), rows);
   one.swiglu(g.data(), u.data(), rows * c.n_ff, g.data());
   const auto dense_want = matmul(one, downs[0].w, g.data(), rows);
-  SwigluFfnTask dense;
+  FfnTask dense;
   dense.gate = gates[0].w;
   dense.up = ups[0].w;
   dense.down = downs[0].w;
@@ -200,9 +203,9 @@ TEST_P(SwigluFfn, EqualsMatmulSwigluMatmulOnTheGatheredRowsBitForBit) {
 
   for (int threads : {1, 2, 3}) {
     CpuBackend be(threads);
-    std::vector<SwigluFfnTask> ffns;
+    std::vector<FfnTask> ffns;
     for (size_t e = 0; e < 5; ++e) {
-      SwigluFfnTask f;
+      FfnTask f;
       f.gate = gates[e].w;
       f.up = ups[e].w;
       f.down = downs[e].w;
@@ -212,7 +215,7 @@ TEST_P(SwigluFfn, EqualsMatmulSwigluMatmulOnTheGatheredRowsBitForBit) {
       ffns.push_back(f);
     }
     std::vector<float> got(want.size(), -1.0f);
-    be.swiglu_ffn(ffns, x.data(), T, got.data());
+    be.ffn(ffns, ActivationParams{}, x.data(), T, got.data());
     EXPECT_EQ(got, want) << threads << " threads";
     if (c.gate == GgmlType::Q4_0) {
       // The same experts repacked (the store's layout): the same bits.
@@ -226,12 +229,12 @@ TEST_P(SwigluFfn, EqualsMatmulSwigluMatmulOnTheGatheredRowsBitForBit) {
         ffns[e].down = packed[3 * e + 2].w;
       }
       std::vector<float> got_packed(want.size(), -1.0f);
-      be.swiglu_ffn(ffns, x.data(), T, got_packed.data());
+      be.ffn(ffns, ActivationParams{}, x.data(), T, got_packed.data());
       EXPECT_EQ(got_packed, want) << threads << " threads, packed";
     }
 
     std::vector<float> dense_got(dense_want.size());
-    be.swiglu_ffn(std::span(&dense, 1), xd.data(), rows, dense_got.data());
+    be.ffn(std::span(&dense, 1), ActivationParams{}, xd.data(), rows, dense_got.data());
     EXPECT_EQ(dense_got, dense_want) << threads << " threads";
   }
 }
@@ -257,19 +260,136 @@ TEST(SwigluFfnErrors, MismatchedShapesAndInputRowsOutOfRange) {
   const auto x = random_floats(2 * 64, 5);
   std::vector<float> out(2 * 64);
   const int32_t rows[] = {0, 2};
-  SwigluFfnTask a;
+  FfnTask a;
   a.gate = g.w;
   a.up = u.w;
   a.down = d.w;
   a.in_rows = rows;
   a.n_rows = 2;
-  EXPECT_THROW(be.swiglu_ffn(std::span(&a, 1), x.data(), 2, out.data()), Error);  // row 2 of 2
+  EXPECT_THROW(be.ffn(std::span(&a, 1), ActivationParams{}, x.data(), 2, out.data()), Error);  // row 2 of 2
   a.n_rows = 1;
-  SwigluFfnTask b = a;
+  FfnTask b = a;
   b.down = other_down.w;
-  const SwigluFfnTask both[] = {a, b};
-  EXPECT_THROW(be.swiglu_ffn(both, x.data(), 2, out.data()), Error);
-  EXPECT_NO_THROW(be.swiglu_ffn(std::span(&a, 1), x.data(), 2, out.data()));
+  const FfnTask both[] = {a, b};
+  EXPECT_THROW(be.ffn(both, ActivationParams{}, x.data(), 2, out.data()), Error);
+  EXPECT_NO_THROW(be.ffn(std::span(&a, 1), ActivationParams{}, x.data(), 2, out.data()));
+}
+
+// The activations in float, as the backend documents them (the scalar reference of the fused path).
+float reference_activation(const ActivationParams& act, float g, float u) {
+  switch (act.kind) {
+    case Activation::SwiGLU:
+      return g / (1.0f + std::exp(-g)) * u;
+    case Activation::GeGLU: {
+      if (g <= -10.0f) return 0.0f * u;
+      if (g >= 10.0f) return g * u;
+      const float h = quant::fp16_to_fp32(quant::fp32_to_fp16(g));
+      const float r =
+          0.5f * h * (1.0f + std::tanh(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
+      return quant::fp16_to_fp32(quant::fp32_to_fp16(r)) * u;
+    }
+    case Activation::OaiSwiGLU: {
+      const float x = std::min(g, act.limit), y = std::max(std::min(u, act.limit), -act.limit);
+      return x / (1.0f + std::exp(act.alpha * -x)) * (y + 1.0f);
+    }
+  }
+  return 0;
+}
+
+// Experts with biases, an output scale and each activation: the fused ffn() equals matmul, add_bias_rows, the
+// activation, matmul, add_bias_rows and the scale applied one after the other, bit for bit, on 1-3 threads.
+TEST(Ffn, BiasesScaleAndEveryActivationEqualTheUnfusedOps) {
+  const int64_t n_in = 64, n_ff = 96, n_out = 40, T = 6;
+  const Matrix g(GgmlType::Q8_0, n_in, n_ff, 1), u(GgmlType::MXFP4, n_in, n_ff, 2),
+      d(GgmlType::Q4_0, n_ff, n_out, 3);
+  const auto x = random_floats(static_cast<size_t>(T * n_in), 4, 2.0f);
+  const auto gb = random_floats(static_cast<size_t>(n_ff), 5),
+             ub = random_floats(static_cast<size_t>(n_ff), 6);
+  const auto db = random_floats(static_cast<size_t>(n_out), 7);
+  const std::vector<int32_t> in_rows = {4, 1, 5}, out_rows = {2, 0, 1};
+  for (const ActivationParams act :
+       {ActivationParams{Activation::SwiGLU}, ActivationParams{Activation::GeGLU},
+        ActivationParams{Activation::OaiSwiGLU, 1.702f, 7.0f}}) {
+    SCOPED_TRACE(static_cast<int>(act.kind));
+    CpuBackend one(1);
+    std::vector<float> xg;
+    for (int32_t r : in_rows) xg.insert(xg.end(), x.begin() + r * n_in, x.begin() + (r + 1) * n_in);
+    const int64_t n = static_cast<int64_t>(in_rows.size());
+    auto gate = matmul(one, g.w, xg.data(), n), up = matmul(one, u.w, xg.data(), n);
+    one.add_bias_rows(gate.data(), gb.data(), n, n_ff);
+    one.add_bias_rows(up.data(), ub.data(), n, n_ff);
+    for (size_t i = 0; i < gate.size(); ++i) gate[i] = reference_activation(act, gate[i], up[i]);
+    auto down = matmul(one, d.w, gate.data(), n);
+    one.add_bias_rows(down.data(), db.data(), n, n_out);
+    std::vector<float> want(static_cast<size_t>(3 * n_out));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t o = 0; o < n_out; ++o)
+        want[static_cast<size_t>(out_rows[static_cast<size_t>(i)] * n_out + o)] =
+            down[static_cast<size_t>(i * n_out + o)] * 0.5f;
+    for (int threads : {1, 2, 3}) {
+      CpuBackend be(threads);
+      FfnTask f;
+      f.gate = g.w;
+      f.up = u.w;
+      f.down = d.w;
+      f.gate_bias = gb.data();
+      f.up_bias = ub.data();
+      f.down_bias = db.data();
+      f.out_scale = 0.5f;
+      f.in_rows = in_rows.data();
+      f.out_rows = out_rows.data();
+      f.n_rows = n;
+      std::vector<float> got(want.size(), -1.0f);
+      be.ffn(std::span(&f, 1), act, x.data(), T, got.data());
+      EXPECT_EQ(got, want) << threads << " threads";
+    }
+  }
+}
+
+// The activations against float64 formulas (ARCHITECTURES.md 1.3), fed exact (g, u) pairs: F32 gate and up
+// rows of zeros whose biases carry the values, and an F32 identity as down.
+TEST(Ffn, ActivationsFollowTheirDefinitions) {
+  const std::vector<float> gs = {-12.0f, -3.0f, 0.0f, 1.5f, 6.9f, 7.0f, 12.0f, -0.25f};
+  const std::vector<float> us = {0.5f, 3.0f, -1.0f, 2.0f, 9.0f, -9.0f, 7.5f, 1.0f};
+  const int64_t n = static_cast<int64_t>(gs.size());
+  std::vector<float> zeros(static_cast<size_t>(n), 0.0f), eye(static_cast<size_t>(n * n), 0.0f);
+  for (int64_t i = 0; i < n; ++i) eye[static_cast<size_t>(i * n + i)] = 1.0f;
+  const Weight gate{GgmlType::F32, zeros.data(), 1, n}, up{GgmlType::F32, zeros.data(), 1, n},
+      down{GgmlType::F32, eye.data(), n, n};
+  const float x = 1.0f;
+  CpuBackend be(2);
+  for (const ActivationParams act :
+       {ActivationParams{Activation::SwiGLU}, ActivationParams{Activation::GeGLU},
+        ActivationParams{Activation::OaiSwiGLU, 1.702f, 7.0f}}) {
+    FfnTask f;
+    f.gate = gate;
+    f.up = up;
+    f.down = down;
+    f.gate_bias = gs.data();
+    f.up_bias = us.data();
+    f.n_rows = 1;
+    std::vector<float> y(static_cast<size_t>(n));
+    be.ffn(std::span(&f, 1), act, &x, 1, y.data());
+    for (size_t i = 0; i < gs.size(); ++i) {
+      const double g = gs[i], u = us[i];
+      double want = 0, tol = 1e-5;
+      if (act.kind == Activation::SwiGLU) want = g / (1 + std::exp(-g)) * u;
+      if (act.kind == Activation::OaiSwiGLU) {
+        const double c = std::min(g, 7.0), v = std::clamp(u, -7.0, 7.0);
+        want = c / (1 + std::exp(-1.702 * c)) * (v + 1);
+      }
+      if (act.kind == Activation::GeGLU) {
+        want =
+            g <= -10 ? 0
+            : g >= 10
+                ? g * u
+                : 0.5 * g * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * g * (1 + 0.044715 * g * g))) * u;
+        tol = 2e-3;  // the f16 table of ggml's CPU GELU
+      }
+      EXPECT_NEAR(y[i], want, tol * std::max(1.0, std::abs(want)))
+          << "activation " << static_cast<int>(act.kind) << " g " << g << " u " << u;
+    }
+  }
 }
 
 }  // namespace

@@ -255,7 +255,7 @@ TEST(Rope, NeoxMatchesFloat64ReferenceAndLeavesUnrotatedDims) {
     const auto x0 = random_floats(static_cast<size_t>(rows * n_head * head_dim), 9);
     auto x = x0;
     const float base = 1e6f;
-    be.rope_neox(x.data(), rows, n_head, head_dim, n_rot, pos.data(), base, 1.0f);
+    be.rope(x.data(), rows, n_head, head_dim, pos.data(), RopeParams{.n_rot = n_rot, .freq_base = base});
     for (int64_t r = 0; r < rows; ++r)
       for (int h = 0; h < n_head; ++h) {
         const size_t o = static_cast<size_t>((r * n_head + h) * head_dim);
@@ -287,10 +287,10 @@ TEST(Attention, MatchesFloat64ReferenceOverTheF16CacheCausallyWithGqa) {
   // Batched: the first 2 rows, then the other 7 as one batch.
   std::vector<float> out(q.size());
   be.kv_store(kv, k.data(), v.data(), 2, 0);
-  be.attention(kv, q.data(), 2, 0, n_head, scale, out.data(), scratch);
+  be.attention(kv, q.data(), 2, 0, AttentionParams{n_head, scale}, out.data(), scratch);
   be.kv_store(kv, k.data() + 2 * n_kv * hd, v.data() + 2 * n_kv * hd, rows - 2, 2);
-  be.attention(kv, q.data() + 2 * n_head * hd, rows - 2, 2, n_head, scale, out.data() + 2 * n_head * hd,
-               scratch);
+  be.attention(kv, q.data() + 2 * n_head * hd, rows - 2, 2, AttentionParams{n_head, scale},
+               out.data() + 2 * n_head * hd, scratch);
 
   const auto f16 = [](float f) { return double(quant::fp16_to_fp32(quant::fp32_to_fp16(f))); };
   for (int r = 0; r < rows; ++r)
@@ -324,7 +324,8 @@ TEST(Attention, MatchesFloat64ReferenceOverTheF16CacheCausallyWithGqa) {
   std::vector<float> step(q.size());
   for (int r = 0; r < rows; ++r) {
     be.kv_store(kv, k.data() + r * n_kv * hd, v.data() + r * n_kv * hd, 1, r);
-    be.attention(kv, q.data() + r * n_head * hd, 1, r, n_head, scale, step.data() + r * n_head * hd, scratch);
+    be.attention(kv, q.data() + r * n_head * hd, 1, r, AttentionParams{n_head, scale},
+                 step.data() + r * n_head * hd, scratch);
   }
   EXPECT_EQ(step, out);
 }
@@ -343,7 +344,7 @@ TEST(Attention, ThreadsDoNotChangeResults) {
     const KvCacheView kv{kc.data(), vc.data(), n_ctx, n_kv, hd};
     std::vector<float> scratch(be.attention_scratch_floats(n_ctx, hd)), out(q.size());
     be.kv_store(kv, k.data(), v.data(), rows, 0);
-    be.attention(kv, q.data(), rows, 0, n_head, 0.125f, out.data(), scratch);
+    be.attention(kv, q.data(), rows, 0, AttentionParams{n_head, 0.125f}, out.data(), scratch);
     outs.push_back(std::move(out));
   }
   EXPECT_EQ(outs[1], outs[0]);
@@ -356,9 +357,9 @@ TEST(Attention, RejectsPositionsPastTheContext) {
   const KvCacheView kv{kc.data(), vc.data(), 4, 1, 64};
   std::vector<float> x(2 * 64), out(2 * 64), scratch(be.attention_scratch_floats(4, 64));
   EXPECT_THROW(be.kv_store(kv, x.data(), x.data(), 2, 3), Error);
-  EXPECT_THROW(be.attention(kv, x.data(), 2, 3, 1, 1.0f, out.data(), scratch), Error);
+  EXPECT_THROW(be.attention(kv, x.data(), 2, 3, AttentionParams{1, 1.0f}, out.data(), scratch), Error);
   const KvCacheView two_heads{kc.data(), vc.data(), 4, 2, 32};  // 3 query heads cannot share 2 KV heads
-  EXPECT_THROW(be.attention(two_heads, x.data(), 1, 0, 3, 1.0f, out.data(), scratch), Error);
+  EXPECT_THROW(be.attention(two_heads, x.data(), 1, 0, AttentionParams{3, 1.0f}, out.data(), scratch), Error);
 }
 
 // ---- short conv ----

@@ -62,8 +62,7 @@ TEST(StateSizeKv, IsTwoF16RowsPerPositionAndAttentionLayer) {
   d.n_kv_layers = 2;
   d.n_head_kv = 8;
   d.head_dim = 64;
-  d.attention_scratch_per_thread = false;
-  // K and V: 2 layers x 2 x 1000 positions x 8 x 64 x 2 bytes, plus the single attention scratch
+  // K and V: 2 layers x 2 x 1000 positions x 8 x 64 x 2 bytes, plus one thread's attention scratch
   // (1000 + 500 + 32 floats) and the one int32 of expert_start (n_expert + 1 entries).
   EXPECT_EQ(state_bytes(d, 1000, 0, 1), uint64_t{2} * 2 * 1000 * 8 * 64 * 2 + (1000 + 500 + 32) * 4 + 4);
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <random>
 
+#include "backend/backend_factory.h"
 #include "stream/byte_size.h"
 #include "util/cpu_limits.h"
 #include "util/error.h"
@@ -27,6 +28,9 @@ void ModelFlags::add(CLI::App* app) {
   app->add_option("--lookahead", lookahead, "MoE layers whose experts are guessed and read ahead (0 = off)")
       ->check(CLI::Range(0, 8))
       ->capture_default_str();
+  app->add_option("--device", device,
+                  fmt::format("where the model computes: {}", fmt::join(backend::device_names(), ", ")))
+      ->capture_default_str();
   app->add_option("-t,--threads", threads, "CPU threads (default: one per CPU this process may use)");
   app->add_option("-c,--ctx-size", ctx, "context size in tokens (default: the training context, at most 4096)");
   app->add_option("-b,--batch-size", batch, "prompt tokens per forward pass (prefill chunk)")
@@ -43,6 +47,7 @@ ModelSourceOptions ModelFlags::source() const {
   o.io = io;
   o.cache_policy = cache_policy;
   o.n_threads = threads;
+  o.device = device;
   o.lookahead = lookahead;
   o.n_ctx = ctx;
   o.prefill_chunk = batch;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "backend/backend_factory.h"
 #include "engine/memory_plan.h"
 #include "gguf/tensor_names.h"
 #include "store/ingest.h"
@@ -86,6 +87,7 @@ OpenedModel open_model(const ModelSourceOptions& options) {
   models::LoadOptions load;
   m.n_threads = options.n_threads > 0 ? options.n_threads : read_cpu_limits().usable();
   load.n_threads = m.n_threads;
+  load.backend = backend::make_backend(backend::BackendOptions{options.device, m.n_threads});
   load.prefetch_lookahead = options.lookahead;
   m.prefill_chunk = options.prefill_chunk;
   const auto memory = [&] { return options.memory ? *options.memory : stream::read_memory_snapshot(); };

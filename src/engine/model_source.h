@@ -24,6 +24,7 @@ struct ModelSourceOptions {
   std::optional<uint64_t> expert_cache_bytes;  // --expert-cache; absent: automatic
   std::string io = "direct";                   // --io direct|buffered
   std::string cache_policy = "lru";            // --cache-policy lru|lfu
+  std::string device = "cpu";  // --device: what backend::make_backend builds
   int n_threads = 0;       // -t; <= 0: one per CPU this process may use (util/cpu_limits.h)
   int lookahead = 1;       // --lookahead
   // -c: the context the sessions will use; 0: the training context, at most 4096. Checked against the

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt_oss_ops.h"
+#include "backend/backend.h"
 #include "models/moe_model_base.h"
 
 namespace df::models {
@@ -20,8 +20,8 @@ struct GptOssConfig {
   int n_swa = 0;          // sliding window (keys at p - n_swa + 1 .. p are visible)
   std::vector<bool> swa;  // per layer: sliding-window attention (else full)
   float eps = 0;
-  gpt_oss::RopeParams rope;      // full-attention layers
-  gpt_oss::RopeParams rope_swa;  // sliding-window layers (rope.freq_base_swa, same scaling)
+  backend::RopeParams rope;      // full-attention layers
+  backend::RopeParams rope_swa;  // sliding-window layers (rope.freq_base_swa, same scaling)
 };
 
 // The config from the GGUF's keys (and token_embd's shape for n_vocab), checked: one head count for every
@@ -53,7 +53,6 @@ class GptOssModel final : public MoeModelBase {
   class State;
   void run_layer(State& st, int il, int64_t T, ForwardCapture* capture);
   void run_moe(State& st, int il, int64_t T, ForwardCapture* capture);
-  void run_experts(State& st, int il, size_t n_used);
   void route(State& st, const Layer& l, const float* x, int64_t T, float* xn, float* router_logits,
              int32_t* ids, float* weights);
 

@@ -7,6 +7,7 @@
 #include "gguf/gguf.h"
 #include "models/gpt_oss.h"
 #include "models/moe_config.h"
+#include "models/rope_scaling.h"
 #include "models/weight_loader.h"
 #include "util/error.h"
 
@@ -24,7 +25,7 @@ float positive_float(const gguf::File& f, const std::string& k, double fallback)
 
 // The RoPE of both layer kinds: base from the GGUF, scaling as llama.cpp's context derives it.
 void read_rope(const gguf::File& f, GptOssConfig& c) {
-  gpt_oss::RopeParams& r = c.rope;
+  backend::RopeParams& r = c.rope;
   r.n_rot = c.head_dim;
   r.freq_base = positive_float(f, key("rope.freq_base"), 10000.0);
   r.n_ctx_orig =
@@ -45,7 +46,7 @@ void read_rope(const gguf::File& f, GptOssConfig& c) {
       r.beta_slow = positive_float(f, key("rope.scaling.yarn_beta_slow"), 1.0);
       const float log_mul =
           static_cast<float>(f.get_float(key("rope.scaling.yarn_log_multiplier")).value_or(0.0));
-      r.attn_factor = gpt_oss::yarn_attn_factor(r.freq_scale, log_mul, rope_attn_factor);
+      r.attn_factor = yarn_attn_factor(r.freq_scale, log_mul, rope_attn_factor);
     }
   } else {
     fail("{}: gpt-oss: rope scaling '{}' is not supported (none, linear, yarn)", f.path(), type);

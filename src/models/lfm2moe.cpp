@@ -114,12 +114,12 @@ void Lfm2MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* captu
 
   if (l.moe_index < 0) {
     be.rms_norm(ws.x.data(), T, H, l.ffn_norm, cfg_.eps, ws.xn.data());
-    backend::SwigluFfnTask dense;
+    backend::FfnTask dense;
     dense.gate = l.ffn_gate;
     dense.up = l.ffn_up;
     dense.down = l.ffn_down;
     dense.n_rows = T;
-    backend_->swiglu_ffn(std::span(&dense, 1), ws.xn.data(), T, ws.mix.data());
+    backend_->ffn(std::span(&dense, 1), backend::ActivationParams{}, ws.xn.data(), T, ws.mix.data());
     be.add(ws.x.data(), ws.mix.data(), T * H);
   } else {
     run_moe(st, l, T, capture);
@@ -146,8 +146,8 @@ void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture*
   });
   route(st, l, T, st.trunk.xn.data(), m.router_logits.data(), m.expert_ids.data(), m.expert_weights.data());
   const size_t n_used = group_by_expert(m, T, K, cfg_.n_expert);
-  run_swiglu_experts(*backend_, *experts_, moe, m, n_used, st.wave, st.trunk.xn.data(), T, cfg_.n_embd,
-                     cfg_.n_ff_exp, K);
+  run_experts(*backend_, *experts_, moe, m, n_used, st.wave, static_cast<size_t>(K), backend::ActivationParams{},
+              ExpertBiases{}, st.trunk.xn.data(), T, cfg_.n_embd, cfg_.n_ff_exp);
   add_expert_outputs(*backend_, m, st.trunk.x.data(), T, K, cfg_.n_embd);
   capture_routing(capture, moe, T, K, m);
 }

@@ -2,7 +2,6 @@
 // then read into RAM; the routed experts are described to the expert provider, which loads them.
 #include <fmt/format.h>
 
-#include "backend/cpu/cpu_backend.h"
 #include "gguf/gguf.h"
 #include "models/lfm2moe.h"
 #include "models/model_common.h"

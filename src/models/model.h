@@ -62,7 +62,10 @@ struct ForwardCapture {
 };
 
 struct LoadOptions {
-  int n_threads = 0;           // CPU threads; <= 0: one per hardware core
+  // The backend the model computes on (backend::make_backend for --device); empty: the default device with
+  // n_threads.
+  std::shared_ptr<backend::Backend> backend;
+  int n_threads = 0;           // CPU threads of the default backend; <= 0: one per hardware core
   int prefetch_lookahead = 1;  // MoE layers guessed ahead with the current state; 0 turns prefetching off
   // Builds the provider of the routed experts; empty: a ResidentExpertProvider (every expert in RAM).
   std::function<std::unique_ptr<ExpertProvider>(const gguf::File&, const ExpertLayout&)> make_expert_provider;

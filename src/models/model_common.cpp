@@ -41,7 +41,7 @@ void capture_layer(ForwardCapture* capture, int il, const float* x, int64_t T, i
                 capture->l_out.data() + static_cast<size_t>(il) * static_cast<size_t>(T * n_embd));
 }
 
-void qk_norm_attention(backend::CpuBackend& be, const QkNormAttention& a, const backend::KvCacheView& kv,
+void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const backend::KvCacheView& kv,
                        int n_past, int64_t T, TrunkBuffers& b) {
   const int64_t hd = a.head_dim;
   const backend::MatmulTask qkv[] = {
@@ -49,12 +49,15 @@ void qk_norm_attention(backend::CpuBackend& be, const QkNormAttention& a, const 
   be.matmul_many(qkv, T);
   be.rms_norm(b.q.data(), T * a.n_head, hd, a.q_norm, a.eps, b.q.data());
   be.rms_norm(b.k.data(), T * a.n_head_kv, hd, a.k_norm, a.eps, b.k.data());
-  be.rope_neox(b.q.data(), T, a.n_head, a.head_dim, a.n_rot, b.pos.data(), a.rope_theta, a.rope_freq_scale);
-  be.rope_neox(b.k.data(), T, a.n_head_kv, a.head_dim, a.n_rot, b.pos.data(), a.rope_theta,
-               a.rope_freq_scale);
+  backend::RopeParams rope;
+  rope.n_rot = a.n_rot;
+  rope.freq_base = a.rope_theta;
+  rope.freq_scale = a.rope_freq_scale;
+  be.rope(b.q.data(), T, a.n_head, a.head_dim, b.pos.data(), rope);
+  be.rope(b.k.data(), T, a.n_head_kv, a.head_dim, b.pos.data(), rope);
   be.kv_store(kv, b.k.data(), b.v.data(), T, n_past);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  be.attention(kv, b.q.data(), T, n_past, a.n_head, scale, b.att.data(), b.attn_scratch);
+  be.attention(kv, b.q.data(), T, n_past, backend::AttentionParams{a.n_head, scale}, b.att.data(), b.attn_scratch);
   be.matmul(a.wo, b.att.data(), T, b.mix.data(), b.scratch);
 }
 

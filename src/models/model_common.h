@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/backend.h"
 #include "models/expert_provider.h"
 #include "models/model.h"
 #include "models/sequence_state.h"
@@ -36,7 +36,7 @@ struct TrunkWeights {
 // head on the last row (or every row), and n_past advanced. n_moe routing slots per token are cleared in the
 // capture.
 template <class RunLayer>
-void run_trunk(backend::CpuBackend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
+void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
                std::span<const int32_t> tokens, std::span<float> logits, bool all_rows, int n_layer,
                int64_t n_embd, size_t n_moe, int k, ForwardCapture* capture, RunLayer&& run_layer);
 
@@ -46,7 +46,7 @@ void begin_capture(ForwardCapture* capture, size_t n_moe, int64_t T, int k, int 
 void capture_layer(ForwardCapture* capture, int il, const float* x, int64_t T, int64_t n_embd);
 
 template <class RunLayer>
-void run_trunk(backend::CpuBackend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
+void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
                std::span<const int32_t> tokens, std::span<float> logits, bool all_rows, int n_layer,
                int64_t n_embd, size_t n_moe, int k, ForwardCapture* capture, RunLayer&& run_layer) {
   const int64_t T = static_cast<int64_t>(tokens.size()), H = n_embd;
@@ -76,7 +76,7 @@ struct QkNormAttention {
   int n_head, n_head_kv, head_dim, n_rot;
   float eps, rope_theta, rope_freq_scale;
 };
-void qk_norm_attention(backend::CpuBackend& be, const QkNormAttention& a, const backend::KvCacheView& kv,
+void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const backend::KvCacheView& kv,
                        int n_past, int64_t T, TrunkBuffers& b);
 
 // The routed experts of model layer il (blk.il.ffn_{gate,up,down}_exps.weight), shapes and types checked.
@@ -85,14 +85,14 @@ ExpertLayerLayout expert_layer_layout(WeightLoader& w, int il, int n_expert, int
 // The widest activation row any matmul quantizes: the scratch one token needs, sized once at load.
 class ActRowBytes {
  public:
-  explicit ActRowBytes(const backend::CpuBackend& be) : be_(be) {}
+  explicit ActRowBytes(const backend::Backend& be) : be_(be) {}
   void add(const backend::Weight& w);  // an absent weight (no data) adds nothing
   void add(const ExpertLayout& layout);
   size_t bytes() const { return bytes_; }
 
  private:
   void widen(GgmlType t, int64_t n_in);
-  const backend::CpuBackend& be_;
+  const backend::Backend& be_;
   size_t bytes_ = 0;
 };
 

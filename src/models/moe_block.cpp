@@ -73,26 +73,25 @@ size_t guessed_experts(MoeBuffers& b, int64_t T, int k, int n_expert) {
   return n;
 }
 
-void route_normed(backend::CpuBackend& be, const RouterInputs& r, const float* x, int64_t T, int64_t n_embd,
+void route_normed(backend::Backend& be, const RouterInputs& r, const float* x, int64_t T, int64_t n_embd,
                   std::span<uint8_t> scratch, float* xn, float* logits, int32_t* ids, float* weights) {
   be.rms_norm(x, T, n_embd, r.ffn_norm, r.eps, xn);
   be.matmul(r.router, xn, T, logits, scratch);
   be.route(r.params, logits, T, ids, weights);
 }
 
-// The experts go in waves of k: acquire the wave's experts in order, run them as one swiglu_ffn (two
-// parallel jobs over (expert, row block, token tile), so that even a decode step's k small experts keep
+// The experts go in waves: acquire the wave's experts in order, run them as one backend ffn() (on the CPU
+// two parallel jobs over (expert, row block, token tile), so that even a decode step's k small experts keep
 // every thread busy), release them. How this meets a provider whose acquire() blocks on a read:
 // will_acquire() has issued every read of the layer beforehand, so the reads of a wave arrive together (in
 // parallel on the device) and the wave's compute starts when its last expert is in — the first expert's
 // compute no longer overlaps the later experts' reads, a trade of a few microseconds of compute for a split
 // that uses every core; for a prefill chunk, a wave's compute overlaps the reads of the following waves. A
-// wave never pins more than k experts, as a decode step needs anyway.
-void run_swiglu_experts(backend::CpuBackend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b,
-                        size_t n_used, SwigluWave& wave, const float* xn, int64_t T, int64_t n_embd,
-                        int64_t n_ff, int k) {
+// wave of k experts pins no more than a decode step needs anyway.
+void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b, size_t n_used,
+                 SwigluWave& wave, size_t wave_size, const backend::ActivationParams& act,
+                 const ExpertBiases& biases, const float* xn, int64_t T, int64_t n_embd, int64_t n_ff) {
   const int64_t H = n_embd, F = n_ff;
-  const size_t wave_size = static_cast<size_t>(k);
   experts.will_acquire(moe_index, std::span<const int32_t>(b.used.data(), n_used));
   for (size_t w0 = 0; w0 < n_used; w0 += wave_size) {
     const size_t n = std::min(wave_size, n_used - w0);
@@ -101,19 +100,22 @@ void run_swiglu_experts(backend::CpuBackend& be, ExpertProvider& experts, int mo
       const int32_t e = b.used[w0 + i];
       const ExpertView v = leases.acquire(e);
       const size_t start = static_cast<size_t>(b.expert_start[static_cast<size_t>(e)]);
-      backend::SwigluFfnTask& task = wave.tasks[i];
+      backend::FfnTask& task = wave.tasks[i];
       task.gate = v.gate_weight(H, F);
       task.up = v.up_weight(H, F);
       task.down = v.down_weight(H, F);
+      task.gate_bias = biases.gate ? biases.gate + e * F : nullptr;
+      task.up_bias = biases.up ? biases.up + e * F : nullptr;
+      task.down_bias = biases.down ? biases.down + e * H : nullptr;
       task.in_rows = b.entry_tokens.data() + start;
       task.out_rows = b.expert_entries.data() + start;
       task.n_rows = b.expert_count[static_cast<size_t>(e)];
     }
-    be.swiglu_ffn(std::span<const backend::SwigluFfnTask>(wave.tasks.data(), n), xn, T, b.expert_out.data());
+    be.ffn(std::span<const backend::FfnTask>(wave.tasks.data(), n), act, xn, T, b.expert_out.data());
   }
 }
 
-void add_expert_outputs(backend::CpuBackend& be, MoeBuffers& b, float* x, int64_t T, int k, int64_t n_embd) {
+void add_expert_outputs(backend::Backend& be, MoeBuffers& b, float* x, int64_t T, int k, int64_t n_embd) {
   be.moe_combine(b.expert_out.data(), b.expert_weights.data(), T, k, n_embd, b.moe.data());
   be.add(x, b.moe.data(), T * n_embd);
 }

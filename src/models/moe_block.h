@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/backend.h"
 #include "models/expert_provider.h"
 #include "models/model.h"
 
@@ -64,7 +64,7 @@ struct RouterInputs {
   float eps;
   const backend::Weight& router;
 };
-void route_normed(backend::CpuBackend& be, const RouterInputs& r, const float* x, int64_t T, int64_t n_embd,
+void route_normed(backend::Backend& be, const RouterInputs& r, const float* x, int64_t T, int64_t n_embd,
                   std::span<uint8_t> scratch, float* xn, float* logits, int32_t* ids, float* weights);
 
 // The experts of one wave, released (in acquisition order) on every path out of the scope.
@@ -90,29 +90,38 @@ class WaveLeases {
   size_t n_ = 0;
 };
 
-// One wave of SwiGLU experts: the ids held and the FFNs handed to the backend (k of each).
+// One wave of experts: the ids held and the FFNs handed to the backend (k of each).
 struct SwigluWave {
   std::vector<int32_t> ids;
-  std::vector<backend::SwigluFfnTask> tasks;
+  std::vector<backend::FfnTask> tasks;
   void reserve(size_t k) {
     ids.resize(k);
     tasks.resize(k);
   }
   size_t bytes() const {
-    return ids.size() * sizeof(int32_t) + tasks.size() * sizeof(backend::SwigluFfnTask);
+    return ids.size() * sizeof(int32_t) + tasks.size() * sizeof(backend::FfnTask);
   }
-  static size_t bytes_for(size_t k) { return k * (sizeof(int32_t) + sizeof(backend::SwigluFfnTask)); }
+  static size_t bytes_for(size_t k) { return k * (sizeof(int32_t) + sizeof(backend::FfnTask)); }
 };
 
-// The chosen experts (b.used[0..n_used)), plain SwiGLU FFNs of n_embd → n_ff → n_embd, each applied to
-// its tokens of xn: expert_out row (token · k + slot) gets its output for that token. Waves of k experts
-// are acquired, run as one swiglu_ffn and released (see moe_block.cpp).
-void run_swiglu_experts(backend::CpuBackend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b,
-                        size_t n_used, SwigluWave& wave, const float* xn, int64_t T, int64_t n_embd,
-                        int64_t n_ff, int k);
+// Per-expert biases of a MoE layer (gpt-oss): n_expert rows each of gate/up (n_ff) and down (n_embd); null
+// when the architecture has none.
+struct ExpertBiases {
+  const float* gate = nullptr;
+  const float* up = nullptr;
+  const float* down = nullptr;
+};
+
+// The chosen experts (b.used[0..n_used)), gated FFNs of n_embd → n_ff → n_embd with the given activation
+// (and biases), each applied to its tokens of xn: expert_out row (token · k + slot) gets its output for that
+// token. Waves of up to `wave_size` experts are acquired, run as one backend ffn() and released (see
+// moe_block.cpp).
+void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b, size_t n_used,
+                 SwigluWave& wave, size_t wave_size, const backend::ActivationParams& act,
+                 const ExpertBiases& biases, const float* xn, int64_t T, int64_t n_embd, int64_t n_ff);
 
 // x += the weighted sum of each token's k expert outputs (expert_out in (token, slot) order).
-void add_expert_outputs(backend::CpuBackend& be, MoeBuffers& b, float* x, int64_t T, int k, int64_t n_embd);
+void add_expert_outputs(backend::Backend& be, MoeBuffers& b, float* x, int64_t T, int k, int64_t n_embd);
 
 // Records MoE layer moe_index's choice and weights in the capture (none: nothing).
 void capture_routing(ForwardCapture* capture, int moe_index, int64_t T, int k, const MoeBuffers& b);

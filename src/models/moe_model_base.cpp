@@ -2,13 +2,15 @@
 
 #include <algorithm>
 
+#include "backend/backend_factory.h"
 #include "models/weight_loader.h"
 
 namespace df::models {
 
 MoeModelBase::MoeModelBase(const LoadOptions& options)
     : prefetch_lookahead_(std::max(0, options.prefetch_lookahead)),
-      backend_(std::make_unique<backend::CpuBackend>(options.n_threads)) {}
+      backend_(options.backend ? options.backend
+                               : backend::make_backend(backend::BackendOptions{"cpu", options.n_threads})) {}
 
 void MoeModelBase::check_n_ctx(int n_ctx) const {
   if (n_ctx < 1) fail("{}: context size {} must be at least 1", info_.arch, n_ctx);

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/backend.h"
 #include "models/expert_provider.h"
 #include "models/model.h"
 #include "models/model_common.h"
@@ -50,9 +50,7 @@ class MoeModelBase : public Model {
 
   ModelInfo info_;
   int prefetch_lookahead_ = 1;
-  // The CPU backend itself rather than the Backend interface: the QKV and expert paths use its grouped ops
-  // (matmul_many, swiglu_ffn), which backend.h does not declare yet.
-  std::unique_ptr<backend::CpuBackend> backend_;
+  std::shared_ptr<backend::Backend> backend_;  // LoadOptions::backend, or the default device's
   std::vector<HugePageBuffer> storage_;
   backend::Weight tok_embd_, output_;
   const float* output_norm_ = nullptr;

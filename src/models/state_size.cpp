@@ -2,10 +2,9 @@
 
 #include <algorithm>
 
-#include "backend/cpu/cpu_backend.h"
+#include "backend/backend_factory.h"
 #include "gguf/gguf.h"
 #include "models/gpt_oss.h"
-#include "models/gpt_oss_ops.h"
 #include "models/lfm2moe.h"
 #include "models/moe_block.h"
 #include "models/qwen3moe.h"
@@ -65,19 +64,15 @@ StateDims state_dims_of(const Qwen3MoeConfig& c) {
 
 StateDims state_dims_of(const GptOssConfig& c) {
   StateDims d = common_dims(c, c.n_layer);
-  const size_t F = static_cast<size_t>(c.n_ff_exp);
-  d.extra_bytes_per_token = (2 * d.k * d.n_embd + 3 * d.k * F) * sizeof(float);  // xg, down; gate, up, act
-  d.attention_scratch_per_thread = false;
+  d.fixed_bytes = SwigluWave::bytes_for(d.k);
   return d;
 }
 
 uint64_t state_bytes(const StateDims& d, int n_ctx, int n_batch, int n_threads) {
   const size_t t = static_cast<size_t>(std::max(n_batch, 0));
   const uint64_t kv = KvCache::bytes_for(d.n_kv_layers, n_ctx, d.n_head_kv, d.head_dim);
-  const uint64_t attn_floats =
-      d.attention_scratch_per_thread
-          ? backend::CpuBackend::attention_scratch_floats_for(n_ctx, d.head_dim, std::max(n_threads, 1))
-          : gpt_oss::attention_scratch_floats(n_ctx, d.head_dim);
+  const uint64_t attn_floats = backend::attention_scratch_floats_for(
+      backend::BackendOptions{"cpu", std::max(n_threads, 1)}, n_ctx, d.head_dim);
   return kv + attn_floats * sizeof(float) + d.fixed_bytes +
          TrunkBuffers::bytes_for(t, d.n_embd, d.q_dim, d.kv_dim, d.act_row_bytes) +
          MoeBuffers::bytes_for(t, d.n_embd, d.n_expert, d.k) + t * d.extra_bytes_per_token;

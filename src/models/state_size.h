@@ -24,12 +24,10 @@ struct StateDims {
   size_t act_row_bytes = 0;          // activation scratch per token (the widest quantized matmul input)
   size_t extra_bytes_per_token = 0;  // the architecture's own batch buffers
   size_t fixed_bytes = 0;            // recurrent state (lfm2moe's short-conv taps) and per-wave tables
-  // The CPU backend's attention keeps scratch per thread; gpt-oss's own attention op keeps one.
-  bool attention_scratch_per_thread = true;
 };
 
 // Bytes of a state for n_ctx positions once it has run batches of up to n_batch tokens, with n_threads
-// threads (the attention scratch is per thread).
+// threads of the default (CPU) backend, whose attention scratch is per thread.
 uint64_t state_bytes(const StateDims& dims, int n_ctx, int n_batch, int n_threads);
 
 // The dims of each architecture from its config; act_row_bytes is left 0 (the loader knows it exactly).

@@ -1,5 +1,6 @@
 // Causal GQA attention over the f16 KV cache, as llama.cpp computes it without flash attention:
-// kq = mul_mat(K_f16, Q) (Q rounded to f16), soft_max_ext (scale in f32, exp sum in double),
+// kq = mul_mat(K_f16, Q) (Q rounded to f16), soft_max_ext (scale in f32, the optional softcap, a sliding
+// window as a mask, the head's sink in the max and the denominator, exp sum in double),
 // kqv = mul_mat(V_f16ᵀ, P) (P rounded to f16).
 //
 // Both products go through the kernels' F16 gemm (F16C conversions; each f16 × f16 product is exact in
@@ -49,13 +50,15 @@ size_t CpuBackend::attention_scratch_floats_for(int n_ctx, int head_dim, int n_t
   return scratch_per_thread(n_ctx, head_dim) * static_cast<size_t>(n_threads);
 }
 
-void CpuBackend::attention(const KvCacheView& kv, const float* q, int64_t rows, int pos0, int n_head,
-                           float scale, float* out, std::span<float> scratch) {
+void CpuBackend::attention(const KvCacheView& kv, const float* q, int64_t rows, int pos0,
+                           const AttentionParams& p, float* out, std::span<float> scratch) {
   if (rows <= 0) return;
+  const int n_head = p.n_head;
   if (pos0 < 0 || pos0 + rows > kv.n_ctx)
     fail("attention: positions {}..{} do not fit in a context of {}", pos0, pos0 + rows - 1, kv.n_ctx);
-  if (kv.n_head_kv <= 0 || n_head % kv.n_head_kv != 0)
+  if (kv.n_head_kv <= 0 || n_head <= 0 || n_head % kv.n_head_kv != 0)
     fail("attention: {} query heads cannot share {} KV heads", n_head, kv.n_head_kv);
+  if (p.window < 0) fail("attention: window {} must not be negative", p.window);
   const size_t per_thread = scratch_per_thread(kv.n_ctx, kv.head_dim);
   if (scratch.size() < attention_scratch_floats(kv.n_ctx, kv.head_dim))
     fail("attention: scratch of {} floats, {} needed", scratch.size(),
@@ -64,11 +67,14 @@ void CpuBackend::attention(const KvCacheView& kv, const float* q, int64_t rows, 
   const kernels::VecDotKernels& f16 = kernels::vec_dot_kernels(GgmlType::F16, level_);
   const kernels::QuantizeFn to_f16 = kernels::activation_quantizer(GgmlType::F16, level_);
   const int hd = kv.head_dim, group = n_head / kv.n_head_kv;
-  const size_t k_stride = static_cast<size_t>(kv.n_head_kv) * static_cast<size_t>(hd) * sizeof(uint16_t);
+  const int64_t k_row = static_cast<int64_t>(kv.n_head_kv) * hd;
+  const size_t k_stride = static_cast<size_t>(k_row) * sizeof(uint16_t);
   const size_t v_stride = static_cast<size_t>(kv.n_ctx) * sizeof(uint16_t);
+  const float scale = p.scale, softcap = p.softcap;
 
   // Work of the (row, head) pairs: about 2 · head_dim multiply-adds per visible key.
-  const int64_t avg_keys = pos0 + (rows + 1) / 2;
+  const int64_t avg_keys =
+      p.window > 0 ? std::min<int64_t>(p.window, pos0 + (rows + 1) / 2) : pos0 + (rows + 1) / 2;
   const int64_t work = rows * n_head * avg_keys * 2 * hd;
   const int64_t grain = work < kMinParallelAttention ? rows * n_head : 1;
   pool_.parallel_parts(rows * n_head, grain, [&](int thread, int64_t begin, int64_t end) {
@@ -78,13 +84,17 @@ void CpuBackend::attention(const KvCacheView& kv, const float* q, int64_t rows, 
     for (int64_t task = begin; task < end; ++task) {
       const int64_t r = task / n_head;
       const int h = static_cast<int>(task % n_head), kh = h / group;
-      const int64_t n_kv = pos0 + r + 1;  // causal: keys 0..p
+      const int64_t at = pos0 + r;  // causal: keys first..at
+      const int64_t first = p.window > 0 ? std::max<int64_t>(0, at - p.window + 1) : 0;
+      const int64_t n_kv = at - first + 1;
       to_f16(q + (r * n_head + h) * hd, q16, hd);
 
-      f16.gemm(kv.k + static_cast<int64_t>(kh) * hd, k_stride, n_kv, q16, 0, 1, hd, scores, 0);
-      float max = -std::numeric_limits<float>::infinity();
+      f16.gemm(kv.k + first * k_row + static_cast<int64_t>(kh) * hd, k_stride, n_kv, q16, 0, 1, hd, scores,
+               0);
+      float max = p.sinks ? p.sinks[h] : -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n_kv; ++j) {
         scores[j] *= scale;
+        if (softcap > 0.0f) scores[j] = softcap * std::tanh(scores[j] / softcap);
         max = std::max(max, scores[j]);
       }
       double sum = 0.0;
@@ -93,11 +103,12 @@ void CpuBackend::attention(const KvCacheView& kv, const float* q, int64_t rows, 
         scores[j] = e;
         sum += static_cast<double>(e);
       }
+      if (p.sinks) sum += static_cast<double>(std::exp(p.sinks[h] - max));
       const float inv = static_cast<float>(1.0 / sum);
       for (int64_t j = 0; j < n_kv; ++j) scores[j] *= inv;
       to_f16(scores, probs, n_kv);
 
-      f16.gemm(kv.v + static_cast<int64_t>(kh) * hd * kv.n_ctx, v_stride, hd, probs, 0, 1, n_kv,
+      f16.gemm(kv.v + static_cast<int64_t>(kh) * hd * kv.n_ctx + first, v_stride, hd, probs, 0, 1, n_kv,
                out + (r * n_head + h) * hd, 0);
     }
   });

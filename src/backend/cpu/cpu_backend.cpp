@@ -22,4 +22,13 @@ void CpuBackend::add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+void CpuBackend::add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) x[r * n + i] += bias[i];
+}
+
+quant::RowPacking CpuBackend::preferred_packing(GgmlType type, int64_t n_out) const {
+  return quant::preferred_packing(type, n_out);
+}
+
 }  // namespace df::backend

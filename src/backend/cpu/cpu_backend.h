@@ -7,10 +7,9 @@
 // kernels' tiles give the same bits as a single dot), attention works per query row. So results depend
 // neither on how tokens are batched nor on n_threads.
 //
-// Besides the Backend ops it offers two grouped ops (matmul_many, swiglu_ffn) that run several products as
-// one parallel job: a decode step's matrices are small (a MoE expert of a 1-2B-active model is a few
-// hundred KB), so splitting each product over the threads separately would spend more on waking and
-// waiting than on computing.
+// The grouped ops (matmul_many, ffn) run several products as one parallel job: a decode step's matrices are
+// small (a MoE expert of a 1-2B-active model is a few hundred KB), so splitting each product over the
+// threads separately would spend more on waking and waiting than on computing.
 #include <span>
 #include <vector>
 
@@ -19,23 +18,6 @@
 #include "backend/cpu/thread_pool.h"
 
 namespace df::backend {
-
-// One product of matmul_many: y (rows × w.n_out) = W · x (rows × w.n_in).
-struct MatmulTask {
-  Weight w;
-  const float* x = nullptr;
-  float* y = nullptr;
-};
-
-// One SwiGLU FFN of swiglu_ffn, applied to n_rows rows of its input:
-//   out[out_rows[i]] = down · (silu(gate · x[in_rows[i]]) ⊙ (up · x[in_rows[i]])),  i < n_rows
-// gate and up are n_ff rows of n_in values, down n_out rows of n_ff values.
-struct SwigluFfnTask {
-  Weight gate, up, down;
-  const int32_t* in_rows = nullptr;   // nullptr: row i
-  const int32_t* out_rows = nullptr;  // nullptr: row i
-  int64_t n_rows = 0;
-};
 
 class CpuBackend final : public Backend {
  public:
@@ -48,34 +30,31 @@ class CpuBackend final : public Backend {
   int n_threads() const override { return pool_.size(); }
   kernels::SimdLevel simd_level() const { return level_; }
 
+  quant::RowPacking preferred_packing(GgmlType type, int64_t n_out) const override;
   bool supports_matmul(GgmlType w) const override;
   size_t matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const override;
   void matmul(const Weight& w, const float* x, int64_t rows, float* y, std::span<uint8_t> scratch) override;
   void get_rows(const Weight& table, std::span<const int32_t> ids, float* out) override;
 
-  // Several products over `rows` activation rows each, as one parallel job; products that read the same
-  // x (for the same activation format) share its quantization. Each y equals matmul(w, x, rows) bit for
-  // bit. At most kMaxMatmulTasks products; x and y must not overlap.
+  // Products that read the same x (for the same activation format) share its quantization.
   static constexpr size_t kMaxMatmulTasks = 8;
-  void matmul_many(std::span<const MatmulTask> tasks, int64_t rows);
+  size_t max_matmul_tasks() const override { return kMaxMatmulTasks; }
+  void matmul_many(std::span<const MatmulTask> tasks, int64_t rows) override;
 
-  // Several SwiGLU FFNs over one input x (x_rows rows of n_in), writing rows of out (n_out wide) — the
-  // chosen experts of a MoE layer, each on the tokens routed to it, or one dense FFN on every row. Two
-  // parallel jobs over (FFN, row block, token tile): gate and up with the SwiGLU and the quantization of
-  // the down input fused in, then down. Every FFN must have the same n_in and n_out; the out rows written
-  // must be distinct. Each output row equals matmul(gate), matmul(up), swiglu, matmul(down) on that row,
-  // bit for bit. Scratch is the backend's own (grown when a call needs more, never shrunk).
-  void swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x, int64_t x_rows, float* out);
+  // Two parallel jobs over (FFN, row block, token tile): gate and up with the biases, the activation and
+  // the quantization of the down input fused in, then down (bias and scale fused into the scatter). Scratch
+  // is the backend's own (grown when a call needs more, never shrunk).
+  void ffn(std::span<const FfnTask> ffns, const ActivationParams& act, const float* x, int64_t x_rows,
+           float* out) override;
 
   void rms_norm(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y) override;
-  void rope_neox(float* x, int64_t rows, int n_head, int head_dim, int n_rot, const int32_t* pos,
-                 float freq_base, float freq_scale) override;
+  void rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos, const RopeParams& p) override;
 
   void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t rows, int pos0) override;
   size_t attention_scratch_floats(int n_ctx, int head_dim) const override;
   // The same for a pool of n_threads, without a backend (memory planning before anything is allocated).
   static size_t attention_scratch_floats_for(int n_ctx, int head_dim, int n_threads);
-  void attention(const KvCacheView& kv, const float* q, int64_t rows, int pos0, int n_head, float scale,
+  void attention(const KvCacheView& kv, const float* q, int64_t rows, int pos0, const AttentionParams& p,
                  float* out, std::span<float> scratch) override;
 
   void short_conv(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache, float* state,
@@ -83,6 +62,7 @@ class CpuBackend final : public Backend {
 
   void swiglu(const float* gate, const float* up, int64_t n, float* y) override;
   void add(float* x, const float* y, int64_t n) override;
+  void add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n) override;
 
   void route(const RouterParams& p, const float* logits, int64_t rows, int32_t* ids, float* weights) override;
   void moe_combine(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,

@@ -1,6 +1,9 @@
-// RMS norm and NeoX RoPE with ggml's CPU numerics (ARCHITECTURES.md 1.2, 1.4).
+// RMS norm and RoPE (NeoX and normal, YaRN, frequency factors) with ggml's CPU numerics (ARCHITECTURES.md
+// 1.2, 1.4).
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <numbers>
 
 #include "backend/cpu/cpu_backend.h"
 #include "util/error.h"
@@ -24,34 +27,73 @@ void CpuBackend::rms_norm(const float* x, int64_t rows, int64_t n, const float* 
   }
 }
 
-void CpuBackend::rope_neox(float* x, int64_t rows, int n_head, int head_dim, int n_rot, const int32_t* pos,
-                           float freq_base, float freq_scale) {
-  constexpr int kMaxPairs = 512;
-  if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim || n_rot / 2 > kMaxPairs)
-    fail("rope: rotated dims {} must be even, positive and at most the head dim {} (and {})", n_rot, head_dim,
+namespace {
+
+// The dimension index at which a rotation of n_dims dims completes `beta` turns over n_ctx_orig positions.
+float yarn_corr_dim(int n_dims, int n_ctx_orig, float beta, float base) {
+  return static_cast<float>(n_dims) *
+         std::log(static_cast<float>(n_ctx_orig) / (beta * 2.0f * std::numbers::pi_v<float>)) /
+         (2.0f * std::log(base));
+}
+
+constexpr int kMaxPairs = 512;  // head sizes up to 1024
+// Rows of RoPE below which the call stays on the calling thread.
+constexpr int64_t kMinParallelRopeValues = 1 << 14;
+
+}  // namespace
+
+// ggml's rope_ext (ggml-cpu ops.cpp rope_yarn): per pair i the extrapolated angle θ = p · s^i (s = base^(-2 /
+// n_rot), float recurrence, / freq_factors[i]), the interpolated one freq_scale · θ, mixed by the YaRN ramp;
+// cos and sin times the magnitude. Without YaRN (ext_factor 0) and attn_factor 1 this is the plain RoPE
+// exactly (the magnitude multiplies by 1.0f).
+void CpuBackend::rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos,
+                      const RopeParams& p) {
+  const int n = p.n_rot, half = n / 2;
+  if (n <= 0 || n % 2 != 0 || n > head_dim || half > kMaxPairs)
+    fail("rope: rotated dims {} must be even, positive and at most the head dim {} (and {})", n, head_dim,
          2 * kMaxPairs);
-  const int half = n_rot / 2;
-  const float theta_scale = std::pow(freq_base, -2.0f / static_cast<float>(n_rot));
-  std::array<float, kMaxPairs> cos_t{}, sin_t{};
-  for (int64_t r = 0; r < rows; ++r) {
-    // θ_i = p · theta_scale^i by repeated multiplication in float, as ggml's rope cache does.
-    float theta = static_cast<float>(pos[r]);
-    for (int i = 0; i < half; ++i) {
-      const float t = freq_scale * theta;
-      cos_t[static_cast<size_t>(i)] = std::cos(t);
-      sin_t[static_cast<size_t>(i)] = std::sin(t);
-      theta *= theta_scale;
-    }
-    for (int h = 0; h < n_head; ++h) {
-      float* v = x + (r * n_head + h) * static_cast<int64_t>(head_dim);
+  if (p.ext_factor != 0.0f && p.n_ctx_orig <= 0)
+    fail("rope: YaRN needs the original context length (got {})", p.n_ctx_orig);
+  const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(n));
+  float corr_lo = 0, corr_hi = 0;
+  if (p.ext_factor != 0.0f) {
+    corr_lo = std::max(0.0f, std::floor(yarn_corr_dim(n, p.n_ctx_orig, p.beta_fast, p.freq_base)));
+    corr_hi = std::min(static_cast<float>(n - 1),
+                       std::ceil(yarn_corr_dim(n, p.n_ctx_orig, p.beta_slow, p.freq_base)));
+  }
+  const int64_t grain =
+      std::max<int64_t>(1, kMinParallelRopeValues / (static_cast<int64_t>(n_head) * head_dim));
+  pool_.parallel_for(rows, grain, [&](int64_t r_begin, int64_t r_end) {
+    std::array<float, kMaxPairs> cos_t{}, sin_t{};
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      float theta_extrap = static_cast<float>(pos[r]);
       for (int i = 0; i < half; ++i) {
-        const float c = cos_t[static_cast<size_t>(i)], s = sin_t[static_cast<size_t>(i)];
-        const float x0 = v[i], x1 = v[i + half];
-        v[i] = x0 * c - x1 * s;
-        v[i + half] = x0 * s + x1 * c;
+        const float base = p.freq_factors ? theta_extrap / p.freq_factors[i] : theta_extrap;
+        const float theta_interp = p.freq_scale * base;
+        float theta = theta_interp, m = p.attn_factor;
+        if (p.ext_factor != 0.0f) {
+          const float y = (static_cast<float>(i) - corr_lo) / std::max(0.001f, corr_hi - corr_lo);
+          const float ramp_mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+          theta = theta_interp * (1.0f - ramp_mix) + base * ramp_mix;
+          m *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
+        }
+        cos_t[static_cast<size_t>(i)] = std::cos(theta) * m;
+        sin_t[static_cast<size_t>(i)] = std::sin(theta) * m;
+        theta_extrap *= theta_scale;
+      }
+      for (int h = 0; h < n_head; ++h) {
+        float* v = x + (r * n_head + h) * static_cast<int64_t>(head_dim);
+        for (int i = 0; i < half; ++i) {
+          const float c = cos_t[static_cast<size_t>(i)], s = sin_t[static_cast<size_t>(i)];
+          const int i0 = p.mode == RopeMode::NeoX ? i : 2 * i,
+                    i1 = p.mode == RopeMode::NeoX ? i + half : 2 * i + 1;
+          const float x0 = v[i0], x1 = v[i1];
+          v[i0] = x0 * c - x1 * s;
+          v[i1] = x0 * s + x1 * c;
+        }
       }
     }
-  }
+  });
 }
 
 }  // namespace df::backend

@@ -10,6 +10,42 @@
 #include "util/error.h"
 
 namespace df::backend {
+namespace {
+
+// SOFTMAX_WEIGHT (gpt-oss): the k largest raw logits in descending order (lowest id first on an exact tie),
+// weights = softmax over those k logits (max subtracted, exp sum in double), neither renormalised nor
+// scaled. No selection bias: gpt-oss's router bias is part of the logits (the model adds it, as llama.cpp's
+// graph does).
+void route_softmax_weight(const RouterParams& p, const float* logits, int64_t rows, int32_t* ids,
+                          float* weights) {
+  constexpr int kMaxExperts = 4096;
+  std::array<bool, kMaxExperts> taken{};
+  const int E = p.n_expert, k = p.k;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* l = logits + r * E;
+    int32_t* id = ids + r * k;
+    float* w = weights + r * k;
+    std::fill_n(taken.begin(), E, false);
+    for (int j = 0; j < k; ++j) {
+      int best = -1;
+      for (int e = 0; e < E; ++e)
+        if (!taken[static_cast<size_t>(e)] && (best < 0 || l[e] > l[best])) best = e;
+      taken[static_cast<size_t>(best)] = true;
+      id[j] = best;
+      w[j] = l[best];
+    }
+    const float max = w[0];  // the chosen logits are in descending order
+    double sum = 0.0;
+    for (int j = 0; j < k; ++j) {
+      w[j] = std::exp(w[j] - max);
+      sum += static_cast<double>(w[j]);
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int j = 0; j < k; ++j) w[j] *= inv;
+  }
+}
+
+}  // namespace
 
 void CpuBackend::route(const RouterParams& p, const float* logits, int64_t rows, int32_t* ids,
                        float* weights) {
@@ -18,6 +54,10 @@ void CpuBackend::route(const RouterParams& p, const float* logits, int64_t rows,
     fail("router: cannot choose {} of {} experts (at most {})", p.k, p.n_expert, kMaxExperts);
   std::array<float, kMaxExperts> probs, score;
   const size_t E = static_cast<size_t>(p.n_expert);
+  if (p.gating == Gating::SoftmaxWeight) {
+    route_softmax_weight(p, logits, rows, ids, weights);
+    return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const float* l = logits + r * p.n_expert;
     if (p.gating == Gating::Sigmoid) {

@@ -1,16 +1,20 @@
-// SwiGLU FFNs (MoE experts, dense FFNs) as three pool jobs for the whole group:
+// Gated FFNs (MoE experts, dense FFNs) as three pool jobs for the whole group:
 //   1. each (FFN, row) input quantized to the gate/up activation format, gathered per FFN;
-//   2. tasks (FFN, block of n_ff rows, token tile): gate and up tiles, SwiGLU, and the quantization of
-//      those n_ff values of each token's down input — the row blocks are whole activation blocks (32 values
-//      for Q8_0, 256 for Q8_K), so quantizing a segment writes exactly the bytes that quantizing the whole
-//      row would, and the SwiGLU output never makes a trip through memory in float;
-//   3. tasks (FFN, block of output rows, token tile): down, scattered to the output rows.
+//   2. tasks (FFN, block of n_ff rows, token tile): gate and up tiles, their biases, the activation, and the
+//      quantization of those n_ff values of each token's down input — the row blocks are whole activation
+//      blocks (32 values for Q8_0, 256 for Q8_K), so quantizing a segment writes exactly the bytes that
+//      quantizing the whole row would, and the activation never makes a trip through memory in float;
+//   3. tasks (FFN, block of output rows, token tile): down, its bias and scale, scattered to the output rows.
+// Each element goes through the same float operations, in the same order, as matmul + add_bias_rows + the
+// activation + matmul + add_bias_rows would apply to it, so the result is theirs bit for bit.
 // A decode step's k experts thus keep every thread busy with two waits in all, however small each expert.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm_tiling.h"
+#include "quant/quant.h"
 #include "util/error.h"
 
 namespace df::backend {
@@ -23,10 +27,27 @@ size_t group_of(const int64_t* offsets, size_t n, int64_t at) {
   return static_cast<size_t>(std::upper_bound(offsets, offsets + n + 1, at) - offsets) - 1;
 }
 
-void check_shapes(std::span<const SwigluFfnTask> ffns, int64_t x_rows) {
-  const SwigluFfnTask& a = ffns[0];
+// ggml's CPU GELU (ARCHITECTURES.md 1.3): 0 below -10, x above 10, else the f16 table entry of x rounded to
+// f16, i.e. gelu_f32 of that f16 value rounded to f16.
+float gelu_ggml(float x) {
+  if (x <= -10.0f) return 0.0f;
+  if (x >= 10.0f) return x;
+  const float h = quant::fp16_to_fp32(quant::fp32_to_fp16(x));
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f, kCoefA = 0.044715f;
+  const float g = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + kCoefA * h * h)));
+  return quant::fp16_to_fp32(quant::fp32_to_fp16(g));
+}
+
+float oai_swiglu(float g, float u, float alpha, float limit) {
+  const float x = std::min(g, limit);
+  const float y = std::max(std::min(u, limit), -limit);
+  return x / (1.0f + std::exp(alpha * -x)) * (y + 1.0f);
+}
+
+void check_shapes(std::span<const FfnTask> ffns, int64_t x_rows) {
+  const FfnTask& a = ffns[0];
   for (size_t f = 0; f < ffns.size(); ++f) {
-    const SwigluFfnTask& b = ffns[f];
+    const FfnTask& b = ffns[f];
     const bool same = b.gate.type == a.gate.type && b.up.type == a.up.type && b.down.type == a.down.type &&
                       b.gate.packing == a.gate.packing && b.up.packing == a.up.packing &&
                       b.down.packing == a.down.packing && b.gate.n_in == a.gate.n_in &&
@@ -35,26 +56,27 @@ void check_shapes(std::span<const SwigluFfnTask> ffns, int64_t x_rows) {
                       b.down.n_out == a.down.n_out;
     if (!same)
       fail(
-          "swiglu_ffn: FFN {} (gate {} {}x{}, up {} {}x{}, down {} {}x{}) does not match the shapes and "
+          "ffn: FFN {} (gate {} {}x{}, up {} {}x{}, down {} {}x{}) does not match the shapes and "
           "types "
           "of FFN 0 (gate {} {}x{}, down {} {}x{})",
           f, ggml_type_name(b.gate.type), b.gate.n_out, b.gate.n_in, ggml_type_name(b.up.type), b.up.n_out,
           b.up.n_in, ggml_type_name(b.down.type), b.down.n_out, b.down.n_in, ggml_type_name(a.gate.type),
           a.gate.n_out, a.gate.n_in, ggml_type_name(a.down.type), a.down.n_out, a.down.n_in);
-    if (b.n_rows < 0) fail("swiglu_ffn: FFN {} has {} rows", f, b.n_rows);
+    if (b.n_rows < 0) fail("ffn: FFN {} has {} rows", f, b.n_rows);
     for (int64_t i = 0; i < b.n_rows; ++i) {
       const int64_t r = b.in_rows ? b.in_rows[i] : i;
-      if (r < 0 || r >= x_rows) fail("swiglu_ffn: FFN {} reads input row {} of {}", f, r, x_rows);
+      if (r < 0 || r >= x_rows) fail("ffn: FFN {} reads input row {} of {}", f, r, x_rows);
     }
   }
 }
 
 }  // namespace
 
-void CpuBackend::swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x, int64_t x_rows, float* out) {
+void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act, const float* x,
+                     int64_t x_rows, float* out) {
   if (ffns.empty()) return;
   check_shapes(ffns, x_rows);
-  const SwigluFfnTask& first = ffns[0];
+  const FfnTask& first = ffns[0];
   const int64_t n_in = first.gate.n_in, n_ff = first.gate.n_out, n_out = first.down.n_out;
   detail::check_weight(first.gate);
   detail::check_weight(first.up);
@@ -120,7 +142,7 @@ void CpuBackend::swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x,
   pool_.parallel_for(entries, std::max<int64_t>(1, detail::kMinParallelQuantize / n_in),
                      [&](int64_t b, int64_t e) {
                        for (int64_t entry = b; entry < e; ++entry) {
-                         const SwigluFfnTask& ffn = ffns[group_of(entry_at, n, entry)];
+                         const FfnTask& ffn = ffns[group_of(entry_at, n, entry)];
                          const int64_t i = entry - entry_at[&ffn - ffns.data()];
                          const float* row = x + (ffn.in_rows ? ffn.in_rows[i] : i) * n_in;
                          quantize_g(row, qg + static_cast<size_t>(entry) * qg_row, n_in);
@@ -131,7 +153,7 @@ void CpuBackend::swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x,
   // 2. Gate and up, SwiGLU, quantized down input.
   pool_.run_tasks(gate_up_at[n], [&](int thread, int64_t task) {
     const size_t f = group_of(gate_up_at, n, task);
-    const SwigluFfnTask& ffn = ffns[f];
+    const FfnTask& ffn = ffns[f];
     const Tiling t = gate_up_tiling(f);
     const int64_t local = task - gate_up_at[f];
     const int64_t r0 = t.row_begin(local), len = t.row_end(local) - r0;
@@ -144,7 +166,23 @@ void CpuBackend::swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x,
     const size_t u_row = shared_input ? qg_row : qu_row;
     up_gemm(ffn.up.row(r0), ffn.up.row_bytes(), len, qu + static_cast<size_t>(entry0) * u_row, u_row, cols,
             n_in, u, static_cast<size_t>(len));
-    for (int64_t i = 0; i < cols * len; ++i) g[i] = detail::silu_mul(g[i], u[i]);
+    if (ffn.gate_bias || ffn.up_bias)
+      for (int64_t c = 0; c < cols; ++c)
+        for (int64_t j = 0; j < len; ++j) {
+          if (ffn.gate_bias) g[c * len + j] += ffn.gate_bias[r0 + j];
+          if (ffn.up_bias) u[c * len + j] += ffn.up_bias[r0 + j];
+        }
+    switch (act.kind) {
+      case Activation::SwiGLU:
+        for (int64_t i = 0; i < cols * len; ++i) g[i] = detail::silu_mul(g[i], u[i]);
+        break;
+      case Activation::GeGLU:
+        for (int64_t i = 0; i < cols * len; ++i) g[i] = gelu_ggml(g[i]) * u[i];
+        break;
+      case Activation::OaiSwiGLU:
+        for (int64_t i = 0; i < cols * len; ++i) g[i] = oai_swiglu(g[i], u[i], act.alpha, act.limit);
+        break;
+    }
     const size_t segment = static_cast<size_t>(r0 / h_format.block_size) * h_format.type_size;
     for (int64_t c = 0; c < cols; ++c)
       quantize_h(g + c * len, qh + static_cast<size_t>(entry0 + c) * qh_row + segment, len);
@@ -153,7 +191,7 @@ void CpuBackend::swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x,
   // 3. Down, scattered to the output rows.
   pool_.run_tasks(down_at[n], [&](int thread, int64_t task) {
     const size_t f = group_of(down_at, n, task);
-    const SwigluFfnTask& ffn = ffns[f];
+    const FfnTask& ffn = ffns[f];
     const Tiling t = down_tiling(f);
     const int64_t local = task - down_at[f];
     const int64_t r0 = t.row_begin(local), len = t.row_end(local) - r0;
@@ -164,7 +202,18 @@ void CpuBackend::swiglu_ffn(std::span<const SwigluFfnTask> ffns, const float* x,
               static_cast<size_t>(len));
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t row = ffn.out_rows ? ffn.out_rows[c0 + c] : c0 + c;
-      std::memcpy(out + row * n_out + r0, o + c * len, static_cast<size_t>(len) * sizeof(float));
+      float* dst = out + row * n_out + r0;
+      const float* src = o + c * len;
+      if (!ffn.down_bias && ffn.out_scale == 1.0f) {
+        std::memcpy(dst, src, static_cast<size_t>(len) * sizeof(float));
+        continue;
+      }
+      for (int64_t j = 0; j < len; ++j) {
+        float v = src[j];
+        if (ffn.down_bias) v += ffn.down_bias[r0 + j];
+        if (ffn.out_scale != 1.0f) v *= ffn.out_scale;
+        dst[j] = v;
+      }
     }
   });
 }

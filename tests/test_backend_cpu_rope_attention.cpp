@@ -1,5 +1,7 @@
-// The gpt-oss ops that are not in the backend yet (models/gpt_oss_ops.h), against float64 references written
-// from ARCHITECTURES.md 1.3-1.6 and 7.2, on random inputs and odd shapes.
+// The backend's RoPE (YaRN, normal mode, frequency factors) and attention (sinks, sliding window, softcap),
+// the routing of gpt-oss (SoftmaxWeight) and bias rows, against float64 references written from
+// ARCHITECTURES.md 1.3-1.6 and 7.2, on random inputs and odd shapes. (These ops were gpt-oss's own,
+// single-threaded, before they moved into the backend: every test runs on two threads.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,11 +12,10 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "models/gpt_oss_ops.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
-namespace df::models::gpt_oss {
+namespace df::backend {
 namespace {
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -31,14 +32,16 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
 // linearly, and every pair is scaled by m = 1 + 0.1 ln 32. The reference is float64 from the spec; the
 // tolerance is what float arithmetic allows and no more: ggml's recurrence theta_i = pos * s^i in float
 // rounds about 2i+1 times (2^-24 each, relative to the angle), plus ~1e-7 for float cos and sin.
-TEST(GptOssOps, YarnRopeAnglesAndMagnitudeFollowTheSpec) {
+TEST(BackendRopeAttention, YarnRopeAnglesAndMagnitudeFollowTheSpec) {
+  CpuBackend be(2);
   RopeParams p;
   p.n_rot = 64;
   p.freq_base = 150000.0f;
   p.freq_scale = 1.0f / 32.0f;
   p.ext_factor = 1.0f;
   p.n_ctx_orig = 4096;
-  p.attn_factor = yarn_attn_factor(p.freq_scale, 0.0f, 1.0f);
+  p.attn_factor =
+      1.0f;  // llama.cpp's context passes ~1 here (models/rope_scaling.h); the op adds the magnitude
   const double m = 1.0 + 0.1 * std::log(32.0);
   const int half = 32;
   auto corr_dim = [](double beta) {
@@ -52,7 +55,7 @@ TEST(GptOssOps, YarnRopeAnglesAndMagnitudeFollowTheSpec) {
     for (int i = 0; i < half; ++i) {
       std::vector<float> v(64, 0.0f);
       v[static_cast<size_t>(i)] = 1.0f;  // rotates into (cos, sin) · m
-      rope_neox_yarn(v.data(), 1, 1, 64, &pos, p);
+      be.rope(v.data(), 1, 1, 64, &pos, p);
       const double c = v[static_cast<size_t>(i)], s = v[static_cast<size_t>(i + half)];
       EXPECT_NEAR(std::hypot(c, s), m, 1e-5) << "pair " << i;
       const double extrap = pos * std::pow(150000.0, -2.0 * i / 64.0);
@@ -69,26 +72,49 @@ TEST(GptOssOps, YarnRopeAnglesAndMagnitudeFollowTheSpec) {
   EXPECT_EQ(band_pairs_checked, 4 * 9);  // pairs 9..17 at each position
 }
 
-// Without scaling the YaRN RoPE is the plain NeoX RoPE of the backend, dims past n_rot untouched.
-TEST(GptOssOps, UnscaledRopeEqualsTheBackendNeoxRope) {
-  backend::CpuBackend be(1);
-  const int n_head = 3, hd = 10, rows = 5;
-  auto a = random_floats(static_cast<size_t>(rows * n_head * hd), 7);
-  auto b = a;
-  const auto orig = a;
+// Plain RoPE in both modes, with and without frequency factors, against float64: NeoX rotates (i, i + n/2),
+// normal mode adjacent pairs (2i, 2i + 1); θ_i = p · base^(-2i/n) / ff_i; dims past n_rot untouched. The
+// tolerance is float rounding of the recurrence (see the YaRN test).
+TEST(BackendRopeAttention, NeoxAndNormalModesWithFrequencyFactorsFollowTheSpec) {
+  CpuBackend be(2);
+  const int n_head = 3, hd = 10, rows = 5, n_rot = 6;
   const int32_t pos[rows] = {0, 1, 5, 100, 4095};
-  RopeParams p;
-  p.n_rot = 6;
-  p.freq_base = 10000.0f;
-  rope_neox_yarn(a.data(), rows, n_head, hd, pos, p);
-  be.rope_neox(b.data(), rows, n_head, hd, 6, pos, 10000.0f, 1.0f);
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_NEAR(a[i], b[i], 1e-5f) << i;
-    if (i % hd >= 6) {
-      EXPECT_EQ(a[i], orig[i]);
+  const std::vector<float> factors = {1.0f, 2.5f, 8.0f};
+  for (RopeMode mode : {RopeMode::NeoX, RopeMode::Normal})
+    for (bool with_factors : {false, true}) {
+      SCOPED_TRACE(testing::Message()
+                   << (mode == RopeMode::NeoX ? "neox" : "normal") << (with_factors ? " factors" : ""));
+      auto a = random_floats(static_cast<size_t>(rows * n_head * hd), 7);
+      const auto orig = a;
+      RopeParams p;
+      p.mode = mode;
+      p.n_rot = n_rot;
+      p.freq_base = 10000.0f;
+      p.freq_factors = with_factors ? factors.data() : nullptr;
+      be.rope(a.data(), rows, n_head, hd, pos, p);
+      for (int r = 0; r < rows; ++r)
+        for (int h = 0; h < n_head; ++h) {
+          const float* o = orig.data() + (r * n_head + h) * hd;
+          const float* v = a.data() + (r * n_head + h) * hd;
+          for (int i = 0; i < n_rot / 2; ++i) {
+            const double theta = pos[r] * std::pow(10000.0, -2.0 * i / n_rot) /
+                                 (with_factors ? factors[static_cast<size_t>(i)] : 1.0);
+            const int i0 = mode == RopeMode::NeoX ? i : 2 * i,
+                      i1 = mode == RopeMode::NeoX ? i + n_rot / 2 : 2 * i + 1;
+            const double tol = (2.0 * i + 3.0) * std::ldexp(1.0, -24) * pos[r] * 4 + 1e-6;
+            EXPECT_NEAR(v[i0], o[i0] * std::cos(theta) - o[i1] * std::sin(theta), tol)
+                << r << " " << h << " " << i;
+            EXPECT_NEAR(v[i1], o[i0] * std::sin(theta) + o[i1] * std::cos(theta), tol)
+                << r << " " << h << " " << i;
+          }
+          for (int d = n_rot; d < hd; ++d) EXPECT_EQ(v[d], o[d]);
+        }
     }
-  }
-  EXPECT_THROW(rope_neox_yarn(a.data(), 1, 1, hd, pos, RopeParams{.n_rot = 12}), Error);
+  std::vector<float> x(12);
+  const int32_t p0 = 0;
+  EXPECT_THROW(be.rope(x.data(), 1, 1, 10, &p0, RopeParams{.n_rot = 12}), Error);
+  RopeParams yarn_without_context{.n_rot = 4, .ext_factor = 1.0f};
+  EXPECT_THROW(be.rope(x.data(), 1, 1, 10, &p0, yarn_without_context), Error);
 }
 
 // A cache of n_ctx positions filled with f16 keys and values; positions listed in `poison` hold NaN, which
@@ -126,7 +152,8 @@ struct Cache {
 
 // float64 attention over the widened f16 values: query rounded to f16, sinks in the max and denominator.
 std::vector<double> reference_attention(const Cache& c, const std::vector<float>& q, int rows, int pos0,
-                                        int n_head, double scale, const float* sinks, int window) {
+                                        int n_head, double scale, const float* sinks, int window,
+                                        double softcap = 0) {
   std::vector<double> out(static_cast<size_t>(rows * n_head * c.hd));
   const int group = n_head / c.n_kv;
   for (int r = 0; r < rows; ++r)
@@ -141,7 +168,9 @@ std::vector<double> reference_attention(const Cache& c, const std::vector<float>
           dot += double(quant::fp16_to_fp32(
                      quant::fp32_to_fp16(q[static_cast<size_t>((r * n_head + h) * c.hd + d)]))) *
                  c.kf[static_cast<size_t>((j * c.n_kv + kh) * c.hd + d)];
-        s.push_back(dot * scale);
+        double score = dot * scale;
+        if (softcap > 0) score = softcap * std::tanh(score / softcap);
+        s.push_back(score);
         max = std::max(max, s.back());
       }
       double sum = sinks ? std::exp(sinks[h] - max) : 0.0;
@@ -157,16 +186,18 @@ std::vector<double> reference_attention(const Cache& c, const std::vector<float>
   return out;
 }
 
-TEST(GptOssOps, AttentionWithSinksAndWindowMatchesTheReferenceAndNeverReadsMaskedKeys) {
+TEST(BackendRopeAttention, AttentionWithSinksAndWindowMatchesTheReferenceAndNeverReadsMaskedKeys) {
   const int n_ctx = 40, n_kv = 2, n_head = 6, hd = 18, rows = 9, pos0 = 23, window = 7;
   Cache c(n_ctx, n_kv, hd, 11);
   for (int p = 0; p < pos0 - window + 1; ++p) c.poison(p);  // older than every query's window
   for (int p = pos0 + rows; p < n_ctx; ++p) c.poison(p);    // the future
   const auto q = random_floats(static_cast<size_t>(rows * n_head * hd), 3, 2.0f);
   const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f, 3.5f, -4.0f};
-  std::vector<float> out(q.size()), scratch(attention_scratch_floats(n_ctx, hd));
+  CpuBackend be(2);
+  std::vector<float> out(q.size()), scratch(be.attention_scratch_floats(n_ctx, hd));
   const float scale = 1.0f / std::sqrt(float(hd));
-  attention_sinks(c.view(), q.data(), rows, pos0, n_head, scale, sinks.data(), window, out.data(), scratch);
+  be.attention(c.view(), q.data(), rows, pos0, AttentionParams{n_head, scale, window, sinks.data()},
+               out.data(), scratch);
   const auto want = reference_attention(c, q, rows, pos0, n_head, scale, sinks.data(), window);
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_TRUE(std::isfinite(out[i])) << i;
@@ -174,25 +205,34 @@ TEST(GptOssOps, AttentionWithSinksAndWindowMatchesTheReferenceAndNeverReadsMaske
   }
 }
 
-TEST(GptOssOps, WithoutSinksOrWindowItIsTheBackendsCausalAttention) {
-  const int n_ctx = 33, n_kv = 3, n_head = 6, hd = 16, rows = 33;
+// A logit softcap (Gemma) bends large scores: softcap · tanh(score / softcap) before the softmax.
+TEST(BackendRopeAttention, SoftcapMatchesTheReference) {
+  const int n_ctx = 21, n_kv = 1, n_head = 2, hd = 16, rows = 21;
   Cache c(n_ctx, n_kv, hd, 5);
-  const auto q = random_floats(static_cast<size_t>(rows * n_head * hd), 9);
-  backend::CpuBackend be(2);
-  std::vector<float> a(q.size()), b(q.size()), sa(attention_scratch_floats(n_ctx, hd)),
-      sb(be.attention_scratch_floats(n_ctx, hd));
-  attention_sinks(c.view(), q.data(), rows, 0, n_head, 0.25f, nullptr, 0, a.data(), sa);
-  be.attention(c.view(), q.data(), rows, 0, n_head, 0.25f, b.data(), sb);
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5f) << i;
+  const auto q = random_floats(static_cast<size_t>(rows * n_head * hd), 9, 4.0f);  // large scores
+  CpuBackend be(2);
+  std::vector<float> out(q.size()), scratch(be.attention_scratch_floats(n_ctx, hd));
+  AttentionParams p{n_head, 0.5f};
+  p.softcap = 5.0f;
+  be.attention(c.view(), q.data(), rows, 0, p, out.data(), scratch);
+  const auto want = reference_attention(c, q, rows, 0, n_head, 0.5, nullptr, 0, 5.0);
+  const auto uncapped = reference_attention(c, q, rows, 0, n_head, 0.5, nullptr, 0);
+  double moved = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_NEAR(out[i], want[i], 2e-3) << i;
+    moved = std::max(moved, std::abs(want[i] - uncapped[i]));
+  }
+  EXPECT_GT(moved, 0.05) << "the scores were too small for the cap to matter";
 }
 
 // A sink logit far above every score takes all the probability mass: the output goes to zero.
-TEST(GptOssOps, ADominantSinkSilencesTheHead) {
+TEST(BackendRopeAttention, ADominantSinkSilencesTheHead) {
   Cache c(8, 1, 8, 21);
   const auto q = random_floats(8 * 2 * 8, 4);
   const std::vector<float> sinks = {40.0f, -40.0f};
-  std::vector<float> out(q.size()), scratch(attention_scratch_floats(8, 8));
-  attention_sinks(c.view(), q.data(), 8, 0, 2, 0.35f, sinks.data(), 0, out.data(), scratch);
+  CpuBackend be(2);
+  std::vector<float> out(q.size()), scratch(be.attention_scratch_floats(8, 8));
+  be.attention(c.view(), q.data(), 8, 0, AttentionParams{2, 0.35f, 0, sinks.data()}, out.data(), scratch);
   double head0 = 0, head1 = 0;
   for (int r = 0; r < 8; ++r)
     for (int d = 0; d < 8; ++d) {
@@ -203,35 +243,30 @@ TEST(GptOssOps, ADominantSinkSilencesTheHead) {
   EXPECT_GT(head1, 0.1);
 }
 
-TEST(GptOssOps, AttentionRejectsBadShapes) {
+TEST(BackendRopeAttention, AttentionRejectsBadShapes) {
   Cache c(4, 2, 8, 1);
-  std::vector<float> q(3 * 8), out(q.size()), scratch(attention_scratch_floats(4, 8));
-  EXPECT_THROW(attention_sinks(c.view(), q.data(), 1, 0, 3, 1.0f, nullptr, 0, out.data(), scratch), Error);
-  EXPECT_THROW(attention_sinks(c.view(), q.data(), 1, 4, 2, 1.0f, nullptr, 0, out.data(), scratch), Error);
+  CpuBackend be(2);
+  std::vector<float> q(3 * 8), out(q.size()), scratch(be.attention_scratch_floats(4, 8));
+  EXPECT_THROW(be.attention(c.view(), q.data(), 1, 0, AttentionParams{3, 1.0f}, out.data(), scratch), Error);
+  EXPECT_THROW(be.attention(c.view(), q.data(), 1, 4, AttentionParams{2, 1.0f}, out.data(), scratch), Error);
+  EXPECT_THROW(be.attention(c.view(), q.data(), 1, 0, AttentionParams{2, 1.0f, -1}, out.data(), scratch),
+               Error);
   std::vector<float> small(2);
-  EXPECT_THROW(attention_sinks(c.view(), q.data(), 1, 0, 2, 1.0f, nullptr, 0, out.data(), small), Error);
+  EXPECT_THROW(be.attention(c.view(), q.data(), 1, 0, AttentionParams{2, 1.0f}, out.data(), small), Error);
 }
 
-TEST(GptOssOps, OaiSwigluClampsGateAboveAndUpBothWays) {
-  const std::vector<float> g = {-3.0f, 0.0f, 1.5f, 6.9f, 7.0f, 12.0f, 2.0f, -20.0f};
-  const std::vector<float> u = {0.5f, 3.0f, -1.0f, 2.0f, 9.0f, -9.0f, 7.5f, 1.0f};
-  std::vector<float> y(g.size());
-  swiglu_oai(g.data(), u.data(), static_cast<int64_t>(g.size()), 1.702f, 7.0f, y.data());
-  for (size_t i = 0; i < g.size(); ++i) {
-    const double x = std::min(double(g[i]), 7.0), up = std::clamp(double(u[i]), -7.0, 7.0);
-    const double want = x / (1.0 + std::exp(-1.702 * x)) * (up + 1.0);
-    EXPECT_NEAR(y[i], want, 1e-5 * std::max(1.0, std::abs(want))) << i;
-  }
-  EXPECT_NEAR(y[5], 7.0 / (1.0 + std::exp(-1.702 * 7.0)) * -6.0, 1e-4);
-}
-
-TEST(GptOssOps, SoftmaxWeightRoutingTakesTheTopKLogitsAndSoftmaxesThem) {
+TEST(BackendRopeAttention, SoftmaxWeightRoutingTakesTheTopKLogitsAndSoftmaxesThem) {
   // Row 0: a tie between experts 1 and 4 at the boundary goes to the lower id.
   const std::vector<float> logits = {0.1f, 2.0f, -1.0f, 3.0f, 2.0f, 0.5f,    // row 0
                                      -5.f, -4.f, -3.f,  -2.f, -1.f, -0.5f};  // row 1
   std::vector<int32_t> ids(6);
   std::vector<float> w(6);
-  route_softmax_weight(logits.data(), 2, 6, 3, ids.data(), w.data());
+  CpuBackend be(2);
+  RouterParams p;
+  p.gating = Gating::SoftmaxWeight;
+  p.n_expert = 6;
+  p.k = 3;
+  be.route(p, logits.data(), 2, ids.data(), w.data());
   EXPECT_EQ(ids, (std::vector<int32_t>{3, 1, 4, 5, 4, 3}));
   const auto check = [&](int r, std::vector<double> z) {
     double sum = 0;
@@ -242,15 +277,17 @@ TEST(GptOssOps, SoftmaxWeightRoutingTakesTheTopKLogitsAndSoftmaxesThem) {
   };
   check(0, {3.0, 2.0, 2.0});
   check(1, {-0.5, -1.0, -2.0});
-  EXPECT_THROW(route_softmax_weight(logits.data(), 1, 6, 7, ids.data(), w.data()), Error);
+  p.k = 7;
+  EXPECT_THROW(be.route(p, logits.data(), 1, ids.data(), w.data()), Error);
 }
 
-TEST(GptOssOps, BiasRowsAddTheSameVectorToEveryRow) {
+TEST(BackendRopeAttention, BiasRowsAddTheSameVectorToEveryRow) {
   std::vector<float> x = {1, 2, 3, 4, 5, 6};
   const std::vector<float> b = {10, 20, 30};
-  add_bias_rows(x.data(), b.data(), 2, 3);
+  CpuBackend be(1);
+  be.add_bias_rows(x.data(), b.data(), 2, 3);
   EXPECT_EQ(x, (std::vector<float>{11, 22, 33, 14, 25, 36}));
 }
 
 }  // namespace
-}  // namespace df::models::gpt_oss
+}  // namespace df::backend
