@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
-#include "models/expert_provider.h"
+#include "experts/expert_provider.h"
 #include "models/model.h"
 #include "util/error.h"
 

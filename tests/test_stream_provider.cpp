@@ -1,4 +1,4 @@
-// StreamingExpertProvider: the models::ExpertProvider the model sees, with views into the cache's slots.
+// StreamingExpertProvider: the experts::ExpertProvider the model sees, with views into the cache's slots.
 #include "error_matchers.h"
 #include "stream/streaming_expert_provider.h"
 #include "test_stream_fixture.h"
@@ -18,7 +18,7 @@ ExpertCacheOptions options(uint64_t slots) {
   return o;
 }
 
-void expect_view(const SyntheticStore& s, int layer, int expert, const models::ExpertView& v) {
+void expect_view(const SyntheticStore& s, int layer, int expert, const experts::ExpertView& v) {
   const store::MoeLayerLayout& l = s.source.layout.layers[static_cast<size_t>(layer)];
   const uint8_t* rec = s.record(layer, expert);
   EXPECT_EQ(std::memcmp(v.gate, rec + l.gate.offset, l.gate.bytes), 0);
@@ -33,7 +33,7 @@ TEST(StreamProvider, ViewsPointAtThePartsOfTheRecord) {
   const SyntheticStore store = make_store(testing::fresh_dir(), 3, 6);
   ExpertCache cache(store.source, options(4));
   StreamingExpertProvider p(cache);
-  models::ExpertProvider& model_side = p;
+  experts::ExpertProvider& model_side = p;
   model_side.will_acquire(1, std::vector<int32_t>{1, 3});
   expect_view(store, 1, 3, model_side.acquire(1, 3));  // out of order: whichever the model wants first
   expect_view(store, 1, 1, model_side.acquire(1, 1));
@@ -92,10 +92,10 @@ TEST(StreamProvider, AUnionLargerThanTheCacheIsStillServed) {
   EXPECT_EQ(cache.telemetry().layers[2].reads, 6u);  // each expert read once for the chunk
 }
 
-models::ExpertLayout model_layout(int n_layers, GgmlType down_type) {
-  models::ExpertLayout m;
+experts::ExpertLayout model_layout(int n_layers, GgmlType down_type) {
+  experts::ExpertLayout m;
   for (int i = 0; i < n_layers; ++i) {
-    models::ExpertLayerLayout l;
+    experts::ExpertLayerLayout l;
     l.model_layer = i + 1;
     l.n_expert = 6;
     l.n_embd = 16;

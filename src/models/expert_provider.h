@@ -1,18 +1,10 @@
 #pragma once
-// The only way a model reaches its routed experts. A provider hands out read-only views of one expert's
-// gate/up/down rows between acquire() and release(); prefetch() is a hint with guessed ids for a later
-// layer. The resident provider keeps every expert in RAM; a disk-backed, budgeted cache plugs in here
-// without touching the model code. Whatever the provider does, the expert bytes are the GGUF's, so the
-// model's output never depends on it.
+// Every routed expert of a GGUF read into RAM at construction (--resident, and the models' default provider),
+// each matrix repacked as the store would hold it.
 #include <cstddef>
-#include <cstdint>
-#include <span>
-#include <string>
 #include <vector>
 
-#include "backend/backend.h"
-#include "gguf/ggml_types.h"
-#include "quant/q4_0x16.h"
+#include "experts/expert_provider.h"
 #include "util/huge_page_buffer.h"
 
 namespace df::gguf {
@@ -21,62 +13,10 @@ class File;
 
 namespace df::models {
 
-// One expert: gate and up are n_ff rows of n_embd values, down is n_embd rows of n_ff values, each in its
-// block type, in ggml's row layout or repacked (quant::preferred_packing of its type and row count).
-struct ExpertView {
-  const void* gate = nullptr;
-  const void* up = nullptr;
-  const void* down = nullptr;
-  GgmlType gate_type = GgmlType::F32;
-  GgmlType up_type = GgmlType::F32;
-  GgmlType down_type = GgmlType::F32;
-  quant::RowPacking gate_packing = quant::RowPacking::kNone;
-  quant::RowPacking up_packing = quant::RowPacking::kNone;
-  quant::RowPacking down_packing = quant::RowPacking::kNone;
-
-  backend::Weight gate_weight(int64_t n_embd, int64_t n_ff) const {
-    return {gate_type, gate, n_embd, n_ff, gate_packing};
-  }
-  backend::Weight up_weight(int64_t n_embd, int64_t n_ff) const {
-    return {up_type, up, n_embd, n_ff, up_packing};
-  }
-  backend::Weight down_weight(int64_t n_embd, int64_t n_ff) const {
-    return {down_type, down, n_ff, n_embd, down_packing};
-  }
-};
-
-// Where the experts of one MoE layer live in the GGUF: ffn_{gate,up}_exps {n_embd, n_ff, n_expert} and
-// ffn_down_exps {n_ff, n_embd, n_expert}; expert e is the e-th slab of each.
-struct ExpertLayerLayout {
-  int model_layer = 0;
-  int n_expert = 0;
-  int64_t n_embd = 0;
-  int64_t n_ff = 0;
-  std::string gate_name, up_name, down_name;
-  GgmlType gate_type = GgmlType::F32, up_type = GgmlType::F32, down_type = GgmlType::F32;
-
-  size_t gate_bytes() const { return ggml_row_bytes(gate_type, n_embd) * static_cast<size_t>(n_ff); }
-  size_t up_bytes() const { return ggml_row_bytes(up_type, n_embd) * static_cast<size_t>(n_ff); }
-  size_t down_bytes() const { return ggml_row_bytes(down_type, n_ff) * static_cast<size_t>(n_embd); }
-};
-
-// Indexed by MoE layer (0 = the first MoE layer of the model).
-struct ExpertLayout {
-  std::vector<ExpertLayerLayout> layers;
-};
-
-class ExpertProvider {
- public:
-  virtual ~ExpertProvider() = default;
-  // Guessed ids of a later MoE layer: start fetching them if that helps. Never required for correctness.
-  virtual void prefetch(int moe_layer, std::span<const int32_t> guessed_ids) = 0;
-  // The ids the model is about to acquire for this layer (each once), so that a disk provider can issue
-  // every read at once before the first acquire() waits. Optional.
-  virtual void will_acquire(int /*moe_layer*/, std::span<const int32_t> /*ids*/) {}
-  // A view valid until the matching release(). Throws df::Error for an id out of range or a failed read.
-  virtual ExpertView acquire(int moe_layer, int expert) = 0;
-  virtual void release(int moe_layer, int expert) = 0;
-};
+using experts::ExpertLayerLayout;
+using experts::ExpertLayout;
+using experts::ExpertProvider;
+using experts::ExpertView;
 
 // Every expert read from the GGUF into RAM at construction, each matrix repacked as the store would hold it.
 class ResidentExpertProvider final : public ExpertProvider {

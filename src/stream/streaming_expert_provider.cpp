@@ -17,12 +17,12 @@ void check_part(const std::string& path, int layer, const char* what, const stor
 
 }  // namespace
 
-void check_layout_matches(const store::Layout& s, const models::ExpertLayout& m, const std::string& path) {
+void check_layout_matches(const store::Layout& s, const experts::ExpertLayout& m, const std::string& path) {
   if (static_cast<size_t>(s.n_moe_layers) != m.layers.size())
     fail("{}: the store has {} MoE layers, the model {}; re-run diskformer ingest", path, s.n_moe_layers,
          m.layers.size());
   for (size_t i = 0; i < m.layers.size(); ++i) {
-    const models::ExpertLayerLayout& ml = m.layers[i];
+    const experts::ExpertLayerLayout& ml = m.layers[i];
     const store::MoeLayerLayout& sl = s.layers[i];
     const int layer = static_cast<int>(i);
     if (ml.n_expert != s.n_expert)
@@ -92,7 +92,7 @@ void StreamingExpertProvider::will_acquire(int moe_layer, std::span<const int32_
   }
 }
 
-models::ExpertView StreamingExpertProvider::acquire(int moe_layer, int expert) {
+experts::ExpertView StreamingExpertProvider::acquire(int moe_layer, int expert) {
   const int key = key_checked(moe_layer, expert, "acquire");
   ExpertHandle h;
   {
@@ -109,7 +109,7 @@ models::ExpertView StreamingExpertProvider::acquire(int moe_layer, int expert) {
   }
   const uint8_t* record = cache_.wait(h);
   const store::MoeLayerLayout& l = cache_.source().layout.layers[static_cast<size_t>(moe_layer)];
-  return models::ExpertView{record + l.gate.offset,
+  return experts::ExpertView{record + l.gate.offset,
                             record + l.up.offset,
                             record + l.down.offset,
                             l.gate.type,

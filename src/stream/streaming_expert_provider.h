@@ -1,5 +1,5 @@
 #pragma once
-// The model's door to the expert cache: models::ExpertProvider over ExpertCache. will_acquire() pins a
+// The model's door to the expert cache: experts::ExpertProvider over ExpertCache. will_acquire() pins a
 // layer's experts and queues every miss at once; acquire() then waits for one record only, so the model
 // computes on the first resident expert while the others still arrive. Views point into the slot memory at
 // the part offsets of the store layout. A union larger than the cache (a big prefill chunk) is announced as
@@ -9,23 +9,23 @@
 #include <span>
 #include <vector>
 
-#include "models/expert_provider.h"
+#include "experts/expert_provider.h"
 #include "stream/expert_cache.h"
 
 namespace df::stream {
 
 // Throws df::Error when the store's records do not hold what the model expects (layer count, expert count,
 // part types and sizes): a store ingested from another file.
-void check_layout_matches(const store::Layout& store_layout, const models::ExpertLayout& model_layout,
+void check_layout_matches(const store::Layout& store_layout, const experts::ExpertLayout& model_layout,
                           const std::string& store_path);
 
-class StreamingExpertProvider final : public models::ExpertProvider {
+class StreamingExpertProvider final : public experts::ExpertProvider {
  public:
   explicit StreamingExpertProvider(ExpertCache& cache);
 
   void prefetch(int moe_layer, std::span<const int32_t> guessed_ids) override;
   void will_acquire(int moe_layer, std::span<const int32_t> ids) override;
-  models::ExpertView acquire(int moe_layer, int expert) override;
+  experts::ExpertView acquire(int moe_layer, int expert) override;
   void release(int moe_layer, int expert) override;
   // After a failed step: drops every pin this provider (and anyone else) holds on the cache.
   void abandon();
