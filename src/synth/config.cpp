@@ -1,4 +1,4 @@
-#include "models/synthetic_config.h"
+#include "synth/config.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <set>
 
-#include "models/synthetic_vocab.h"
+#include "synth/vocab.h"
 #include "util/error.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 std::string_view arch_name(Arch a) { return a == Arch::lfm2moe ? "lfm2moe" : "qwen3moe"; }
 
@@ -237,4 +237,4 @@ uint32_t file_type_of(GgmlType matmul) {
   }
 }
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

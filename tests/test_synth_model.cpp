@@ -10,12 +10,12 @@
 
 #include "gguf/gguf.h"
 #include "golden_json.h"
-#include "models/synthetic_model.h"
 #include "quant/quant.h"
+#include "synth/writer.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
-namespace syn = df::models::synthetic;
+namespace syn = df::synth;
 using df::GgmlType;
 using df::gguf::File;
 using df::testing::golden_json;

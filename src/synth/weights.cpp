@@ -1,4 +1,4 @@
-#include "models/synthetic_weights.h"
+#include "synth/weights.h"
 
 #include <fmt/format.h>
 
@@ -9,11 +9,11 @@
 #include <string>
 #include <thread>
 
-#include "models/synthetic_rng.h"
 #include "quant/quant.h"
+#include "synth/rng.h"
 #include "util/error.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 namespace {
 
@@ -210,4 +210,4 @@ void generate_tensor(const TensorRecipe& r, uint64_t seed, std::span<uint8_t> ou
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

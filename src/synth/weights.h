@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "gguf/gguf.h"
-#include "models/synthetic_config.h"
+#include "synth/config.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 struct TensorRecipe {
   gguf::TensorSpec spec;
@@ -46,4 +46,4 @@ void generate_rows(const TensorRecipe& r, uint64_t seed, int64_t row_begin, int6
 // The whole tensor, with `threads` workers (0: hardware concurrency, at most 16).
 void generate_tensor(const TensorRecipe& r, uint64_t seed, std::span<uint8_t> out, int threads);
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

@@ -1,10 +1,10 @@
-#include "models/synthetic_model.h"
+#include "synth/writer.h"
 
 #include <fmt/format.h>
 
 #include "util/error.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 using gguf::Value;
 
@@ -86,4 +86,4 @@ WriteSummary write_model(const Config& c, const std::string& path, const WriteOp
   return summary;
 }
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth
