@@ -31,7 +31,7 @@ struct TensorRecipe {
   size_t row_bytes() const;  // stored bytes of one row
 };
 
-// In file order: the golden fixtures' order (token_embd, final norm / output, then each block).
+// In the order of the architecture's description (models/<arch>_tensors.h): the golden fixtures' file order.
 std::vector<TensorRecipe> plan_tensors(const Config& c);
 
 // Residual-stream RMS expected after `blocks` blocks (mixer or FFN), from the design above.
