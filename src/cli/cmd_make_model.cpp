@@ -1,5 +1,5 @@
 // `diskformer make-model`: writes a synthetic random-weight MoE GGUF with the real tensor names, shapes,
-// types and keys of lfm2moe or qwen3moe (src/models/synthetic_*.h), from a preset and per-field overrides.
+// types and keys of lfm2moe or qwen3moe (src/synth/), from a preset and per-field overrides.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -13,14 +13,14 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "models/synthetic_model.h"
+#include "synth/writer.h"
 #include "util/error.h"
 
 namespace df::cli {
 
 namespace {
 
-namespace syn = df::models::synthetic;
+namespace syn = df::synth;
 
 struct MakeModelArgs {
   std::string arch = "lfm2moe", preset = "tiny", out, name, attn_layers;

@@ -1,49 +1,74 @@
-// gpt-oss weight binding (ARCHITECTURES.md 7.3): every dense tensor checked for presence, shape and type,
-// then read into RAM; the routed experts' matrices are described to the expert provider, which loads them.
-// The per-expert biases are small ({n_ff or n_embd} floats per expert) and stay resident with the trunk.
-#include <fmt/format.h>
-
+// gpt-oss weight binding (ARCHITECTURES.md 7.3): every tensor of gpt_oss_tensors() checked for presence,
+// shape and type; dense ones are read into RAM, the routed experts' matrices are described to the expert
+// provider, which loads them. The per-expert biases are small ({n_ff or n_embd} floats per expert) and stay
+// resident with the trunk.
 #include "gguf/gguf.h"
 #include "models/gpt_oss.h"
+#include "models/gpt_oss_tensors.h"
 #include "models/model_common.h"
+#include "models/tensor_binding.h"
 #include "models/weight_loader.h"
 
 namespace df::models {
+namespace {
+
+TensorTarget layer_target(GptOssModel::Layer& l, TensorKind kind) {
+  switch (kind) {
+    case TensorKind::attn_norm:
+      return {.f32 = &l.attn_norm};
+    case TensorKind::attn_q:
+      return {.weight = &l.wq};
+    case TensorKind::attn_q_bias:
+      return {.f32 = &l.bq};
+    case TensorKind::attn_k:
+      return {.weight = &l.wk};
+    case TensorKind::attn_k_bias:
+      return {.f32 = &l.bk};
+    case TensorKind::attn_v:
+      return {.weight = &l.wv};
+    case TensorKind::attn_v_bias:
+      return {.f32 = &l.bv};
+    case TensorKind::attn_output:
+      return {.weight = &l.wo};
+    case TensorKind::attn_output_bias:
+      return {.f32 = &l.bo};
+    case TensorKind::attn_sinks:
+      return {.f32 = &l.sinks};
+    case TensorKind::post_attn_norm:
+      return {.f32 = &l.post_attn_norm};
+    case TensorKind::router:
+      return {.weight = &l.router};
+    case TensorKind::router_bias:
+      return {.f32 = &l.router_bias};
+    case TensorKind::gate_exps_bias:
+      return {.f32 = &l.gate_bias};
+    case TensorKind::up_exps_bias:
+      return {.f32 = &l.up_bias};
+    case TensorKind::down_exps_bias:
+      return {.f32 = &l.down_bias};
+    default:
+      return {};  // experts: the layout
+  }
+}
+
+}  // namespace
 
 GptOssModel::GptOssModel(const gguf::File& file, const LoadOptions& options)
     : MoeModelBase(options), cfg_(gpt_oss_config(file)) {
   state_dims_ = state_dims_of(cfg_);
-  const int64_t H = cfg_.n_embd, hd = cfg_.head_dim, E = cfg_.n_expert, F = cfg_.n_ff_exp;
-  const int64_t q_dim = static_cast<int64_t>(cfg_.n_head) * hd,
-                kv_dim = static_cast<int64_t>(cfg_.n_head_kv) * hd;
-  WeightLoader w(file, *backend_, "gpt-oss");
+  WeightLoader w(file, *backend_, std::string(kGptOssArch));
+  TensorBinder bind(w, expert_layout_, kGptOssArch);
 
-  tok_embd_ = w.table("token_embd.weight", H, cfg_.n_vocab);
-  output_norm_ = w.f32("output_norm.weight", {H});
-  output_ = w.matrix("output.weight", H, cfg_.n_vocab);  // gpt-oss's head is never tied
-
-  const auto blk = [](int il, const char* name) { return fmt::format("blk.{}.{}", il, name); };
   layers_.resize(static_cast<size_t>(cfg_.n_layer));
-  for (int il = 0; il < cfg_.n_layer; ++il) {
-    Layer& l = layers_[static_cast<size_t>(il)];
-    l.attn_norm = w.f32(blk(il, "attn_norm.weight"), {H});
-    l.wq = w.matrix(blk(il, "attn_q.weight"), H, q_dim);
-    l.bq = w.f32(blk(il, "attn_q.bias"), {q_dim});
-    l.wk = w.matrix(blk(il, "attn_k.weight"), H, kv_dim);
-    l.bk = w.f32(blk(il, "attn_k.bias"), {kv_dim});
-    l.wv = w.matrix(blk(il, "attn_v.weight"), H, kv_dim);
-    l.bv = w.f32(blk(il, "attn_v.bias"), {kv_dim});
-    l.wo = w.matrix(blk(il, "attn_output.weight"), q_dim, H);
-    l.bo = w.f32(blk(il, "attn_output.bias"), {H});
-    l.sinks = w.f32(blk(il, "attn_sinks.weight"), {cfg_.n_head});
-    l.post_attn_norm = w.f32(blk(il, "post_attention_norm.weight"), {H});
-    l.router = w.matrix(blk(il, "ffn_gate_inp.weight"), H, E);
-    l.router_bias = w.f32(blk(il, "ffn_gate_inp.bias"), {E});
-    l.gate_bias = w.f32(blk(il, "ffn_gate_exps.bias"), {F, E});
-    l.up_bias = w.f32(blk(il, "ffn_up_exps.bias"), {F, E});
-    l.down_bias = w.f32(blk(il, "ffn_down_exps.bias"), {H, E});
-
-    expert_layout_.layers.push_back(expert_layer_layout(w, il, cfg_.n_expert, H, F));
+  for (const TensorDesc& t : gpt_oss_tensors(cfg_)) {
+    if (t.kind == TensorKind::token_embd)
+      bind.bind(t, {.weight = &tok_embd_});
+    else if (t.kind == TensorKind::output_norm)
+      bind.bind(t, {.f32 = &output_norm_});
+    else if (t.kind == TensorKind::output)
+      bind.bind(t, {.weight = &output_});  // never tied
+    else
+      bind.bind(t, layer_target(layers_[static_cast<size_t>(t.layer)], t.kind));
   }
 
   // Activation scratch is sized once for the widest row any single matmul quantizes.

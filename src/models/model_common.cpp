@@ -61,22 +61,6 @@ void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const bac
   be.matmul(a.wo, b.att.data(), T, b.mix.data(), b.scratch);
 }
 
-ExpertLayerLayout expert_layer_layout(WeightLoader& w, int il, int n_expert, int64_t n_embd, int64_t n_ff) {
-  const int64_t H = n_embd, F = n_ff, E = n_expert;
-  ExpertLayerLayout el;
-  el.model_layer = il;
-  el.n_expert = n_expert;
-  el.n_embd = H;
-  el.n_ff = F;
-  el.gate_name = fmt::format("blk.{}.ffn_gate_exps.weight", il);
-  el.up_name = fmt::format("blk.{}.ffn_up_exps.weight", il);
-  el.down_name = fmt::format("blk.{}.ffn_down_exps.weight", il);
-  el.gate_type = w.matmul_type(el.gate_name, {H, F, E});
-  el.up_type = w.matmul_type(el.up_name, {H, F, E});
-  el.down_type = w.matmul_type(el.down_name, {F, H, E});
-  return el;
-}
-
 void ActRowBytes::widen(GgmlType t, int64_t n_in) {
   bytes_ = std::max(bytes_, be_.matmul_scratch_bytes(t, n_in, 1));
 }

@@ -79,9 +79,6 @@ struct QkNormAttention {
 void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const backend::KvCacheView& kv,
                        int n_past, int64_t T, TrunkBuffers& b);
 
-// The routed experts of model layer il (blk.il.ffn_{gate,up,down}_exps.weight), shapes and types checked.
-ExpertLayerLayout expert_layer_layout(WeightLoader& w, int il, int n_expert, int64_t n_embd, int64_t n_ff);
-
 // The widest activation row any matmul quantizes: the scratch one token needs, sized once at load.
 class ActRowBytes {
  public:

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "models/gguf_keys.h"
 #include "models/weight_loader.h"
 #include "util/error.h"
 
@@ -16,28 +17,27 @@ int uniform_per_layer(const gguf::File& f, const std::string& key, int n_layer) 
 
 AttentionHeads read_attention_heads(const gguf::File& f, const std::string& arch, int n_layer, int n_embd,
                                     int max_head_dim) {
-  const auto key = [&](const char* k) { return arch + "." + k; };
+  const auto key = [&](std::string_view k) { return keys::of(arch, k); };
   AttentionHeads h;
-  h.n_head = uniform_per_layer(f, key("attention.head_count"), n_layer);
-  h.n_head_kv = f.has(key("attention.head_count_kv"))
-                    ? uniform_per_layer(f, key("attention.head_count_kv"), n_layer)
-                    : h.n_head;
+  h.n_head = uniform_per_layer(f, key(keys::head_count), n_layer);
+  h.n_head_kv =
+      f.has(key(keys::head_count_kv)) ? uniform_per_layer(f, key(keys::head_count_kv), n_layer) : h.n_head;
   if (h.n_head % h.n_head_kv != 0)
     fail("{}: {} query heads cannot be grouped over {} KV heads", f.path(), h.n_head, h.n_head_kv);
   // The head size is its own key (Qwen3-30B: 32 heads x 128 over a hidden size of 2048).
-  if (!f.has(key("attention.key_length")) && n_embd % h.n_head != 0)
+  if (!f.has(key(keys::key_length)) && n_embd % h.n_head != 0)
     fail(
         "{}: {}.attention.key_length is absent and the embedding length {} is not a multiple of the head "
         "count {}",
         f.path(), arch, n_embd, h.n_head);
-  h.head_dim = static_cast<int>(f.get_int(key("attention.key_length")).value_or(n_embd / h.n_head));
+  h.head_dim = static_cast<int>(f.get_int(key(keys::key_length)).value_or(n_embd / h.n_head));
   if (h.head_dim <= 0 || h.head_dim > max_head_dim || h.head_dim % 2 != 0)
     fail("{}: {}.attention.key_length {} must be even and in 2..{}", f.path(), arch, h.head_dim,
          max_head_dim);
-  if (auto vl = f.get_int(key("attention.value_length")); vl && *vl != h.head_dim)
+  if (auto vl = f.get_int(key(keys::value_length)); vl && *vl != h.head_dim)
     fail("{}: {}.attention.value_length {} differs from key_length {}", f.path(), arch, *vl, h.head_dim);
   // The graph reshapes Q/K/V heads to n_rot values, so the head size must be the rotated width.
-  if (auto rot = f.get_int(key("rope.dimension_count")); rot && *rot != h.head_dim)
+  if (auto rot = f.get_int(key(keys::rope_dimension_count)); rot && *rot != h.head_dim)
     fail("{}: {}.rope.dimension_count {} differs from the head size {} ({} rotates whole heads)", f.path(),
          arch, *rot, h.head_dim, arch);
   return h;

@@ -1,4 +1,4 @@
-#include "models/synthetic_weights.h"
+#include "synth/weights.h"
 
 #include <fmt/format.h>
 
@@ -9,11 +9,13 @@
 #include <string>
 #include <thread>
 
-#include "models/synthetic_rng.h"
+#include "models/tensor_desc.h"
 #include "quant/quant.h"
+#include "synth/arch_tensors.h"
+#include "synth/rng.h"
 #include "util/error.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 namespace {
 
@@ -27,74 +29,98 @@ constexpr float kQkNorm = 1.5f;
 // Std of the short-conv taps; the conv output then has an RMS of about sqrt(3) * kConvStd.
 constexpr float kConvStd = 0.5f;
 
-std::string blk(int il, const char* name) { return fmt::format("blk.{}.{}", il, name); }
-
 class Planner {
  public:
   explicit Planner(const Config& c) : c_(c), s_(c.shape), n_(c.numerics), H_(s_.n_embd) {
     route_from_ = H_ - n_.route_dims;
   }
 
+  // One recipe per described tensor, in the description's (file) order; lfm2moe's optional untied head is
+  // left out (LFM2 ties it).
   std::vector<TensorRecipe> plan() {
-    if (c_.arch == Arch::lfm2moe) {
-      // Tied head: logits = E (x_hat * w); std over the vocabulary = embd_std * sqrt(H) * |w|.
-      normal("token_embd.weight", c_.types.token_embd, {H_, s_.n_vocab}, n_.embd_std);
-      norm("token_embd_norm.weight", H_, n_.logit_std / (n_.embd_std * std::sqrt(float(H_))));
-    } else {
-      normal("token_embd.weight", c_.types.token_embd, {H_, s_.n_vocab}, n_.embd_std);
-      norm("output_norm.weight", H_, 1.0f);
-      normal("output.weight", c_.types.output, {H_, s_.n_vocab}, n_.logit_std / std::sqrt(float(H_)));
+    const bool tied = c_.arch == Arch::lfm2moe;
+    for (const models::TensorDesc& t : described_tensors(c_)) {
+      if (t.kind == K::output && tied) continue;
+      recipe(t, tied);
     }
-    for (int il = 0; il < s_.n_layer; ++il) layer(il);
     return std::move(out_);
   }
 
  private:
-  void layer(int il) {
+  using K = models::TensorKind;
+
+  void recipe(const models::TensorDesc& t, bool tied) {
     const float in_std = 1.0f / std::sqrt(float(H_));  // unit-RMS input -> unit-RMS projections
     const float g = n_.block_gain;
-    norm(blk(il, "attn_norm.weight"), H_, 1.0f);
-    if (c_.is_attention_layer(il)) {
-      const int64_t q_dim = int64_t{s_.n_head} * s_.head_dim, kv_dim = int64_t{s_.n_head_kv} * s_.head_dim;
-      const bool qwen = c_.arch == Arch::qwen3moe;
-      normal(blk(il, "attn_q.weight"), c_.types.matmul, {H_, q_dim}, in_std);
-      normal(blk(il, "attn_k.weight"), c_.types.matmul, {H_, kv_dim}, in_std);
-      normal(blk(il, "attn_v.weight"), c_.types.matmul, {H_, kv_dim}, in_std);
-      output_proj(blk(il, "attn_output.weight"), c_.types.matmul, {q_dim, H_}, g / std::sqrt(float(q_dim)));
-      // The golden files list the two QK norms in this order per architecture.
-      norm(blk(il, qwen ? "attn_k_norm.weight" : "attn_q_norm.weight"), s_.head_dim, kQkNorm);
-      norm(blk(il, qwen ? "attn_q_norm.weight" : "attn_k_norm.weight"), s_.head_dim, kQkNorm);
-    } else {
-      normal(blk(il, "shortconv.conv.weight"), GgmlType::F32, {s_.conv_l_cache, H_}, kConvStd);
-      normal(blk(il, "shortconv.in_proj.weight"), c_.types.matmul, {H_, 3 * H_}, in_std);
-      const float conv_rms = std::sqrt(float(s_.conv_l_cache)) * kConvStd;
-      output_proj(blk(il, "shortconv.out_proj.weight"), c_.types.matmul, {H_, H_},
-                  g / (conv_rms * std::sqrt(float(H_))));
+    const auto& ne = t.ne;
+    switch (t.kind) {
+      case K::token_embd:
+        return normal(t, n_.embd_std);
+      case K::output_norm:
+        // Tied head: logits = E (x_hat * w); std over the vocabulary = embd_std * sqrt(H) * |w|.
+        return norm(t, tied ? n_.logit_std / (n_.embd_std * std::sqrt(float(H_))) : 1.0f);
+      case K::output:
+        return normal(t, n_.logit_std / std::sqrt(float(H_)));
+      case K::attn_norm:
+      case K::ffn_norm:
+        return norm(t, 1.0f);
+      case K::attn_q:
+      case K::attn_k:
+      case K::attn_v:
+      case K::conv_in_proj:
+      case K::ffn_gate:
+      case K::ffn_up:
+      case K::gate_exps:
+      case K::up_exps:
+        return normal(t, in_std);
+      case K::attn_output:
+        return output_proj(t, g / std::sqrt(float(ne[0])));
+      case K::attn_q_norm:
+      case K::attn_k_norm:
+        return norm(t, kQkNorm);
+      case K::conv:
+        return normal(t, kConvStd);
+      case K::conv_out_proj: {
+        const float conv_rms = std::sqrt(float(s_.conv_l_cache)) * kConvStd;
+        return output_proj(t, g / (conv_rms * std::sqrt(float(H_))));
+      }
+      case K::ffn_down:
+        return output_proj(t, g / (kSwigluRms * std::sqrt(float(ne[0]))));
+      case K::router:
+        return router(t);
+      case K::down_exps:
+        // k experts mixed with weights summing to 1 have ~1/sqrt(k) of one expert's RMS.
+        return output_proj(t,
+                           g * std::sqrt(float(s_.n_expert_used)) / (kSwigluRms * std::sqrt(float(ne[0]))));
+      case K::selection_bias:
+        return normal(t, n_.bias_std);
+      default:
+        fail("internal: make-model has no weight distribution for '{}'", t.name);
     }
-    norm(blk(il, "ffn_norm.weight"), H_, 1.0f);
-    if (!c_.is_moe_layer(il)) {
-      normal(blk(il, "ffn_gate.weight"), c_.types.matmul, {H_, s_.n_ff}, in_std);
-      output_proj(blk(il, "ffn_down.weight"), c_.types.matmul, {s_.n_ff, H_},
-                  g / (kSwigluRms * std::sqrt(float(s_.n_ff))));
-      normal(blk(il, "ffn_up.weight"), c_.types.matmul, {H_, s_.n_ff}, in_std);
-      return;
+  }
+
+  // The stored type: the Types choice for the role; routers, norms, biases and conv taps stay F32.
+  GgmlType type_of(const models::TensorDesc& t) const {
+    switch (t.role) {
+      case models::TensorRole::table:
+        return c_.types.token_embd;
+      case models::TensorRole::matmul:
+        return t.kind == K::output ? c_.types.output : c_.types.matmul;
+      case models::TensorRole::expert:
+        return c_.types.experts;
+      case models::TensorRole::router:
+      case models::TensorRole::vector:
+        break;
     }
-    router(il);
-    const int64_t E = s_.n_expert, F = s_.n_ff_exp;
-    normal(blk(il, "ffn_gate_exps.weight"), c_.types.experts, {H_, F, E}, in_std);
-    // k experts mixed with weights summing to 1 have ~1/sqrt(k) of one expert's RMS.
-    output_proj(blk(il, "ffn_down_exps.weight"), c_.types.experts, {F, H_, E},
-                g * std::sqrt(float(s_.n_expert_used)) / (kSwigluRms * std::sqrt(float(F))));
-    normal(blk(il, "ffn_up_exps.weight"), c_.types.experts, {H_, F, E}, in_std);
-    if (c_.arch == Arch::lfm2moe) normal(blk(il, "exp_probs_b.bias"), GgmlType::F32, {E}, n_.bias_std);
+    return GgmlType::F32;
   }
 
   // Router logits z = W (x_hat * w). With route dims, x_hat there is the token embedding over the residual
   // RMS at this point, so W's std undoes both to give z a std of router_std.
-  void router(int il) {
-    TensorRecipe r = recipe(blk(il, "ffn_gate_inp.weight"), GgmlType::F32, {H_, s_.n_expert});
+  void router(const models::TensorDesc& t) {
+    TensorRecipe r = base(t);
     if (n_.route_dims > 0) {
-      const float rms = expected_residual_rms(n_, 2 * il + 1);
+      const float rms = expected_residual_rms(n_, 2 * t.layer + 1);
       r.std = n_.router_std * rms / (std::sqrt(float(n_.route_dims)) * n_.embd_std);
       r.cols_from = route_from_;
     } else {
@@ -103,27 +129,27 @@ class Planner {
     out_.push_back(std::move(r));
   }
 
-  TensorRecipe recipe(std::string name, GgmlType type, std::vector<int64_t> ne) {
+  TensorRecipe base(const models::TensorDesc& t) const {
     TensorRecipe r;
-    r.spec.name = std::move(name);
-    r.spec.type = type;
-    r.spec.ne = std::move(ne);
+    r.spec.name = t.name;
+    r.spec.type = type_of(t);
+    r.spec.ne = t.ne;
     return r;
   }
-  void normal(std::string name, GgmlType type, std::vector<int64_t> ne, float std) {
-    TensorRecipe r = recipe(std::move(name), type, std::move(ne));
+  void normal(const models::TensorDesc& t, float std) {
+    TensorRecipe r = base(t);
     r.std = std;
     out_.push_back(std::move(r));
   }
-  void norm(std::string name, int64_t n, float mean) {
-    TensorRecipe r = recipe(std::move(name), GgmlType::F32, {n});
+  void norm(const models::TensorDesc& t, float mean) {
+    TensorRecipe r = base(t);
     r.mean = mean;
     r.std = mean * kNormJitter;
     out_.push_back(std::move(r));
   }
   // A projection into the residual stream: its rows for the route dims stay zero.
-  void output_proj(std::string name, GgmlType type, std::vector<int64_t> ne, float std) {
-    TensorRecipe r = recipe(std::move(name), type, std::move(ne));
+  void output_proj(const models::TensorDesc& t, float std) {
+    TensorRecipe r = base(t);
     r.std = std;
     r.zero_rows_from = route_from_;
     out_.push_back(std::move(r));
@@ -210,4 +236,4 @@ void generate_tensor(const TensorRecipe& r, uint64_t seed, std::span<uint8_t> ou
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

@@ -3,9 +3,9 @@
 // and code fragments become single tokens. Written for this project.
 #include <string_view>
 
-#include "models/synthetic_vocab.h"
+#include "synth/vocab.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 namespace {
 
@@ -262,4 +262,4 @@ Café, naïve, résumé, façade, jalapeño, Zürich, Ångström, São Paulo, sm
 
 std::vector<std::string_view> builtin_corpus() { return {kProse, kChat, kCode, kData, kWorld}; }
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

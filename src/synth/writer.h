@@ -7,11 +7,11 @@
 #include <string>
 
 #include "gguf/gguf.h"
-#include "models/synthetic_config.h"
-#include "models/synthetic_vocab.h"
-#include "models/synthetic_weights.h"
+#include "synth/config.h"
+#include "synth/vocab.h"
+#include "synth/weights.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 struct WriteOptions {
   int threads = 0;  // quantization workers; 0: hardware concurrency (at most 16)
@@ -30,4 +30,4 @@ gguf::Writer make_writer(const Config& c, const Vocab& v, const std::vector<Tens
 // Validates c (df::Error on bad values) and writes the file.
 WriteSummary write_model(const Config& c, const std::string& path, const WriteOptions& opt = {});
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

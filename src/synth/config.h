@@ -11,7 +11,7 @@
 
 #include "gguf/ggml_types.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 enum class Arch { lfm2moe, qwen3moe };
 std::string_view arch_name(Arch a);
@@ -44,7 +44,7 @@ struct Types {
   GgmlType output = GgmlType::Q6_K;      // qwen3moe only: the untied output head
 };
 
-// Knobs of the weight distributions (the golden JSON's `numerics`). See synthetic_weights.h for how they are
+// Knobs of the weight distributions (the golden JSON's `numerics`). See synth/weights.h for how they are
 // used.
 struct Numerics {
   float embd_std = 0.25f;   // std of the token embedding entries
@@ -81,4 +81,4 @@ void validate(const Config& c);
 // The general.file_type value llama.cpp uses for a file whose matmuls have this type.
 uint32_t file_type_of(GgmlType matmul);
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

@@ -8,9 +8,9 @@
 #include <string_view>
 #include <vector>
 
-#include "models/synthetic_config.h"
+#include "synth/config.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 // tokenizer.ggml.token_type values.
 enum TokenType : int32_t { kTokenNormal = 1, kTokenControl = 3, kTokenUserDefined = 4 };
@@ -40,7 +40,7 @@ int min_vocab_size(Arch arch);
 // Deterministic: the same (arch, n_vocab) always gives the same vocabulary.
 Vocab build_vocab(Arch arch, int n_vocab);
 
-// The Jinja chat template stored in tokenizer.chat_template (synthetic_chat_template.cpp).
+// The Jinja chat template stored in tokenizer.chat_template (chat_template.cpp).
 std::string chat_template(Arch arch);
 
 // Building blocks, public for tests.
@@ -48,6 +48,6 @@ std::string byte_token_text(uint8_t b);  // GPT-2 byte map: the UTF-8 text of th
 // Splits text into pre-tokens with the Llama-3 / Qwen2 regex family (digit runs of up to max_digits),
 // treating every non-ASCII code point as a letter: close enough to train merges on.
 std::vector<std::string> pretokenize(std::string_view text, int max_digits);
-std::vector<std::string_view> builtin_corpus();  // synthetic_corpus.cpp
+std::vector<std::string_view> builtin_corpus();  // corpus.cpp
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

@@ -1,17 +1,20 @@
-#include "models/synthetic_model.h"
+#include "synth/writer.h"
 
 #include <fmt/format.h>
 
+#include "models/gguf_keys.h"
+#include "models/lfm2moe_tensors.h"
 #include "util/error.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 using gguf::Value;
+namespace keys = models::keys;
 
 gguf::Writer make_writer(const Config& c, const Vocab& v, const std::vector<TensorRecipe>& tensors) {
   const Shape& s = c.shape;
   const std::string a(arch_name(c.arch));
-  const auto key = [&](const char* k) { return fmt::format("{}.{}", a, k); };
+  const auto key = [&](std::string_view k) { return keys::of(a, k); };
   const auto u32 = [](int64_t x) { return Value::of_u32(static_cast<uint32_t>(x)); };
 
   gguf::Writer w;
@@ -25,16 +28,16 @@ gguf::Writer make_writer(const Config& c, const Vocab& v, const std::vector<Tens
                         c.seed)));
   w.set("general.quantization_version", u32(2));
   w.set("general.file_type", u32(file_type_of(c.types.matmul)));
-  w.set(key("block_count"), u32(s.n_layer));
-  w.set(key("context_length"), u32(s.n_ctx_train));
-  w.set(key("embedding_length"), u32(s.n_embd));
-  w.set(key("feed_forward_length"), u32(s.n_ff));
-  w.set(key("attention.head_count"), u32(s.n_head));
-  w.set(key("rope.freq_base"), Value::of_f32(s.rope_theta));
-  w.set(key("attention.layer_norm_rms_epsilon"), Value::of_f32(s.rms_eps));
-  w.set(key("expert_count"), u32(s.n_expert));
-  w.set(key("expert_used_count"), u32(s.n_expert_used));
-  w.set(key("expert_feed_forward_length"), u32(s.n_ff_exp));
+  w.set(key(keys::block_count), u32(s.n_layer));
+  w.set(key(keys::context_length), u32(s.n_ctx_train));
+  w.set(key(keys::embedding_length), u32(s.n_embd));
+  w.set(key(keys::feed_forward_length), u32(s.n_ff));
+  w.set(key(keys::head_count), u32(s.n_head));
+  w.set(key(keys::rope_freq_base), Value::of_f32(s.rope_theta));
+  w.set(key(keys::rms_epsilon), Value::of_f32(s.rms_eps));
+  w.set(key(keys::expert_count), u32(s.n_expert));
+  w.set(key(keys::expert_used_count), u32(s.n_expert_used));
+  w.set(key(keys::expert_feed_forward_length), u32(s.n_ff_exp));
 
   w.set("tokenizer.ggml.model", Value::of_string("gpt2"));
   w.set("tokenizer.ggml.pre", Value::of_string(v.pre));
@@ -53,15 +56,15 @@ gguf::Writer make_writer(const Config& c, const Vocab& v, const std::vector<Tens
     std::vector<int32_t> kv(static_cast<size_t>(s.n_layer), 0);
     for (int il = 0; il < s.n_layer; ++il)
       if (c.is_attention_layer(il)) kv[size_t(il)] = s.n_head_kv;
-    w.set(key("attention.head_count_kv"), Value::of_i32s(kv));
-    w.set(key("leading_dense_block_count"), u32(s.n_dense_lead));
-    w.set(key("expert_gating_func"), u32(2));  // sigmoid
-    w.set(key("vocab_size"), u32(s.n_vocab));
-    w.set(key("shortconv.l_cache"), u32(s.conv_l_cache));
+    w.set(key(keys::head_count_kv), Value::of_i32s(kv));
+    w.set(key(keys::leading_dense_block_count), u32(s.n_dense_lead));
+    w.set(key(keys::expert_gating_func), u32(models::kLfm2MoeSigmoidGating));
+    w.set(key(keys::vocab_size), u32(s.n_vocab));
+    w.set(key(keys::shortconv_l_cache), u32(s.conv_l_cache));
   } else {
-    w.set(key("attention.head_count_kv"), u32(s.n_head_kv));
-    w.set(key("attention.key_length"), u32(s.head_dim));
-    w.set(key("attention.value_length"), u32(s.head_dim));
+    w.set(key(keys::head_count_kv), u32(s.n_head_kv));
+    w.set(key(keys::key_length), u32(s.head_dim));
+    w.set(key(keys::value_length), u32(s.head_dim));
   }
   for (const auto& t : tensors) w.add_tensor(t.spec);
   return w;
@@ -86,4 +89,4 @@ WriteSummary write_model(const Config& c, const std::string& path, const WriteOp
   return summary;
 }
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

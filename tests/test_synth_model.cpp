@@ -10,12 +10,14 @@
 
 #include "gguf/gguf.h"
 #include "golden_json.h"
-#include "models/synthetic_model.h"
+#include "models/lfm2moe_tensors.h"
+#include "models/qwen3moe_tensors.h"
 #include "quant/quant.h"
+#include "synth/writer.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
-namespace syn = df::models::synthetic;
+namespace syn = df::synth;
 using df::GgmlType;
 using df::gguf::File;
 using df::testing::golden_json;
@@ -184,6 +186,46 @@ TEST(SyntheticFile, HasTheGoldenKeysTensorsAndSpecialTokens) {
       if (k.rfind(arch + ".", 0) == 0 && !v.is_array() && v.is_int()) {
         EXPECT_EQ(ours.require_int(k), v.as_int()) << k;
       }
+  }
+}
+
+// The file holds exactly the tensors the architecture's description lists for the config its loader reads
+// back from the file's keys, in that order, F32 where the loader wants F32; the keys give back the shape.
+TEST(SyntheticFile, HoldsExactlyWhatTheLoaderReadsBack) {
+  syn::Config convs = syn::preset(syn::Arch::lfm2moe, "tiny");
+  convs.shape.n_dense_lead = 0, convs.shape.attn_layers = {}, convs.shape.conv_l_cache = 4;
+  syn::Config wide = syn::preset(syn::Arch::qwen3moe, "tiny");
+  wide.shape.head_dim = 128, wide.shape.n_expert_used = 2;
+  int n = 0;
+  for (const syn::Config& c : {syn::preset(syn::Arch::lfm2moe, "tiny"),
+                               syn::preset(syn::Arch::qwen3moe, "tiny"), medium_config(), convs, wide}) {
+    SCOPED_TRACE(c.name + " #" + std::to_string(n));
+    const File f = File::open(write(c, "readback" + std::to_string(n++) + ".gguf"));
+    std::vector<df::models::TensorDesc> described;
+    if (c.arch == syn::Arch::lfm2moe) {
+      const auto m = df::models::lfm2moe_config(f);
+      EXPECT_EQ(m.n_dense_lead, c.shape.n_dense_lead);
+      EXPECT_EQ(m.l_cache, c.shape.attn_layers.size() < size_t(c.shape.n_layer) ? c.shape.conv_l_cache : 0);
+      for (int il = 0; il < c.shape.n_layer; ++il) EXPECT_EQ(m.attn[size_t(il)], c.is_attention_layer(il));
+      EXPECT_EQ(m.n_expert_used, c.shape.n_expert_used);
+      described = df::models::lfm2moe_tensors(m);
+    } else {
+      const auto m = df::models::qwen3moe_config(f);
+      EXPECT_EQ(m.head_dim, c.shape.head_dim);
+      EXPECT_EQ(m.n_expert_used, c.shape.n_expert_used);
+      EXPECT_EQ(m.eps, c.shape.rms_eps);
+      described = df::models::qwen3moe_tensors(m);
+    }
+    std::vector<std::string> want, got;
+    for (const auto& t : described) {
+      if (t.optional && c.arch == syn::Arch::lfm2moe) continue;  // lfm2moe's head is tied
+      want.push_back(fmt::format("{} {{{}}}", t.name, fmt::join(t.ne, ", ")));
+      if (const auto* info = f.find_tensor(t.name); info && t.role == df::models::TensorRole::vector) {
+        EXPECT_EQ(info->type, GgmlType::F32) << t.name;
+      }
+    }
+    for (const auto& t : f.tensors()) got.push_back(fmt::format("{} {}", t.name, t.shape_string()));
+    EXPECT_EQ(got, want);
   }
 }
 

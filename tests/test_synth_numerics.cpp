@@ -1,5 +1,5 @@
 // Numerical health of synthetic models, measured with an independent float32 forward pass
-// (test_models_synthetic_forward.h) that is first checked against llama.cpp's logits on the golden models:
+// (test_synth_forward.h) that is first checked against llama.cpp's logits on the golden models:
 // the residual stream grows like the design says (no explosion, no vanishing), logits have the target spread
 // and clear winners, the routing subspace holds the token embedding exactly at every layer, and expert
 // choices depend on the token and layer only.
@@ -11,11 +11,11 @@
 #include <set>
 
 #include "golden_json.h"
-#include "models/synthetic_model.h"
-#include "test_models_synthetic_forward.h"
+#include "synth/writer.h"
+#include "test_synth_forward.h"
 
 namespace fs = std::filesystem;
-namespace syn = df::models::synthetic;
+namespace syn = df::synth;
 using df::test::RefModel;
 using df::test::RefOutput;
 using df::testing::golden_json;

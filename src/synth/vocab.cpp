@@ -1,15 +1,15 @@
-#include "models/synthetic_vocab.h"
+#include "synth/vocab.h"
 
 #include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "models/synthetic_rng.h"
+#include "synth/rng.h"
 #include "util/error.h"
 #include "util/utf8.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 namespace {
 
@@ -352,4 +352,4 @@ Vocab build_vocab(Arch arch, int n_vocab) {
   return v;
 }
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

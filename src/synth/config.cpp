@@ -1,4 +1,4 @@
-#include "models/synthetic_config.h"
+#include "synth/config.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,16 +6,20 @@
 #include <algorithm>
 #include <set>
 
-#include "models/synthetic_vocab.h"
+#include "models/lfm2moe_tensors.h"
+#include "models/qwen3moe_tensors.h"
+#include "synth/vocab.h"
 #include "util/error.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
-std::string_view arch_name(Arch a) { return a == Arch::lfm2moe ? "lfm2moe" : "qwen3moe"; }
+std::string_view arch_name(Arch a) {
+  return a == Arch::lfm2moe ? models::kLfm2MoeArch : models::kQwen3MoeArch;
+}
 
 Arch arch_from_name(std::string_view name) {
-  if (name == "lfm2moe") return Arch::lfm2moe;
-  if (name == "qwen3moe") return Arch::qwen3moe;
+  if (name == models::kLfm2MoeArch) return Arch::lfm2moe;
+  if (name == models::kQwen3MoeArch) return Arch::qwen3moe;
   fail("--arch '{}': unknown architecture (make-model writes lfm2moe or qwen3moe)", name);
 }
 
@@ -237,4 +241,4 @@ uint32_t file_type_of(GgmlType matmul) {
   }
 }
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

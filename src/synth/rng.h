@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 // splitmix64 (Steele, Lea, Flood 2014): a full-period 64-bit generator whose output function is a good mixer.
 inline uint64_t mix64(uint64_t z) {
@@ -54,4 +54,4 @@ inline uint64_t row_seed(uint64_t seed, std::string_view name, uint64_t row) {
   return mix64(mix64(seed ^ name_hash(name)) + row * 0xd1b54a32d192ed03ULL);
 }
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "gguf/gguf.h"
-#include "models/synthetic_config.h"
+#include "synth/config.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 struct TensorRecipe {
   gguf::TensorSpec spec;
@@ -31,7 +31,7 @@ struct TensorRecipe {
   size_t row_bytes() const;  // stored bytes of one row
 };
 
-// In file order: the golden fixtures' order (token_embd, final norm / output, then each block).
+// In the order of the architecture's description (models/<arch>_tensors.h): the golden fixtures' file order.
 std::vector<TensorRecipe> plan_tensors(const Config& c);
 
 // Residual-stream RMS expected after `blocks` blocks (mixer or FFN), from the design above.
@@ -46,4 +46,4 @@ void generate_rows(const TensorRecipe& r, uint64_t seed, int64_t row_begin, int6
 // The whole tensor, with `threads` workers (0: hardware concurrency, at most 16).
 void generate_tensor(const TensorRecipe& r, uint64_t seed, std::span<uint8_t> out, int threads);
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

@@ -6,9 +6,9 @@
 // so every engine that renders those renders these.
 #include <string>
 
-#include "models/synthetic_vocab.h"
+#include "synth/vocab.h"
 
-namespace df::models::synthetic {
+namespace df::synth {
 
 namespace {
 
@@ -46,4 +46,4 @@ std::string chat_template(Arch arch) {
   return t;
 }
 
-}  // namespace df::models::synthetic
+}  // namespace df::synth

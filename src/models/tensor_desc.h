@@ -1,0 +1,76 @@
+#pragma once
+// One tensor an architecture binds, as its description lists it (lfm2moe_tensors.h, qwen3moe_tensors.h,
+// gpt_oss_tensors.h). The loader checks and loads exactly the listed tensors and `diskformer make-model`
+// (src/synth/) writes exactly them, so names and shapes are spelled once and the two cannot drift apart.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace df::models {
+
+// What a tensor is, whatever the architecture (llama.cpp's LLM_TENSOR_* of the architectures we run). The
+// loader maps a kind to the field it fills; the generator maps it to a weight distribution.
+enum class TensorKind : uint8_t {
+  token_embd,
+  output_norm,
+  output,
+  attn_norm,
+  attn_q,
+  attn_k,
+  attn_v,
+  attn_output,
+  attn_q_norm,
+  attn_k_norm,
+  attn_q_bias,
+  attn_k_bias,
+  attn_v_bias,
+  attn_output_bias,
+  attn_sinks,
+  post_attn_norm,
+  conv,  // short-conv taps
+  conv_in_proj,
+  conv_out_proj,
+  ffn_norm,
+  ffn_gate,
+  ffn_up,
+  ffn_down,
+  router,
+  router_bias,
+  selection_bias,  // added to the router's scores for the choice of experts only
+  gate_exps,
+  up_exps,
+  down_exps,
+  gate_exps_bias,
+  up_exps_bias,
+  down_exps_bias,
+};
+
+// How the loader reads a tensor; the generator derives the stored type from it.
+enum class TensorRole : uint8_t {
+  table,   // token embeddings {n_embd, n_vocab}: rows looked up (and the tied head); any matmul type
+  matmul,  // a dense projection {n_in, n_out}, loaded and repacked for the backend; any matmul type
+  router,  // the expert router {n_embd, n_expert}: a matmul (F32 in synthetic models)
+  vector,  // F32 only: norm weights, biases, short-conv taps
+  expert,  // a routed-expert stack {n_in, n_out, n_expert}: checked here, loaded by the expert provider
+};
+
+struct TensorDesc {
+  TensorKind kind;
+  TensorRole role;
+  int layer = -1;  // -1: outside the layers
+  std::string name;
+  std::vector<int64_t> ne;  // ggml order
+  // An older name of the same tensor that the loader accepts when `name` is absent (generators write `name`).
+  std::string alias;
+  // May be absent: the loader then falls back (the untied head: token_embd), generators may leave it out.
+  bool optional = false;
+};
+
+// Appends a tensor outside the layers.
+TensorDesc& add_tensor(std::vector<TensorDesc>& out, TensorKind kind, TensorRole role, std::string name,
+                       std::vector<int64_t> ne);
+// Appends a tensor of model layer `il` named blk.<il>.<suffix>.
+TensorDesc& add_layer_tensor(std::vector<TensorDesc>& out, int il, TensorKind kind, TensorRole role,
+                             const char* suffix, std::vector<int64_t> ne);
+
+}  // namespace df::models

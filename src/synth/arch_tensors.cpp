@@ -1,0 +1,41 @@
+#include "synth/arch_tensors.h"
+
+#include "models/lfm2moe_tensors.h"
+#include "models/qwen3moe_tensors.h"
+
+namespace df::synth {
+
+models::Lfm2MoeConfig lfm2moe_config_of(const Config& c) {
+  const Shape& s = c.shape;
+  models::Lfm2MoeConfig m;
+  m.name = c.name;
+  m.n_layer = s.n_layer, m.n_embd = s.n_embd, m.n_vocab = s.n_vocab, m.n_ctx_train = s.n_ctx_train;
+  m.n_head = s.n_head, m.n_head_kv = s.n_head_kv, m.head_dim = s.head_dim, m.n_rot = s.head_dim;
+  for (int il = 0; il < s.n_layer; ++il) {
+    m.attn.push_back(c.is_attention_layer(il));
+    m.n_ff.push_back(il < s.n_dense_lead ? s.n_ff : 0);
+  }
+  m.n_dense_lead = s.n_dense_lead;
+  m.n_expert = s.n_expert, m.n_expert_used = s.n_expert_used, m.n_ff_exp = s.n_ff_exp;
+  m.l_cache = s.conv_l_cache;
+  m.eps = s.rms_eps, m.rope_theta = s.rope_theta;
+  return m;
+}
+
+models::Qwen3MoeConfig qwen3moe_config_of(const Config& c) {
+  const Shape& s = c.shape;
+  models::Qwen3MoeConfig m;
+  m.name = c.name;
+  m.n_layer = s.n_layer, m.n_embd = s.n_embd, m.n_vocab = s.n_vocab, m.n_ctx_train = s.n_ctx_train;
+  m.n_head = s.n_head, m.n_head_kv = s.n_head_kv, m.head_dim = s.head_dim;
+  m.n_expert = s.n_expert, m.n_expert_used = s.n_expert_used, m.n_ff_exp = s.n_ff_exp;
+  m.eps = s.rms_eps, m.rope_theta = s.rope_theta;
+  return m;
+}
+
+std::vector<models::TensorDesc> described_tensors(const Config& c) {
+  return c.arch == Arch::lfm2moe ? models::lfm2moe_tensors(lfm2moe_config_of(c))
+                                 : models::qwen3moe_tensors(qwen3moe_config_of(c));
+}
+
+}  // namespace df::synth
