@@ -1,6 +1,5 @@
 #include <gtest/gtest.h>
 
-#include <regex>
 #include <sstream>
 
 #include "cli_run.h"
@@ -13,16 +12,31 @@ using df::testing::run_cli_split;
 
 namespace {
 
+// The lines of `text` that start with `head`, without it.
+std::vector<std::string> lines_after(const std::string& text, const std::string& head) {
+  std::vector<std::string> all;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t at = line.find(head);
+    if (at != std::string::npos) all.push_back(line.substr(at + head.size()));
+  }
+  return all;
+}
+
 // Every "prompt: N tokens: ids" line (--verbose-prompt), in order.
 std::vector<std::vector<int32_t>> prompts_in(const std::string& err) {
   std::vector<std::vector<int32_t>> all;
-  const std::regex line(R"(prompt: (\d+) tokens: ([0-9 ]*))");
-  for (auto it = std::sregex_iterator(err.begin(), err.end(), line); it != std::sregex_iterator(); ++it) {
+  for (const std::string& rest : lines_after(err, "prompt: ")) {
+    std::istringstream in(rest);
+    size_t n = 0;
+    std::string word;
+    in >> n >> word;  // "N tokens:"
+    if (word != "tokens:") continue;
     std::vector<int32_t> ids;
-    std::istringstream in((*it)[2].str());
     int32_t v;
     while (in >> v) ids.push_back(v);
-    EXPECT_EQ(ids.size(), std::stoul((*it)[1].str()));
+    EXPECT_EQ(ids.size(), n);
     all.push_back(std::move(ids));
   }
   return all;
@@ -34,9 +48,14 @@ struct TurnStats {
 // Every "[prompt N new tokens (M reused) ..." line (--stats), in order.
 std::vector<TurnStats> turn_stats(const std::string& err) {
   std::vector<TurnStats> all;
-  const std::regex line(R"(\[prompt (\d+) new tokens \((\d+) reused\))");
-  for (auto it = std::sregex_iterator(err.begin(), err.end(), line); it != std::sregex_iterator(); ++it)
-    all.push_back({std::stoi((*it)[1].str()), std::stoi((*it)[2].str())});
+  for (const std::string& rest : lines_after(err, "[prompt ")) {
+    std::istringstream in(rest);
+    TurnStats t{};
+    std::string w1, w2, reused;
+    char paren = 0;
+    if (in >> t.evaluated >> w1 >> w2 >> paren >> t.reused >> reused && w1 == "new" && paren == '(')
+      all.push_back(t);
+  }
   return all;
 }
 

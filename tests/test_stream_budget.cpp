@@ -149,9 +149,24 @@ TEST(StreamBudget, AutomaticBudgetLeavesRoomForTrunkKvAndHeadroom) {
   EXPECT_NE(d.description.find("auto"), std::string::npos) << d.description;
 }
 
+TEST(StreamBudget, SmallLimitsKeepAtLeast128MiBFree) {
+  MemorySnapshot m;
+  m.mem_available = 20 * kGiB;
+  m.cgroup_limit = kGiB;
+  BudgetRequest r = request(std::nullopt);
+  r.reserve_bytes = 700 * kMiB;
+  r.reserve_description = "trunk 600 MiB + state 100 MiB";
+  // 1 GiB - 700 MiB reserve - 128 MiB (more than a tenth) = 196 MiB = 49 records of 4 MiB.
+  const BudgetChoice c = choose_expert_budget(r, m);
+  EXPECT_EQ(c.slots, 49u);
+  EXPECT_NE(c.description.find("reserve 700 MiB (trunk 600 MiB + state 100 MiB), 128 MiB kept free"),
+            std::string::npos)
+      << c.description;
+}
+
 TEST(StreamBudget, AutomaticBudgetTooSmallSaysWhatToDo) {
   MemorySnapshot m;
-  m.mem_available = 2 * kGiB + 270 * kMiB;  // 14 MiB left after reserve and headroom: 3 records of 4
+  m.mem_available = 2 * kGiB + 240 * kMiB;  // 11.2 MiB left after reserve and headroom: 2 records of 4
   try {
     choose_expert_budget(request(std::nullopt), m);
     FAIL();

@@ -41,7 +41,9 @@ struct MemoryReserve {
 // Threads beside the compute pool: the expert reader (io_uring: 1, pread: up to 4) and the main thread.
 inline constexpr int kOtherThreads = 5;
 // What no size of the model accounts for: the binary and its libraries, the allocator's arenas and slack,
-// the reader's queues. Measured at ~30 MiB on the tiny models (docs/PERF.md); twice that is kept.
+// the reader's queues. On lfm2-24b the peak RSS beyond trunk, state and cache was 31-38 MiB in all, the
+// tokenizer and the threads' stacks included (docs/PERF.md); this, the metadata factor and the full stacks
+// keep ~130 MiB for it.
 inline constexpr uint64_t kFixedOverhead = uint64_t{64} << 20;
 // The tokenizer's vocabulary, merges and lookup tables take a few times the metadata they are built from.
 inline constexpr uint64_t kMetadataFactor = 4;

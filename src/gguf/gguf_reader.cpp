@@ -433,6 +433,10 @@ void File::drop_cached(const TensorInfo& t) const {
                           POSIX_FADV_DONTNEED);
 }
 
+void File::advise_no_readahead() const {
+  if (fd_ >= 0) (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+}
+
 void File::add_external_tensor(TensorInfo info) {
   if (tensor_index_.count(info.name)) fail("{}: tensor '{}' already exists", path_, info.name);
   info.external = true;

@@ -54,6 +54,11 @@ const gguf::TensorInfo& WeightLoader::check(std::string_view name, std::initiali
   return *t;
 }
 
+WeightLoader::WeightLoader(const gguf::File& file, const backend::Backend& backend, std::string arch)
+    : file_(file), backend_(backend), arch_(std::move(arch)) {
+  file_.advise_no_readahead();
+}
+
 GgmlType WeightLoader::matmul_type(std::string_view name, std::initializer_list<int64_t> shape) const {
   const gguf::TensorInfo& t = check(name, shape);
   if (!backend_.supports_matmul(t.type)) {

@@ -20,8 +20,9 @@ namespace df::models {
 
 class WeightLoader {
  public:
-  WeightLoader(const gguf::File& file, const backend::Backend& backend, std::string arch)
-      : file_(file), backend_(backend), arch_(std::move(arch)) {}
+  // Each tensor is read once, whole, then its file pages are dropped (gguf::File::drop_cached): readahead is
+  // turned off for the file, as it would only bring back pages of tensors already loaded.
+  WeightLoader(const gguf::File& file, const backend::Backend& backend, std::string arch);
 
   // The tensor's info after checking its shape (ggml order) and, when `types` is not empty, its type.
   const gguf::TensorInfo& check(std::string_view name, std::initializer_list<int64_t> shape,

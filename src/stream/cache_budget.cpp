@@ -119,8 +119,11 @@ BudgetChoice choose_expert_budget(const BudgetRequest& r, const MemorySnapshot& 
                                      format_bytes(r.record_bytes), format_bytes(*r.explicit_bytes));
   } else {
     const uint64_t usable = memory.usable();
-    // Headroom for what nobody counted (allocator slack, page tables, the OS): a tenth, at least 256 MiB.
-    const uint64_t headroom = std::max<uint64_t>(uint64_t{256} << 20, usable / 10);
+    // Headroom for what nobody counted (allocator slack, page tables, the page cache a cgroup charges): a
+    // tenth, at least 128 MiB. The reserve is computed (engine/memory_plan.h), not estimated, and counts
+    // thread stacks in full; on lfm2-24b the cgroup peak stayed 248 MiB below a 1 GiB limit with this
+    // (docs/PERF.md).
+    const uint64_t headroom = std::max<uint64_t>(uint64_t{128} << 20, usable / 10);
     const uint64_t taken = r.reserve_bytes + headroom;
     const uint64_t left = usable > taken ? usable - taken : 0;
     const uint64_t slots = std::min(left / r.record_bytes, r.total_records);
