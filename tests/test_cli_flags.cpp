@@ -225,3 +225,12 @@ TEST(CliRun, ADamagedStoreFailsWithTheRecordNamedAndNoOutput) {
       std::string::npos)
       << verify.err;
 }
+
+TEST(CliFlags, AnUnknownOrUnbuiltDeviceIsAClearError) {
+  for (const char* device : {"cuda", "npu"}) {
+    auto r = run_cli_split("run -m " + golden_path("lfm2moe-tiny.gguf") + " --device " + device + " -p hi -n 1");
+    EXPECT_NE(r.status, 0);
+    EXPECT_NE(r.err.find(std::string("error: --device ") + device), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
