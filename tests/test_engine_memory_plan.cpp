@@ -145,3 +145,26 @@ TEST(MemoryPlan, OpenModelPlansForTheOptionsContext) {
 
 }  // namespace
 }  // namespace df
+
+namespace df {
+namespace {
+
+// A chat's prompt snapshot is a second state that only holds a sequence: the plan counts it at what such a
+// state holds (a fresh state of the context, which never runs a batch), and grows with the context.
+TEST(MemoryPlan, APromptSnapshotCountsAFreshStateOfTheContext) {
+  for (int n_ctx : {64, 1024}) {
+    const MemoryPlanInput one = memory_plan_input(tiny(), n_ctx, 64, 2);
+    const MemoryPlanInput two = memory_plan_input(tiny(), n_ctx, 64, 2, 1);
+    models::LoadOptions o;
+    o.n_threads = 2;
+    auto model = models::load_model(tiny(), o);
+    // At least the fresh state (its KV, conv taps and attention scratch); at most a few per-batch tables more
+    // (the wave and the per-expert tables, which the plan counts and a state that never runs a batch lacks).
+    const uint64_t fresh = model->new_state(n_ctx)->bytes();
+    EXPECT_GE(two.state_bytes - one.state_bytes, fresh) << n_ctx;
+    EXPECT_LE(two.state_bytes - one.state_bytes, fresh + 4096) << n_ctx;
+  }
+}
+
+}  // namespace
+}  // namespace df

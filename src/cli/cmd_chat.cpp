@@ -26,7 +26,9 @@ struct ChatFlags {
 };
 
 void chat(const ChatFlags& f) {
-  OpenedModel m = open_from_flags(f.model);
+  ModelFlags model_flags = f.model;
+  model_flags.prompt_snapshot = true;  // each turn resumes after the previous turn's prompt (below)
+  OpenedModel m = open_from_flags(model_flags);
   const auto& info = m.model->info();
   const auto& tokenizer = *m.tokenizer;
   const ChatPromptBuilder prompts(tokenizer, m.chat_template);  // parsed once, rendered every turn

@@ -48,6 +48,7 @@ ModelSourceOptions ModelFlags::source() const {
   o.cache_policy = cache_policy;
   o.n_threads = threads;
   o.device = device;
+  o.prompt_snapshot = prompt_snapshot;
   o.lookahead = lookahead;
   o.n_ctx = ctx;
   o.prefill_chunk = batch;

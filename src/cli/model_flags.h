@@ -20,6 +20,7 @@ struct ModelFlags {
   int ctx = 0;     // 0: min(training context, 4096), resolved by open_model (OpenedModel::n_ctx)
   int batch = 64;  // prefill chunk
   int lookahead = 1;
+  bool prompt_snapshot = false;  // set by chat: Session::keep_prompt_snapshot() holds a second state
   void add(CLI::App* app);
   ModelSourceOptions source() const;
 };

@@ -98,7 +98,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in, const stream::MemorySnapshot& 
   return plan;
 }
 
-MemoryPlanInput memory_plan_input(const gguf::File& trunk, int n_ctx, int n_batch, int n_threads) {
+MemoryPlanInput memory_plan_input(const gguf::File& trunk, int n_ctx, int n_batch, int n_threads,
+                                  int snapshot_states) {
   MemoryPlanInput in;
   for (const auto& t : trunk.tensors())
     if (!gguf::is_routed_expert_weight(t.name)) in.trunk_bytes += t.nbytes;
@@ -108,7 +109,10 @@ MemoryPlanInput memory_plan_input(const gguf::File& trunk, int n_ctx, int n_batc
       trunk.get_int(trunk.architecture() + ".context_length").value_or(0), 0, int64_t{1} << 30));
   // The batch buffers grow to the largest prefill chunk, which is at most the context.
   const int batch = std::clamp(n_batch, 1, std::max(n_ctx, 1));
-  in.state_bytes = models::state_bytes(models::state_dims(trunk), n_ctx, batch, in.n_threads);
+  const models::StateDims dims = models::state_dims(trunk);
+  in.state_bytes =
+      models::state_bytes(dims, n_ctx, batch, in.n_threads) +
+      static_cast<uint64_t>(std::max(snapshot_states, 0)) * models::state_bytes(dims, n_ctx, 0, in.n_threads);
   const auto* embd = trunk.find_tensor("token_embd.weight");
   const uint64_t n_vocab = embd ? static_cast<uint64_t>(embd->ne[1]) : 0;
   // Session: logits (float) and token history (int32, also kept by the generation loop); sampler: candidates

@@ -66,7 +66,10 @@ MemoryReserve check_memory(const MemoryPlanInput& in, const stream::MemorySnapsh
 MemoryPlan plan_memory(const MemoryPlanInput& in, const stream::MemorySnapshot& memory);
 
 // The sizes of a model from its (trunk) GGUF, keys and tensor table only, for n_ctx positions, prefill chunks
-// of n_batch tokens and n_threads threads. The expert fields are left for the caller.
-MemoryPlanInput memory_plan_input(const gguf::File& trunk, int n_ctx, int n_batch, int n_threads);
+// of n_batch tokens and n_threads threads, plus `snapshot_states` states that only hold a sequence (a chat's
+// prompt snapshot: KV, recurrent state and attention scratch, no batch buffers). The expert fields are left
+// for the caller.
+MemoryPlanInput memory_plan_input(const gguf::File& trunk, int n_ctx, int n_batch, int n_threads,
+                                  int snapshot_states = 0);
 
 }  // namespace df

@@ -97,7 +97,7 @@ OpenedModel open_model(const ModelSourceOptions& options) {
     m.trunk_bytes = tensor_bytes(*m.file, false);
     m.expert_bytes = tensor_bytes(*m.file, true);
     m.n_ctx = resolve_context(options.n_ctx, *m.file);
-    MemoryPlanInput in = memory_plan_input(*m.file, m.n_ctx, m.prefill_chunk, m.n_threads);
+    MemoryPlanInput in = memory_plan_input(*m.file, m.n_ctx, m.prefill_chunk, m.n_threads, options.prompt_snapshot ? 1 : 0);
     in.resident = true;
     in.resident_expert_bytes = m.expert_bytes;
     const MemoryPlan plan = plan_memory(in, memory());
@@ -111,7 +111,7 @@ OpenedModel open_model(const ModelSourceOptions& options) {
       {
         const gguf::File source = gguf::File::open(options.path);
         check_memory(memory_plan_input(source, resolve_context(options.n_ctx, source), options.prefill_chunk,
-                                       m.n_threads),
+                                       m.n_threads, options.prompt_snapshot ? 1 : 0),
                      memory());
       }
       store::TerminalProgress bar;
@@ -143,7 +143,7 @@ OpenedModel open_model(const ModelSourceOptions& options) {
     // The state's batch buffers are planned for the chunk asked for; the cache may make it smaller, never
     // larger.
     m.n_ctx = resolve_context(options.n_ctx, *m.file);
-    MemoryPlanInput in = memory_plan_input(*m.file, m.n_ctx, options.prefill_chunk, m.n_threads);
+    MemoryPlanInput in = memory_plan_input(*m.file, m.n_ctx, options.prefill_chunk, m.n_threads, options.prompt_snapshot ? 1 : 0);
     in.expert_cache_bytes = options.expert_cache_bytes;
     in.record_bytes = layout.record_bytes;
     in.total_records = layout.n_records();
