@@ -24,19 +24,25 @@ class GptOssModel::State final : public MoeSequenceState {
   // Sliding-window layers keep every position too: a ring of n_swa + batch positions would save memory at
   // long contexts (llama.cpp's iSWA cache) but changes nothing numerically.
   State(const GptOssModel& model, int n_ctx)
-      : MoeSequenceState(n_ctx,
-                         KvCache({}, model.cfg_.n_layer, n_ctx, model.cfg_.n_head_kv, model.cfg_.head_dim)),
-        model_(&model) {
+      : MoeSequenceState(n_ctx, layer_states(model.cfg_)), model_(&model) {
     trunk.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, model.cfg_.head_dim));
   }
 
   size_t bytes() const override { return MoeSequenceState::bytes() + wave.bytes(); }
 
+  // Every layer keeps a KV cache; the sliding ones note their window.
+  static std::vector<LayerStateSpec> layer_states(const GptOssConfig& c) {
+    std::vector<LayerStateSpec> specs;
+    for (size_t il = 0; il < static_cast<size_t>(c.n_layer); ++il)
+      specs.push_back(LayerStateSpec::kv(c.n_head_kv, c.head_dim, c.swa[il] ? c.n_swa : 0));
+    return specs;
+  }
+
   void copy_sequence_from(const ModelState& other) override {
     const auto* o = dynamic_cast<const State*>(&other);
     if (!o || o->model_ != model_)
       fail("gpt-oss: copy_sequence_from() was given a state made by another model");
-    copy_kv_from(*o, "gpt-oss");
+    copy_layers_from(*o, "gpt-oss");
   }
 
   // Grows the batch buffers to hold T tokens (no-op when they already do).
@@ -88,7 +94,7 @@ void GptOssModel::run_layer(State& st, int il, int64_t T, ForwardCapture* captur
   const backend::RopeParams& rope = swa ? cfg_.rope_swa : cfg_.rope;
   be.rope(ws.q.data(), T, cfg_.n_head, cfg_.head_dim, ws.pos.data(), rope);
   be.rope(ws.k.data(), T, cfg_.n_head_kv, cfg_.head_dim, ws.pos.data(), rope);
-  const backend::KvCacheView kv = st.kv.view(il);
+  const backend::KvCacheView kv = st.layers.kv(il);
   be.kv_store(kv, ws.k.data(), ws.v.data(), T, st.n_past);
   backend::AttentionParams ap;
   ap.n_head = cfg_.n_head;

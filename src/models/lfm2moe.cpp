@@ -15,24 +15,21 @@ namespace df::models {
 class Lfm2MoeModel::State final : public MoeSequenceState {
  public:
   State(const Lfm2MoeModel& model, int n_ctx)
-      : MoeSequenceState(n_ctx, KvCache(model.cfg_.attn, model.cfg_.n_layer, n_ctx, model.cfg_.n_head_kv,
-                                        model.cfg_.head_dim)),
-        model_(&model) {
-    const auto& c = model.cfg_;
-    conv.resize(static_cast<size_t>(c.n_layer));
-    for (size_t il = 0; il < static_cast<size_t>(c.n_layer); ++il)
-      if (!c.attn[il])
-        conv[il].assign(static_cast<size_t>(c.l_cache - 1) * static_cast<size_t>(c.n_embd), 0.0f);
-    trunk.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, c.head_dim));
+      : MoeSequenceState(n_ctx, layer_states(model.cfg_)), model_(&model) {
+    trunk.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, model.cfg_.head_dim));
   }
 
-  void reset() override {
-    MoeSequenceState::reset();
-    for (auto& s : conv) std::fill(s.begin(), s.end(), 0.0f);
+  // Attention layers keep a KV cache, the others the short convolution's last l_cache - 1 rows.
+  static std::vector<LayerStateSpec> layer_states(const Lfm2MoeConfig& c) {
+    std::vector<LayerStateSpec> specs;
+    for (size_t il = 0; il < static_cast<size_t>(c.n_layer); ++il)
+      specs.push_back(c.attn[il] ? LayerStateSpec::kv(c.n_head_kv, c.head_dim)
+                                 : LayerStateSpec::conv(c.l_cache, c.n_embd));
+    return specs;
   }
+
   size_t bytes() const override {
     size_t total = MoeSequenceState::bytes();
-    for (const auto& s : conv) total += s.size() * sizeof(float);
     for (const auto* b : {&y, &bcx}) total += b->size() * sizeof(float);
     return total + wave.bytes();
   }
@@ -41,9 +38,7 @@ class Lfm2MoeModel::State final : public MoeSequenceState {
     const auto* o = dynamic_cast<const State*>(&other);
     if (!o || o->model_ != model_)
       fail("lfm2moe: copy_sequence_from() was given a state made by another model");
-    copy_kv_from(*o, "lfm2moe");
-    for (size_t il = 0; il < conv.size(); ++il)
-      std::copy(o->conv[il].begin(), o->conv[il].end(), conv[il].begin());
+    copy_layers_from(*o, "lfm2moe");
   }
 
   // Grows the batch buffers to hold T tokens (no-op when they already do).
@@ -62,8 +57,7 @@ class Lfm2MoeModel::State final : public MoeSequenceState {
   }
 
   const Lfm2MoeModel* model_;
-  std::vector<std::vector<float>> conv;  // per layer, short-conv layers only
-  std::vector<float> y, bcx;             // short-conv batch buffers
+  std::vector<float> y, bcx;  // short-conv batch buffers
   SwigluWave wave;
 };
 
@@ -103,11 +97,10 @@ void Lfm2MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* captu
         *backend_,
         QkNormAttention{l.wq, l.wk, l.wv, l.wo, l.q_norm, l.k_norm, cfg_.n_head, cfg_.n_head_kv,
                         cfg_.head_dim, cfg_.n_rot, cfg_.eps, cfg_.rope_theta, cfg_.rope_freq_scale},
-        st.kv.view(il), st.n_past, T, ws);
+        st.layers.kv(il), st.n_past, T, ws);
   } else {
     matmul(st, l.in_proj, ws.xn.data(), T, st.bcx.data());
-    be.short_conv(st.bcx.data(), T, H, l.conv, cfg_.l_cache, st.conv[static_cast<size_t>(il)].data(),
-                  st.y.data());
+    be.short_conv(st.bcx.data(), T, H, l.conv, cfg_.l_cache, st.layers.conv(il), st.y.data());
     matmul(st, l.out_proj, st.y.data(), T, ws.mix.data());
   }
   be.add(ws.x.data(), ws.mix.data(), T * H);
@@ -146,8 +139,8 @@ void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture*
   });
   route(st, l, T, st.trunk.xn.data(), m.router_logits.data(), m.expert_ids.data(), m.expert_weights.data());
   const size_t n_used = group_by_expert(m, T, K, cfg_.n_expert);
-  run_experts(*backend_, *experts_, moe, m, n_used, st.wave, static_cast<size_t>(K), backend::ActivationParams{},
-              ExpertBiases{}, st.trunk.xn.data(), T, cfg_.n_embd, cfg_.n_ff_exp);
+  run_experts(*backend_, *experts_, moe, m, n_used, st.wave, static_cast<size_t>(K),
+              backend::ActivationParams{}, ExpertBiases{}, st.trunk.xn.data(), T, cfg_.n_embd, cfg_.n_ff_exp);
   add_expert_outputs(*backend_, m, st.trunk.x.data(), T, K, cfg_.n_embd);
   capture_routing(capture, moe, T, K, m);
 }

@@ -13,8 +13,9 @@ namespace df::models {
 class Qwen3MoeModel::State final : public MoeSequenceState {
  public:
   State(const Qwen3MoeModel& model, int n_ctx)
-      : MoeSequenceState(n_ctx,
-                         KvCache({}, model.cfg_.n_layer, n_ctx, model.cfg_.n_head_kv, model.cfg_.head_dim)),
+      : MoeSequenceState(n_ctx, std::vector<LayerStateSpec>(
+                                    static_cast<size_t>(model.cfg_.n_layer),
+                                    LayerStateSpec::kv(model.cfg_.n_head_kv, model.cfg_.head_dim))),
         model_(&model) {
     trunk.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, model.cfg_.head_dim));
   }
@@ -25,7 +26,7 @@ class Qwen3MoeModel::State final : public MoeSequenceState {
     const auto* o = dynamic_cast<const State*>(&other);
     if (!o || o->model_ != model_)
       fail("qwen3moe: copy_sequence_from() was given a state made by another model");
-    copy_kv_from(*o, "qwen3moe");
+    copy_layers_from(*o, "qwen3moe");
   }
 
   // Grows the batch buffers to hold T tokens (no-op when they already do).
@@ -80,7 +81,7 @@ void Qwen3MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* capt
       *backend_,
       QkNormAttention{l.wq, l.wk, l.wv, l.wo, l.q_norm, l.k_norm, cfg_.n_head, cfg_.n_head_kv, cfg_.head_dim,
                       cfg_.head_dim, cfg_.eps, cfg_.rope_theta, cfg_.rope_freq_scale},
-      st.kv.view(il), st.n_past, T, ws);
+      st.layers.kv(il), st.n_past, T, ws);
   be.add(ws.x.data(), ws.mix.data(), T * H);
 
   run_moe(st, il, T, capture);
@@ -106,8 +107,8 @@ void Qwen3MoeModel::run_moe(State& st, int il, int64_t T, ForwardCapture* captur
                        });
   route(st, il, T, st.trunk.xn.data(), m.router_logits.data(), m.expert_ids.data(), m.expert_weights.data());
   const size_t n_used = group_by_expert(m, T, K, cfg_.n_expert);
-  run_experts(*backend_, *experts_, il, m, n_used, st.wave, static_cast<size_t>(K), backend::ActivationParams{},
-              ExpertBiases{}, st.trunk.xn.data(), T, cfg_.n_embd, cfg_.n_ff_exp);
+  run_experts(*backend_, *experts_, il, m, n_used, st.wave, static_cast<size_t>(K),
+              backend::ActivationParams{}, ExpertBiases{}, st.trunk.xn.data(), T, cfg_.n_embd, cfg_.n_ff_exp);
   add_expert_outputs(*backend_, m, st.trunk.x.data(), T, K, cfg_.n_embd);
   capture_routing(capture, il, T, K, m);
 }

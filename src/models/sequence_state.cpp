@@ -6,50 +6,155 @@
 
 namespace df::models {
 
-KvCache::KvCache(const std::vector<bool>& attn, int n_layer, int n_ctx, int n_head_kv, int head_dim)
-    : n_ctx_(n_ctx), n_head_kv_(n_head_kv), head_dim_(head_dim) {
-  const size_t kv_row = static_cast<size_t>(n_head_kv) * static_cast<size_t>(head_dim);
-  k_.resize(static_cast<size_t>(n_layer));
-  v_.resize(static_cast<size_t>(n_layer));
-  for (size_t il = 0; il < static_cast<size_t>(n_layer); ++il) {
-    if (!attn.empty() && !attn[il]) continue;
-    k_[il].assign(kv_row * static_cast<size_t>(n_ctx), 0);
-    v_[il].assign(kv_row * static_cast<size_t>(n_ctx), 0);
+LayerStateSpec LayerStateSpec::kv(int n_head_kv, int head_dim, int window) {
+  LayerStateSpec s;
+  s.kind = Kind::kKv;
+  s.n_head_kv = n_head_kv;
+  s.head_dim = head_dim;
+  s.window = window;
+  return s;
+}
+
+LayerStateSpec LayerStateSpec::conv(int taps, int64_t channels) {
+  LayerStateSpec s;
+  s.kind = Kind::kConv;
+  s.conv_taps = taps;
+  s.conv_channels = channels;
+  return s;
+}
+
+LayerStateSpec LayerStateSpec::delta_net(int taps, int64_t channels, int heads, int key_dim, int value_dim) {
+  LayerStateSpec s = conv(taps, channels);
+  s.kind = Kind::kDeltaNet;
+  s.dn_heads = heads;
+  s.dn_key_dim = key_dim;
+  s.dn_value_dim = value_dim;
+  return s;
+}
+
+namespace {
+
+uint64_t kv_values(const LayerStateSpec& s, int n_ctx) {
+  if (s.kind != LayerStateSpec::Kind::kKv) return 0;
+  return static_cast<uint64_t>(std::max(n_ctx, 0)) * static_cast<uint64_t>(std::max(s.n_head_kv, 0)) *
+         static_cast<uint64_t>(std::max(s.head_dim, 0));
+}
+uint64_t conv_values(const LayerStateSpec& s) {
+  if (s.kind != LayerStateSpec::Kind::kConv && s.kind != LayerStateSpec::Kind::kDeltaNet) return 0;
+  return static_cast<uint64_t>(std::max(s.conv_taps - 1, 0)) *
+         static_cast<uint64_t>(std::max<int64_t>(s.conv_channels, 0));
+}
+uint64_t matrix_values(const LayerStateSpec& s) {
+  if (s.kind != LayerStateSpec::Kind::kDeltaNet) return 0;
+  return static_cast<uint64_t>(std::max(s.dn_heads, 0)) * static_cast<uint64_t>(std::max(s.dn_key_dim, 0)) *
+         static_cast<uint64_t>(std::max(s.dn_value_dim, 0));
+}
+
+const char* kind_name(LayerStateSpec::Kind k) {
+  switch (k) {
+    case LayerStateSpec::Kind::kNone:
+      return "no sequence state";
+    case LayerStateSpec::Kind::kKv:
+      return "a KV cache";
+    case LayerStateSpec::Kind::kConv:
+      return "a short-conv state";
+    case LayerStateSpec::Kind::kDeltaNet:
+      return "a delta-net state";
+  }
+  return "?";
+}
+
+}  // namespace
+
+uint64_t LayerStateSpec::bytes(int n_ctx) const {
+  // K and V in f16; conv rows and matrices in f32.
+  return 2 * kv_values(*this, n_ctx) * sizeof(uint16_t) +
+         (conv_values(*this) + matrix_values(*this)) * sizeof(float);
+}
+
+LayerStates::LayerStates(std::vector<LayerStateSpec> specs, int n_ctx)
+    : specs_(std::move(specs)), layers_(specs_.size()), n_ctx_(n_ctx) {
+  for (size_t il = 0; il < specs_.size(); ++il) {
+    const LayerStateSpec& s = specs_[il];
+    Layer& l = layers_[il];
+    l.k.assign(kv_values(s, n_ctx), 0);
+    l.v.assign(kv_values(s, n_ctx), 0);
+    l.conv.assign(conv_values(s), 0.0f);
+    l.matrix.assign(matrix_values(s), 0.0f);
   }
 }
 
-backend::KvCacheView KvCache::view(int il) {
-  return backend::KvCacheView{k_[static_cast<size_t>(il)].data(), v_[static_cast<size_t>(il)].data(), n_ctx_,
-                              n_head_kv_, head_dim_};
+const LayerStateSpec& LayerStates::checked(int il, LayerStateSpec::Kind a, LayerStateSpec::Kind b,
+                                           const char* what) const {
+  if (il < 0 || il >= n_layer()) fail("layer {} out of range ({} layers)", il, n_layer());
+  const LayerStateSpec& s = specs_[static_cast<size_t>(il)];
+  if (s.kind != a && s.kind != b) fail("layer {} holds {}, not {}", il, kind_name(s.kind), what);
+  return s;
 }
 
-void KvCache::copy_prefix(const KvCache& other, int n_pos) {
-  const size_t n =
-      static_cast<size_t>(n_pos) * static_cast<size_t>(n_head_kv_) * static_cast<size_t>(head_dim_);
-  for (size_t il = 0; il < k_.size(); ++il) {
-    std::copy_n(other.k_[il].begin(), std::min(n, other.k_[il].size()), k_[il].begin());
-    std::copy_n(other.v_[il].begin(), std::min(n, other.v_[il].size()), v_[il].begin());
-  }
+backend::KvCacheView LayerStates::kv(int il) {
+  const LayerStateSpec& s = checked(il, LayerStateSpec::Kind::kKv, LayerStateSpec::Kind::kKv, "a KV cache");
+  Layer& l = layers_[static_cast<size_t>(il)];
+  return backend::KvCacheView{l.k.data(), l.v.data(), n_ctx_, s.n_head_kv, s.head_dim};
 }
 
-void MoeSequenceState::copy_kv_from(const MoeSequenceState& other, const char* arch) {
-  if (other.n_ctx_ != n_ctx_ || other.kv.bytes() != kv.bytes())
-    fail("{}: cannot copy a state of context {} into one of context {}", arch, other.n_ctx_, n_ctx_);
-  kv.copy_prefix(other.kv, other.n_past);
-  n_past = other.n_past;
+float* LayerStates::conv(int il) {
+  checked(il, LayerStateSpec::Kind::kConv, LayerStateSpec::Kind::kDeltaNet, "a conv state");
+  return layers_[static_cast<size_t>(il)].conv.data();
 }
 
-size_t KvCache::bytes() const {
+float* LayerStates::matrix(int il) {
+  checked(il, LayerStateSpec::Kind::kDeltaNet, LayerStateSpec::Kind::kDeltaNet, "a delta-net state");
+  return layers_[static_cast<size_t>(il)].matrix.data();
+}
+
+size_t LayerStates::bytes() const {
   size_t total = 0;
-  for (size_t il = 0; il < k_.size(); ++il) total += (k_[il].size() + v_[il].size()) * sizeof(uint16_t);
+  for (const Layer& l : layers_)
+    total += (l.k.size() + l.v.size()) * sizeof(uint16_t) + (l.conv.size() + l.matrix.size()) * sizeof(float);
   return total;
 }
 
-uint64_t KvCache::bytes_for(int n_kv_layers, int n_ctx, int n_head_kv, int head_dim) {
-  // K and V, f16, n_ctx rows of n_head_kv * head_dim per attention layer
-  return uint64_t{2} * sizeof(uint16_t) * static_cast<uint64_t>(std::max(n_kv_layers, 0)) *
-         static_cast<uint64_t>(std::max(n_ctx, 0)) * static_cast<uint64_t>(std::max(n_head_kv, 0)) *
-         static_cast<uint64_t>(std::max(head_dim, 0));
+void LayerStates::reset() {
+  for (Layer& l : layers_) {
+    std::fill(l.conv.begin(), l.conv.end(), 0.0f);
+    std::fill(l.matrix.begin(), l.matrix.end(), 0.0f);
+  }
+}
+
+void LayerStates::copy_from(const LayerStates& other, int n_pos) {
+  bool same = other.n_ctx_ == n_ctx_ && other.specs_.size() == specs_.size();
+  for (size_t il = 0; same && il < specs_.size(); ++il) {
+    const LayerStateSpec &a = specs_[il], &b = other.specs_[il];
+    same = a.kind == b.kind && a.n_head_kv == b.n_head_kv && a.head_dim == b.head_dim &&
+           a.conv_taps == b.conv_taps && a.conv_channels == b.conv_channels && a.dn_heads == b.dn_heads &&
+           a.dn_key_dim == b.dn_key_dim && a.dn_value_dim == b.dn_value_dim;
+  }
+  if (!same)
+    fail("cannot copy a state of context {} ({} layers) into one of context {} ({} layers)", other.n_ctx_,
+         other.specs_.size(), n_ctx_, specs_.size());
+  for (size_t il = 0; il < specs_.size(); ++il) {
+    const Layer& o = other.layers_[il];
+    Layer& l = layers_[il];
+    const size_t n = static_cast<size_t>(kv_values(specs_[il], n_pos));
+    std::copy_n(o.k.begin(), std::min(n, o.k.size()), l.k.begin());
+    std::copy_n(o.v.begin(), std::min(n, o.v.size()), l.v.begin());
+    std::copy(o.conv.begin(), o.conv.end(), l.conv.begin());
+    std::copy(o.matrix.begin(), o.matrix.end(), l.matrix.begin());
+  }
+}
+
+uint64_t LayerStates::bytes_for(const std::vector<LayerStateSpec>& specs, int n_ctx) {
+  uint64_t total = 0;
+  for (const auto& s : specs) total += s.bytes(n_ctx);
+  return total;
+}
+
+void MoeSequenceState::copy_layers_from(const MoeSequenceState& other, const char* arch) {
+  if (other.n_ctx_ != n_ctx_)
+    fail("{}: cannot copy a state of context {} into one of context {}", arch, other.n_ctx_, n_ctx_);
+  layers.copy_from(other.layers, other.n_past);
+  n_past = other.n_past;
 }
 
 void TrunkBuffers::reserve(size_t t, size_t H, size_t q_dim, size_t kv_dim, size_t act_row_bytes) {

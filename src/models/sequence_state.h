@@ -13,22 +13,57 @@
 
 namespace df::models {
 
-// f16 K and V of every position for each attention layer (empty for the other layers).
-class KvCache {
- public:
-  // attn[il]: layer il has attention; an empty attn means every layer does.
-  KvCache(const std::vector<bool>& attn, int n_layer, int n_ctx, int n_head_kv, int head_dim);
+// What one layer carries from token to token, sized from the model's config: nothing (a layer without a
+// sequence mixer), a KV cache with the layer's own head count, head size and window, a short-conv state, or a
+// gated delta-net state (a conv state and one key × value matrix per head).
+struct LayerStateSpec {
+  enum class Kind { kNone, kKv, kConv, kDeltaNet };
+  Kind kind = Kind::kNone;
+  int n_head_kv = 0, head_dim = 0;  // kKv
+  int window = 0;             // kKv: the layer's sliding window (0: all); the cache holds every position
+  int conv_taps = 0;          // kConv, kDeltaNet: kernel width; the state keeps conv_taps - 1 rows
+  int64_t conv_channels = 0;  // kConv, kDeltaNet
+  int dn_heads = 0, dn_key_dim = 0, dn_value_dim = 0;  // kDeltaNet: the recurrent matrices
 
-  backend::KvCacheView view(int il);
+  static LayerStateSpec kv(int n_head_kv, int head_dim, int window = 0);
+  static LayerStateSpec conv(int taps, int64_t channels);
+  static LayerStateSpec delta_net(int taps, int64_t channels, int heads, int key_dim, int value_dim);
+  // What one layer of this spec holds for n_ctx positions (the state is allocated at that size).
+  uint64_t bytes(int n_ctx) const;
+};
+
+// The per-layer sequence state of one sequence: the f16 K and V of every position of each KV layer (laid out
+// as backend::KvCacheView says), the conv rows of each conv layer, the delta-net matrices. Allocated once for
+// n_ctx positions; nothing grows afterwards.
+class LayerStates {
+ public:
+  LayerStates(std::vector<LayerStateSpec> specs, int n_ctx);
+
+  const LayerStateSpec& spec(int il) const { return specs_[static_cast<size_t>(il)]; }
+  int n_layer() const { return static_cast<int>(specs_.size()); }
+  // df::Error (naming the layer and what it holds) when layer il holds no state of that kind.
+  backend::KvCacheView kv(int il);
+  float* conv(int il);    // (taps - 1) × channels, oldest row first
+  float* matrix(int il);  // delta-net: heads × key_dim × value_dim
   size_t bytes() const;
-  // The K and V of the first n_pos positions of every layer, from a cache of the same shape.
-  void copy_prefix(const KvCache& other, int n_pos);
-  // What bytes() is for n_kv_layers attention layers, without allocating.
-  static uint64_t bytes_for(int n_kv_layers, int n_ctx, int n_head_kv, int head_dim);
+  // Clears what must start from zero (conv rows, matrices); the KV needs no clearing (attention reads only
+  // positions below n_past).
+  void reset();
+  // The first n_pos positions of every KV layer and all of every recurrent state, from states of the same
+  // specs and context (df::Error otherwise).
+  void copy_from(const LayerStates& other, int n_pos);
+  static uint64_t bytes_for(const std::vector<LayerStateSpec>& specs, int n_ctx);
 
  private:
-  std::vector<std::vector<uint16_t>> k_, v_;
-  int n_ctx_, n_head_kv_, head_dim_;
+  struct Layer {
+    std::vector<uint16_t> k, v;
+    std::vector<float> conv, matrix;
+  };
+  const LayerStateSpec& checked(int il, LayerStateSpec::Kind a, LayerStateSpec::Kind b,
+                                const char* what) const;
+  std::vector<LayerStateSpec> specs_;
+  std::vector<Layer> layers_;
+  int n_ctx_;
 };
 
 // The residual stream and attention buffers of a batch. reserve() only grows them.
@@ -52,12 +87,15 @@ struct BatchDims {
 
 class MoeSequenceState : public ModelState {
  public:
-  MoeSequenceState(int n_ctx, KvCache kv_cache) : kv(std::move(kv_cache)), n_ctx_(n_ctx) {}
+  MoeSequenceState(int n_ctx, std::vector<LayerStateSpec> specs)
+      : layers(std::move(specs), n_ctx), n_ctx_(n_ctx) {}
 
   int n_ctx() const override { return n_ctx_; }
-  // The KV cache needs no clearing: attention reads only positions below n_past + T.
-  void reset() override { n_past = 0; }
-  size_t bytes() const override { return kv.bytes() + trunk.bytes() + moe.bytes(); }
+  void reset() override {
+    n_past = 0;
+    layers.reset();
+  }
+  size_t bytes() const override { return layers.bytes() + trunk.bytes() + moe.bytes(); }
 
   // True when the buffers hold fewer than T tokens; grow_batch() then grows the shared ones, and the model
   // its own, before batch_grown(T).
@@ -65,14 +103,14 @@ class MoeSequenceState : public ModelState {
   void grow_batch(int64_t T, const BatchDims& d);
   void batch_grown(int64_t T) { rows_ = T; }
 
-  KvCache kv;
+  LayerStates layers;
   TrunkBuffers trunk;
   MoeBuffers moe;
 
  protected:
-  // The part of copy_sequence_from() every MoE state shares: n_past and the KV below it. `arch` names the
-  // model in the message when the shapes differ.
-  void copy_kv_from(const MoeSequenceState& other, const char* arch);
+  // copy_sequence_from() once the derived state has checked that `other` is a state of its model: n_past, the
+  // KV below it, the recurrent states. `arch` names the model in the message when the contexts differ.
+  void copy_layers_from(const MoeSequenceState& other, const char* arch);
 
  private:
   int n_ctx_;

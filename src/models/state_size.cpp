@@ -70,7 +70,8 @@ StateDims state_dims_of(const GptOssConfig& c) {
 
 uint64_t state_bytes(const StateDims& d, int n_ctx, int n_batch, int n_threads) {
   const size_t t = static_cast<size_t>(std::max(n_batch, 0));
-  const uint64_t kv = KvCache::bytes_for(d.n_kv_layers, n_ctx, d.n_head_kv, d.head_dim);
+  const uint64_t kv = static_cast<uint64_t>(std::max(d.n_kv_layers, 0)) *
+                      LayerStateSpec::kv(d.n_head_kv, d.head_dim).bytes(n_ctx);
   const uint64_t attn_floats = backend::attention_scratch_floats_for(
       backend::BackendOptions{"cpu", std::max(n_threads, 1)}, n_ctx, d.head_dim);
   return kv + attn_floats * sizeof(float) + d.fixed_bytes +
