@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/backend_factory.h"
 #include "gguf/gguf.h"
 #include "experts/expert_provider.h"
 #include "models/model.h"
@@ -64,7 +65,9 @@ inline std::vector<float> run_chunks(Model& m, std::span<const int32_t> tokens, 
 // Forwards to a resident provider and records every call.
 class RecordingProvider final : public ExpertProvider {
  public:
-  RecordingProvider(const gguf::File& f, const ExpertLayout& l) : inner_(f, l), layout(l) {}
+  // The layout of the default (CPU) backend, which the models of these tests run on.
+  RecordingProvider(const gguf::File& f, const ExpertLayout& l)
+      : inner_(f, l, *backend::make_backend(backend::BackendOptions{})), layout(l) {}
   void prefetch(int layer, std::span<const int32_t> ids) override {
     prefetches.push_back({layer, std::vector<int32_t>(ids.begin(), ids.end())});
   }

@@ -16,8 +16,9 @@ HugePageBuffer read_whole(const gguf::File& file, const std::string& name, size_
 }
 
 // Repacks each expert's n_out x n_in slab of `bytes` in place where a packing applies.
-quant::RowPacking pack_slabs(HugePageBuffer& bytes, GgmlType type, int64_t n_in, int64_t n_out) {
-  const quant::RowPacking packing = quant::preferred_packing(type, n_out);
+quant::RowPacking pack_slabs(const backend::Backend& backend, HugePageBuffer& bytes, GgmlType type,
+                             int64_t n_in, int64_t n_out) {
+  const quant::RowPacking packing = backend.preferred_packing(type, n_out);
   if (packing == quant::RowPacking::kQ4_0x16) {
     const size_t slab = ggml_row_bytes(type, n_in) * static_cast<size_t>(n_out);
     std::vector<uint8_t> group(ggml_row_bytes(type, n_in) * quant::kQ4_0x16Rows);
@@ -29,16 +30,17 @@ quant::RowPacking pack_slabs(HugePageBuffer& bytes, GgmlType type, int64_t n_in,
 
 }  // namespace
 
-ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout) {
+ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout,
+                                               const backend::Backend& backend) {
   layers_.reserve(layout.layers.size());
   for (const auto& l : layout.layers) {
     const size_t n = static_cast<size_t>(l.n_expert);
     Layer layer{l, read_whole(file, l.gate_name, l.gate_bytes() * n),
                 read_whole(file, l.up_name, l.up_bytes() * n),
                 read_whole(file, l.down_name, l.down_bytes() * n)};
-    layer.gate_packing = pack_slabs(layer.gate, l.gate_type, l.n_embd, l.n_ff);
-    layer.up_packing = pack_slabs(layer.up, l.up_type, l.n_embd, l.n_ff);
-    layer.down_packing = pack_slabs(layer.down, l.down_type, l.n_ff, l.n_embd);
+    layer.gate_packing = pack_slabs(backend, layer.gate, l.gate_type, l.n_embd, l.n_ff);
+    layer.up_packing = pack_slabs(backend, layer.up, l.up_type, l.n_embd, l.n_ff);
+    layer.down_packing = pack_slabs(backend, layer.down, l.down_type, l.n_ff, l.n_embd);
     layers_.push_back(std::move(layer));
   }
 }

@@ -21,7 +21,8 @@ using experts::ExpertView;
 // Every expert read from the GGUF into RAM at construction, each matrix repacked as the store would hold it.
 class ResidentExpertProvider final : public ExpertProvider {
  public:
-  ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout);
+  // Each matrix in the layout `backend` reads fastest (Backend::preferred_packing).
+  ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout, const backend::Backend& backend);
 
   void prefetch(int, std::span<const int32_t>) override {}
   ExpertView acquire(int moe_layer, int expert) override;

@@ -57,7 +57,8 @@ void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const bac
   be.rope(b.k.data(), T, a.n_head_kv, a.head_dim, b.pos.data(), rope);
   be.kv_store(kv, b.k.data(), b.v.data(), T, n_past);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  be.attention(kv, b.q.data(), T, n_past, backend::AttentionParams{a.n_head, scale}, b.att.data(), b.attn_scratch);
+  be.attention(kv, b.q.data(), T, n_past, backend::AttentionParams{a.n_head, scale}, b.att.data(),
+               b.attn_scratch);
   be.matmul(a.wo, b.att.data(), T, b.mix.data(), b.scratch);
 }
 
@@ -78,9 +79,11 @@ void ActRowBytes::add(const ExpertLayout& layout) {
 }
 
 std::unique_ptr<ExpertProvider> make_expert_provider(const gguf::File& file, const LoadOptions& options,
-                                                     const ExpertLayout& layout) {
-  auto experts = options.make_expert_provider ? options.make_expert_provider(file, layout)
-                                              : std::make_unique<ResidentExpertProvider>(file, layout);
+                                                     const ExpertLayout& layout,
+                                                     const backend::Backend& backend) {
+  auto experts = options.make_expert_provider
+                     ? options.make_expert_provider(file, layout)
+                     : std::make_unique<ResidentExpertProvider>(file, layout, backend);
   if (!experts) fail("{}: the expert provider factory returned nothing", file.path());
   return experts;
 }

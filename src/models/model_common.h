@@ -95,7 +95,8 @@ class ActRowBytes {
 
 // The options' provider of the routed experts, else every expert resident.
 std::unique_ptr<ExpertProvider> make_expert_provider(const gguf::File& file, const LoadOptions& options,
-                                                     const ExpertLayout& layout);
+                                                     const ExpertLayout& layout,
+                                                     const backend::Backend& backend);
 
 // The ModelInfo fields every MoE config has (name, sizes, head and expert counts, eps), the MoE layers from
 // the layout.

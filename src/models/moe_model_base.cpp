@@ -27,7 +27,7 @@ void MoeModelBase::finish_load(const gguf::File& file, const LoadOptions& option
   act_row.add(expert_layout_);
   max_act_row_bytes_ = act_row.bytes();
   state_dims_.act_row_bytes = max_act_row_bytes_;
-  experts_ = make_expert_provider(file, options, expert_layout_);
+  experts_ = make_expert_provider(file, options, expert_layout_, *backend_);
 }
 
 }  // namespace df::models

@@ -83,7 +83,7 @@ backend::Weight WeightLoader::table(std::string_view name, int64_t n_in, int64_t
 
 backend::Weight WeightLoader::matrix(std::string_view name, int64_t n_in, int64_t n_out) {
   backend::Weight w = table(name, n_in, n_out);
-  const quant::RowPacking packing = quant::preferred_packing(w.type, n_out);
+  const quant::RowPacking packing = backend_.preferred_packing(w.type, n_out);  // the layout it reads fastest
   if (packing == quant::RowPacking::kQ4_0x16) {
     std::vector<uint8_t> group(w.row_bytes() * quant::kQ4_0x16Rows);
     quant::pack_q4_0x16_in_place(storage_.back().data(), n_out, n_in, group.data());
