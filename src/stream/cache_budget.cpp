@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "stream/byte_size.h"
+#include "util/cgroup_paths.h"
 #include "util/error.h"
 
 namespace df::stream {
@@ -40,22 +41,6 @@ uint64_t read_mem_available(const std::string& root) {
   fail("{}: no MemAvailable line; pass --expert-cache SIZE to choose the cache size yourself", path);
 }
 
-// The cgroup paths of this process: the v2 path ("0::/x") and the v1 memory controller path.
-void read_cgroup_paths(const std::string& root, std::string& v2, std::string& v1_memory) {
-  std::ifstream in(root + "/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
-    if (b == std::string::npos) continue;
-    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
-    if (line.compare(0, a, "0") == 0 && controllers.empty()) v2 = path;
-    std::istringstream list(controllers);
-    std::string c;
-    while (std::getline(list, c, ','))
-      if (c == "memory") v1_memory = path;
-  }
-}
-
 // Walks from the process's cgroup up to the root, keeping the limit that leaves the least room.
 void apply_cgroup(const std::string& base, std::string path, const char* limit_file, const char* usage_file,
                   MemorySnapshot& snap) {
@@ -89,8 +74,8 @@ uint64_t MemorySnapshot::usable() const {
 MemorySnapshot read_memory_snapshot(const std::string& root) {
   MemorySnapshot snap;
   snap.mem_available = read_mem_available(root);
-  std::string v2, v1;
-  read_cgroup_paths(root, v2, v1);
+  const CgroupPaths paths = read_cgroup_paths(root, "memory");
+  const std::string &v2 = paths.v2, &v1 = paths.v1;
   const std::string cg = root + "/sys/fs/cgroup";
   if (!v2.empty() || std::ifstream(cg + "/memory.max"))
     apply_cgroup(cg, v2.empty() ? "/" : v2, "memory.max", "memory.current", snap);

@@ -6,9 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <sstream>
 #include <thread>
 #include <vector>
+
+#include "util/cgroup_paths.h"
 
 namespace df {
 namespace {
@@ -87,19 +88,8 @@ std::string CpuLimits::describe() const {
 CpuLimits read_cpu_limits(const std::string& root) {
   CpuLimits limits;
   limits.affinity = affinity_cpus();
-  std::string v2, v1;
-  std::ifstream in(root + "/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
-    if (b == std::string::npos) continue;
-    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
-    if (line.compare(0, a, "0") == 0 && controllers.empty()) v2 = path;
-    std::istringstream list(controllers);
-    std::string c;
-    while (std::getline(list, c, ','))
-      if (c == "cpu") v1 = path;
-  }
+  const CgroupPaths paths = read_cgroup_paths(root, "cpu");
+  const std::string &v2 = paths.v2, &v1 = paths.v1;
   const std::string cg = root + "/sys/fs/cgroup";
   std::optional<double> quota;
   if (!v2.empty() || std::ifstream(cg + "/cpu.max")) quota = tightest(cg, v2.empty() ? "/" : v2, quota_v2);
