@@ -60,16 +60,7 @@ GptOssModel::GptOssModel(const gguf::File& file, const LoadOptions& options)
   TensorBinder bind(w, expert_layout_, kGptOssArch);
 
   layers_.resize(static_cast<size_t>(cfg_.n_layer));
-  for (const TensorDesc& t : gpt_oss_tensors(cfg_)) {
-    if (t.kind == TensorKind::token_embd)
-      bind.bind(t, {.weight = &tok_embd_});
-    else if (t.kind == TensorKind::output_norm)
-      bind.bind(t, {.f32 = &output_norm_});
-    else if (t.kind == TensorKind::output)
-      bind.bind(t, {.weight = &output_});  // never tied
-    else
-      bind.bind(t, layer_target(layers_[static_cast<size_t>(t.layer)], t.kind));
-  }
+  bind_tensors(bind, gpt_oss_tensors(cfg_), layers_, layer_target);  // output.weight is required: never tied
 
   // Activation scratch is sized once for the widest row any single matmul quantizes.
   ActRowBytes act_row(*backend_);

@@ -15,22 +15,6 @@ namespace {
 
 TensorTarget layer_target(Lfm2MoeModel::Layer& l, TensorKind kind) {
   switch (kind) {
-    case TensorKind::attn_norm:
-      return {.f32 = &l.attn_norm};
-    case TensorKind::ffn_norm:
-      return {.f32 = &l.ffn_norm};
-    case TensorKind::attn_q:
-      return {.weight = &l.wq};
-    case TensorKind::attn_k:
-      return {.weight = &l.wk};
-    case TensorKind::attn_v:
-      return {.weight = &l.wv};
-    case TensorKind::attn_output:
-      return {.weight = &l.wo};
-    case TensorKind::attn_q_norm:
-      return {.f32 = &l.q_norm};
-    case TensorKind::attn_k_norm:
-      return {.f32 = &l.k_norm};
     case TensorKind::conv:
       return {.f32 = &l.conv};
     case TensorKind::conv_in_proj:
@@ -43,12 +27,10 @@ TensorTarget layer_target(Lfm2MoeModel::Layer& l, TensorKind kind) {
       return {.weight = &l.ffn_up};
     case TensorKind::ffn_down:
       return {.weight = &l.ffn_down};
-    case TensorKind::router:
-      return {.weight = &l.router};
     case TensorKind::selection_bias:
       return {.f32 = &l.selection_bias};
     default:
-      return {};  // experts: the layout
+      return qk_norm_layer_target(l, kind);  // experts (an empty target): the layout
   }
 }
 
@@ -61,18 +43,8 @@ Lfm2MoeModel::Lfm2MoeModel(const gguf::File& file, const LoadOptions& options)
   TensorBinder bind(w, expert_layout_, kLfm2MoeArch);
 
   layers_.resize(static_cast<size_t>(cfg_.n_layer));
-  bool untied = false;
-  for (const TensorDesc& t : lfm2moe_tensors(cfg_)) {
-    if (t.kind == TensorKind::token_embd)
-      bind.bind(t, {.weight = &tok_embd_});
-    else if (t.kind == TensorKind::output_norm)
-      bind.bind(t, {.f32 = &output_norm_});
-    else if (t.kind == TensorKind::output)
-      untied = bind.bind(t, {.weight = &output_});
-    else
-      bind.bind(t, layer_target(layers_[static_cast<size_t>(t.layer)], t.kind));
-  }
-  if (!untied) output_ = tok_embd_;
+  if (!bind_tensors(bind, lfm2moe_tensors(cfg_), layers_, layer_target))
+    output_ = tok_embd_;  // no output.weight: the head is token_embd
   for (size_t i = 0; i < expert_layout_.layers.size(); ++i)
     layers_[static_cast<size_t>(expert_layout_.layers[i].model_layer)].moe_index = static_cast<int>(i);
 

@@ -15,6 +15,7 @@
 #include "models/model_common.h"
 #include "models/sequence_state.h"
 #include "models/state_size.h"
+#include "models/tensor_binding.h"
 #include "util/error.h"
 #include "util/huge_page_buffer.h"
 
@@ -44,6 +45,12 @@ class MoeModelBase : public Model {
   void matmul(MoeSequenceState& st, const backend::Weight& w, const float* x, int64_t rows, float* y) {
     backend_->matmul(w, x, rows, y, st.trunk.scratch);
   }
+  // Binds every described tensor: the trunk's own (token_embd, output_norm, output) into this base, every
+  // other to layer_target(layers[t.layer], t.kind). Returns whether output.weight was bound (false: the file
+  // has no head of its own, and the caller ties it to the embedding).
+  template <class Layer, class LayerTarget>
+  bool bind_tensors(TensorBinder& bind, const std::vector<TensorDesc>& tensors, std::vector<Layer>& layers,
+                    LayerTarget&& layer_target);
   // The loader's steps once the layers are bound: the dense weights' storage taken from w, act_row (which
   // holds the layers' matrices) widened by the head and the routed experts, and the expert provider made.
   void finish_load(const gguf::File& file, const LoadOptions& options, WeightLoader& w, ActRowBytes& act_row);
@@ -67,6 +74,23 @@ State& MoeModelBase::forward_state(ModelState& state, std::span<const int32_t> t
   if (!st || st->model_ != this) fail("{}: forward() was given a state made by another model", info_.arch);
   check_forward_args(info_.arch, *st, tokens, logits, all_rows, info_.n_vocab);
   return *st;
+}
+
+template <class Layer, class LayerTarget>
+bool MoeModelBase::bind_tensors(TensorBinder& bind, const std::vector<TensorDesc>& tensors,
+                                std::vector<Layer>& layers, LayerTarget&& layer_target) {
+  bool has_output = false;
+  for (const TensorDesc& t : tensors) {
+    if (t.kind == TensorKind::token_embd)
+      bind.bind(t, {.weight = &tok_embd_});
+    else if (t.kind == TensorKind::output_norm)
+      bind.bind(t, {.f32 = &output_norm_});
+    else if (t.kind == TensorKind::output)
+      has_output = bind.bind(t, {.weight = &output_});
+    else
+      bind.bind(t, layer_target(layers[static_cast<size_t>(t.layer)], t.kind));
+  }
+  return has_output;
 }
 
 template <class RunLayer>

@@ -9,34 +9,6 @@
 #include "models/weight_loader.h"
 
 namespace df::models {
-namespace {
-
-TensorTarget layer_target(Qwen3MoeModel::Layer& l, TensorKind kind) {
-  switch (kind) {
-    case TensorKind::attn_norm:
-      return {.f32 = &l.attn_norm};
-    case TensorKind::ffn_norm:
-      return {.f32 = &l.ffn_norm};
-    case TensorKind::attn_q:
-      return {.weight = &l.wq};
-    case TensorKind::attn_k:
-      return {.weight = &l.wk};
-    case TensorKind::attn_v:
-      return {.weight = &l.wv};
-    case TensorKind::attn_output:
-      return {.weight = &l.wo};
-    case TensorKind::attn_q_norm:
-      return {.f32 = &l.q_norm};
-    case TensorKind::attn_k_norm:
-      return {.f32 = &l.k_norm};
-    case TensorKind::router:
-      return {.weight = &l.router};
-    default:
-      return {};  // experts: the layout
-  }
-}
-
-}  // namespace
 
 Qwen3MoeModel::Qwen3MoeModel(const gguf::File& file, const LoadOptions& options)
     : MoeModelBase(options), cfg_(qwen3moe_config(file)) {
@@ -45,18 +17,8 @@ Qwen3MoeModel::Qwen3MoeModel(const gguf::File& file, const LoadOptions& options)
   TensorBinder bind(w, expert_layout_, kQwen3MoeArch);
 
   layers_.resize(static_cast<size_t>(cfg_.n_layer));
-  bool untied = false;
-  for (const TensorDesc& t : qwen3moe_tensors(cfg_)) {
-    if (t.kind == TensorKind::token_embd)
-      bind.bind(t, {.weight = &tok_embd_});
-    else if (t.kind == TensorKind::output_norm)
-      bind.bind(t, {.f32 = &output_norm_});
-    else if (t.kind == TensorKind::output)
-      untied = bind.bind(t, {.weight = &output_});
-    else
-      bind.bind(t, layer_target(layers_[static_cast<size_t>(t.layer)], t.kind));
-  }
-  if (!untied) output_ = tok_embd_;
+  if (!bind_tensors(bind, qwen3moe_tensors(cfg_), layers_, qk_norm_layer_target<Layer>))
+    output_ = tok_embd_;  // no output.weight: the head is token_embd
 
   // Activation scratch is sized once for the widest row any matmul quantizes.
   ActRowBytes act_row(*backend_);

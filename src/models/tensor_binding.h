@@ -36,4 +36,33 @@ class TensorBinder {
   std::string_view arch_;
 };
 
+// The targets of the kinds a QK-norm GQA layer with a router names alike (lfm2moe's attention layers,
+// qwen3moe): attention and FFN norms, Q/K/V/output, the QK norms and the router, for a Layer with those
+// members; an empty target for any other kind.
+template <class Layer>
+TensorTarget qk_norm_layer_target(Layer& l, TensorKind kind) {
+  switch (kind) {
+    case TensorKind::attn_norm:
+      return {.f32 = &l.attn_norm};
+    case TensorKind::ffn_norm:
+      return {.f32 = &l.ffn_norm};
+    case TensorKind::attn_q:
+      return {.weight = &l.wq};
+    case TensorKind::attn_k:
+      return {.weight = &l.wk};
+    case TensorKind::attn_v:
+      return {.weight = &l.wv};
+    case TensorKind::attn_output:
+      return {.weight = &l.wo};
+    case TensorKind::attn_q_norm:
+      return {.f32 = &l.q_norm};
+    case TensorKind::attn_k_norm:
+      return {.f32 = &l.k_norm};
+    case TensorKind::router:
+      return {.weight = &l.router};
+    default:
+      return {};
+  }
+}
+
 }  // namespace df::models
