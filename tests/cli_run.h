@@ -4,9 +4,12 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace df::testing {
 
@@ -50,6 +53,24 @@ inline CliSplitResult run_cli_split(const std::string& args) {
   }
   std::remove(err_path.c_str());
   return s;
+}
+
+// Token ids as the CLI takes them ("1,2,3" with sep ",") and prints them (space-separated).
+inline std::string join(const std::vector<int32_t>& ids, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s.append(sep);
+    s.append(std::to_string(ids[i]));
+  }
+  return s;
+}
+
+inline std::vector<int32_t> parse_ids(const std::string& line) {
+  std::vector<int32_t> ids;
+  std::istringstream in(line);
+  int32_t v;
+  while (in >> v) ids.push_back(v);
+  return ids;
 }
 
 // stdout and stderr together.

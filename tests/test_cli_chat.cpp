@@ -33,9 +33,9 @@ std::vector<std::vector<int32_t>> prompts_in(const std::string& err) {
     std::string word;
     in >> n >> word;  // "N tokens:"
     if (word != "tokens:") continue;
-    std::vector<int32_t> ids;
-    int32_t v;
-    while (in >> v) ids.push_back(v);
+    std::string listed;
+    std::getline(in, listed);
+    const std::vector<int32_t> ids = df::testing::parse_ids(listed);
     EXPECT_EQ(ids.size(), n);
     all.push_back(std::move(ids));
   }

@@ -15,27 +15,12 @@
 namespace fs = std::filesystem;
 using df::testing::golden_json;
 using df::testing::golden_path;
+using df::testing::join;
+using df::testing::parse_ids;
 using df::testing::run_cli_split;
 using nlohmann::json;
 
 namespace {
-
-std::string join(const std::vector<int32_t>& ids, const char* sep) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) s.append(sep);
-    s.append(std::to_string(ids[i]));
-  }
-  return s;
-}
-
-std::vector<int32_t> parse_ids(const std::string& line) {
-  std::vector<int32_t> ids;
-  std::istringstream in(line);
-  int32_t v;
-  while (in >> v) ids.push_back(v);
-  return ids;
-}
 
 std::string scratch(const std::string& name) {
   const std::string dir = std::string(DF_TEST_TMP) + "/" + name;
@@ -228,7 +213,8 @@ TEST(CliRun, ADamagedStoreFailsWithTheRecordNamedAndNoOutput) {
 
 TEST(CliFlags, AnUnknownOrUnbuiltDeviceIsAClearError) {
   for (const char* device : {"cuda", "npu"}) {
-    auto r = run_cli_split("run -m " + golden_path("lfm2moe-tiny.gguf") + " --device " + device + " -p hi -n 1");
+    auto r =
+        run_cli_split("run -m " + golden_path("lfm2moe-tiny.gguf") + " --device " + device + " -p hi -n 1");
     EXPECT_NE(r.status, 0);
     EXPECT_NE(r.err.find(std::string("error: --device ") + device), std::string::npos) << r.err;
     EXPECT_EQ(r.out, "");

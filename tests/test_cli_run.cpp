@@ -10,29 +10,10 @@
 
 using df::testing::golden_json;
 using df::testing::golden_path;
+using df::testing::join;
+using df::testing::parse_ids;
 using df::testing::run_cli;
 using df::testing::run_cli_stdout;
-
-namespace {
-
-std::string join(const std::vector<int32_t>& ids, const char* sep) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) s.append(sep);
-    s.append(std::to_string(ids[i]));
-  }
-  return s;
-}
-
-std::vector<int32_t> parse_ids(const std::string& line) {
-  std::vector<int32_t> ids;
-  std::istringstream in(line);
-  int32_t v;
-  while (in >> v) ids.push_back(v);
-  return ids;
-}
-
-}  // namespace
 
 // The F16 golden model allows exact ids (golden README, rule 4): greedy generation through the CLI machine
 // mode, with the default prefill chunking, must reproduce llama.cpp's 32 ids for every prompt.

@@ -59,7 +59,7 @@ class GptOssModel::State final : public MoeSequenceState {
   }
 
   const GptOssModel* model_;
-  SwigluWave wave;
+  ExpertWave wave;
 };
 
 std::unique_ptr<ModelState> GptOssModel::new_state(int n_ctx) {
@@ -125,7 +125,7 @@ void GptOssModel::route(State& st, const Layer& l, const float* x, int64_t T, fl
 void GptOssModel::run_moe(State& st, int il, int64_t T, ForwardCapture* capture) {
   MoeBuffers& m = st.moe;
   TrunkBuffers& ws = st.trunk;
-  const int64_t H = cfg_.n_embd, K = cfg_.n_expert_used;
+  const int64_t H = cfg_.n_embd;
 
   // Every layer is a MoE layer, so the MoE index is the model layer; the guesses use the post-attention
   // state.
@@ -138,7 +138,7 @@ void GptOssModel::run_moe(State& st, int il, int64_t T, ForwardCapture* capture)
   route(st, l, ws.x.data(), T, ws.xn.data(), m.router_logits.data(), m.expert_ids.data(),
         m.expert_weights.data());
   const size_t n_used = group_by_expert(m, T, cfg_.n_expert_used, cfg_.n_expert);
-  run_experts(*backend_, *experts_, il, m, n_used, st.wave, static_cast<size_t>(K), kOaiSwiglu,
+  run_experts(*backend_, *experts_, il, m, n_used, st.wave, kOaiSwiglu,
               ExpertBiases{l.gate_bias, l.up_bias, l.down_bias}, ws.xn.data(), T, H, cfg_.n_ff_exp);
   add_expert_outputs(*backend_, m, ws.x.data(), T, cfg_.n_expert_used, H);
   capture_routing(capture, il, T, cfg_.n_expert_used, m);

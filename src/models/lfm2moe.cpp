@@ -58,7 +58,7 @@ class Lfm2MoeModel::State final : public MoeSequenceState {
 
   const Lfm2MoeModel* model_;
   std::vector<float> y, bcx;  // short-conv batch buffers
-  SwigluWave wave;
+  ExpertWave wave;
 };
 
 std::unique_ptr<ModelState> Lfm2MoeModel::new_state(int n_ctx) {
@@ -139,8 +139,8 @@ void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture*
   });
   route(st, l, T, st.trunk.xn.data(), m.router_logits.data(), m.expert_ids.data(), m.expert_weights.data());
   const size_t n_used = group_by_expert(m, T, K, cfg_.n_expert);
-  run_experts(*backend_, *experts_, moe, m, n_used, st.wave, static_cast<size_t>(K),
-              backend::ActivationParams{}, ExpertBiases{}, st.trunk.xn.data(), T, cfg_.n_embd, cfg_.n_ff_exp);
+  run_experts(*backend_, *experts_, moe, m, n_used, st.wave, backend::ActivationParams{}, ExpertBiases{},
+              st.trunk.xn.data(), T, cfg_.n_embd, cfg_.n_ff_exp);
   add_expert_outputs(*backend_, m, st.trunk.x.data(), T, K, cfg_.n_embd);
   capture_routing(capture, moe, T, K, m);
 }

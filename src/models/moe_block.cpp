@@ -89,10 +89,11 @@ void route_normed(backend::Backend& be, const RouterInputs& r, const float* x, i
 // that uses every core; for a prefill chunk, a wave's compute overlaps the reads of the following waves. A
 // wave of k experts pins no more than a decode step needs anyway.
 void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b, size_t n_used,
-                 SwigluWave& wave, size_t wave_size, const backend::ActivationParams& act,
-                 const ExpertBiases& biases, const float* xn, int64_t T, int64_t n_embd, int64_t n_ff) {
+                 ExpertWave& wave, const backend::ActivationParams& act, const ExpertBiases& biases,
+                 const float* xn, int64_t T, int64_t n_embd, int64_t n_ff) {
   const int64_t H = n_embd, F = n_ff;
   experts.will_acquire(moe_index, std::span<const int32_t>(b.used.data(), n_used));
+  const size_t wave_size = wave.tasks.size();  // k: what one decode step pins anyway
   for (size_t w0 = 0; w0 < n_used; w0 += wave_size) {
     const size_t n = std::min(wave_size, n_used - w0);
     WaveLeases leases(experts, moe_index, wave.ids.data());

@@ -90,17 +90,15 @@ class WaveLeases {
   size_t n_ = 0;
 };
 
-// One wave of experts: the ids held and the FFNs handed to the backend (k of each).
-struct SwigluWave {
+// One wave of experts: the ids held and the FFNs handed to the backend (k of each: reserve(k)).
+struct ExpertWave {
   std::vector<int32_t> ids;
   std::vector<backend::FfnTask> tasks;
   void reserve(size_t k) {
     ids.resize(k);
     tasks.resize(k);
   }
-  size_t bytes() const {
-    return ids.size() * sizeof(int32_t) + tasks.size() * sizeof(backend::FfnTask);
-  }
+  size_t bytes() const { return ids.size() * sizeof(int32_t) + tasks.size() * sizeof(backend::FfnTask); }
   static size_t bytes_for(size_t k) { return k * (sizeof(int32_t) + sizeof(backend::FfnTask)); }
 };
 
@@ -114,11 +112,11 @@ struct ExpertBiases {
 
 // The chosen experts (b.used[0..n_used)), gated FFNs of n_embd → n_ff → n_embd with the given activation
 // (and biases), each applied to its tokens of xn: expert_out row (token · k + slot) gets its output for that
-// token. Waves of up to `wave_size` experts are acquired, run as one backend ffn() and released (see
-// moe_block.cpp).
+// token. Waves of up to the wave's size (k) of experts are acquired, run as one backend ffn() and released
+// (see moe_block.cpp).
 void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b, size_t n_used,
-                 SwigluWave& wave, size_t wave_size, const backend::ActivationParams& act,
-                 const ExpertBiases& biases, const float* xn, int64_t T, int64_t n_embd, int64_t n_ff);
+                 ExpertWave& wave, const backend::ActivationParams& act, const ExpertBiases& biases,
+                 const float* xn, int64_t T, int64_t n_embd, int64_t n_ff);
 
 // x += the weighted sum of each token's k expert outputs (expert_out in (token, slot) order).
 void add_expert_outputs(backend::Backend& be, MoeBuffers& b, float* x, int64_t T, int k, int64_t n_embd);

@@ -43,7 +43,7 @@ class Qwen3MoeModel::State final : public MoeSequenceState {
   }
 
   const Qwen3MoeModel* model_;
-  SwigluWave wave;
+  ExpertWave wave;
 };
 
 std::unique_ptr<ModelState> Qwen3MoeModel::new_state(int n_ctx) {
@@ -107,8 +107,8 @@ void Qwen3MoeModel::run_moe(State& st, int il, int64_t T, ForwardCapture* captur
                        });
   route(st, il, T, st.trunk.xn.data(), m.router_logits.data(), m.expert_ids.data(), m.expert_weights.data());
   const size_t n_used = group_by_expert(m, T, K, cfg_.n_expert);
-  run_experts(*backend_, *experts_, il, m, n_used, st.wave, static_cast<size_t>(K),
-              backend::ActivationParams{}, ExpertBiases{}, st.trunk.xn.data(), T, cfg_.n_embd, cfg_.n_ff_exp);
+  run_experts(*backend_, *experts_, il, m, n_used, st.wave, backend::ActivationParams{}, ExpertBiases{},
+              st.trunk.xn.data(), T, cfg_.n_embd, cfg_.n_ff_exp);
   add_expert_outputs(*backend_, m, st.trunk.x.data(), T, K, cfg_.n_embd);
   capture_routing(capture, il, T, K, m);
 }
