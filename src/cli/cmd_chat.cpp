@@ -27,14 +27,13 @@ struct ChatFlags {
 
 void chat(const ChatFlags& f) {
   ModelFlags model_flags = f.model;
-  model_flags.prompt_snapshot = true;  // each turn resumes after the previous turn's prompt (below)
+  model_flags.prompt_snapshot = true;  // each turn resumes after the previous turn's prompt
   OpenedModel m = open_from_flags(model_flags);
   const auto& info = m.model->info();
   const auto& tokenizer = *m.tokenizer;
   const ChatPromptBuilder prompts(tokenizer, m.chat_template);  // parsed once, rendered every turn
   auto session_ptr = make_session(m, m.n_ctx);
   Session& session = *session_ptr;
-  session.keep_prompt_snapshot();  // each turn resumes after the previous turn's prompt
   Sampler sampler(info.n_vocab, f.sampling.resolve());
   const bool tty_in = ::isatty(STDIN_FILENO), tty_out = ::isatty(STDOUT_FILENO);
   const char* dim = tty_out ? "\x1b[2m" : "";

@@ -85,6 +85,7 @@ std::unique_ptr<Session> make_session(OpenedModel& m, int n_ctx) {
   auto s = std::make_unique<Session>(*m.model, n_ctx, m.prefill_chunk);
   s->on_step = [&m](uint64_t tokens, uint64_t ns) { m.on_step(tokens, ns); };
   s->on_failure = [&m] { m.on_failure(); };
+  if (m.prompt_snapshot) s->keep_prompt_snapshot();  // the memory plan counted it
   return s;
 }
 

@@ -30,7 +30,8 @@ struct ModelFlags {
 OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx = 0);
 // --verbose-prompt (llama.cpp's flag): the prompt's token ids, as the model will see them, on stderr.
 void print_prompt_ids(std::span<const int32_t> ids);
-// A session wired to the model's expert cache (telemetry per step, clean-up after a failed step).
+// A session wired to the model's expert cache (telemetry per step, clean-up after a failed step), keeping a
+// prompt snapshot when the model was opened for one (ModelSourceOptions::prompt_snapshot).
 std::unique_ptr<Session> make_session(OpenedModel& m, int n_ctx);
 
 struct SamplingFlags {

@@ -91,13 +91,15 @@ OpenedModel open_model(const ModelSourceOptions& options) {
   load.prefetch_lookahead = options.lookahead;
   m.prefill_chunk = options.prefill_chunk;
   const auto memory = [&] { return options.memory ? *options.memory : stream::read_memory_snapshot(); };
+  m.prompt_snapshot = options.prompt_snapshot;
+  const int snapshots = options.prompt_snapshot ? 1 : 0;  // states the plan holds beside the session's own
 
   if (options.resident) {
     m.file = std::make_unique<gguf::File>(gguf::File::open(options.path));
     m.trunk_bytes = tensor_bytes(*m.file, false);
     m.expert_bytes = tensor_bytes(*m.file, true);
     m.n_ctx = resolve_context(options.n_ctx, *m.file);
-    MemoryPlanInput in = memory_plan_input(*m.file, m.n_ctx, m.prefill_chunk, m.n_threads, options.prompt_snapshot ? 1 : 0);
+    MemoryPlanInput in = memory_plan_input(*m.file, m.n_ctx, m.prefill_chunk, m.n_threads, snapshots);
     in.resident = true;
     in.resident_expert_bytes = m.expert_bytes;
     const MemoryPlan plan = plan_memory(in, memory());
@@ -111,7 +113,7 @@ OpenedModel open_model(const ModelSourceOptions& options) {
       {
         const gguf::File source = gguf::File::open(options.path);
         check_memory(memory_plan_input(source, resolve_context(options.n_ctx, source), options.prefill_chunk,
-                                       m.n_threads, options.prompt_snapshot ? 1 : 0),
+                                       m.n_threads, snapshots),
                      memory());
       }
       store::TerminalProgress bar;
@@ -143,7 +145,7 @@ OpenedModel open_model(const ModelSourceOptions& options) {
     // The state's batch buffers are planned for the chunk asked for; the cache may make it smaller, never
     // larger.
     m.n_ctx = resolve_context(options.n_ctx, *m.file);
-    MemoryPlanInput in = memory_plan_input(*m.file, m.n_ctx, options.prefill_chunk, m.n_threads, options.prompt_snapshot ? 1 : 0);
+    MemoryPlanInput in = memory_plan_input(*m.file, m.n_ctx, options.prefill_chunk, m.n_threads, snapshots);
     in.expert_cache_bytes = options.expert_cache_bytes;
     in.record_bytes = layout.record_bytes;
     in.total_records = layout.n_records();

@@ -47,6 +47,7 @@ struct OpenedModel {
   std::optional<std::string> chat_template;  // tokenizer.chat_template, if the file has one
   int prefill_chunk = 64;       // the chunk to use: at most what the cache can hold at once
   int n_ctx = 0;                // the context the memory was planned for (options.n_ctx resolved)
+  bool prompt_snapshot = false;  // options.prompt_snapshot: the plan counted one, sessions keep one
   int n_threads = 0;            // the compute threads (options.n_threads resolved)
   uint64_t reserve_bytes = 0;   // memory planned for everything but the expert cache (engine/memory_plan.h)
   uint64_t trunk_bytes = 0;     // resident tensors (the dense part of the model)
