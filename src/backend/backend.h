@@ -2,12 +2,15 @@
 // The operations a model's forward pass is written against (DESIGN.md "Backends"). A model never computes
 // anything itself: it calls these, and each backend implements every op once for all models, with the
 // numerics of llama.cpp's CPU path (ARCHITECTURES.md 1, 12.10, 13). Activations are row-major float
-// arrays (`rows` rows of `n` values); weights stay in their GGUF block formats.
+// arrays (`rows` rows of `n` values) in buffers the backend allocated (backend/buffer.h); weights stay in
+// their GGUF block formats, in memory the backend laid out (upload_weights).
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <type_traits>
 
+#include "backend/buffer.h"
 #include "gguf/ggml_types.h"
 #include "quant/q4_0x16.h"
 
@@ -17,6 +20,8 @@ namespace df::backend {
 // `n_in / block_size` consecutive blocks of `type` — or, with packing Q4_0x16, the same bytes repacked 16
 // rows at a time (quant/q4_0x16.h), which the matrix products read faster; such a weight is for matmul
 // only (get_rows refuses it), and row(r) is meaningful only for r a multiple of 16 (its group's start).
+// `data` is an address in the backend's memory (device memory for a GPU backend), made by upload_weights()
+// or by an expert provider that asked the backend for the layout; only the backend reads through it.
 struct Weight {
   GgmlType type = GgmlType::F32;
   const void* data = nullptr;
@@ -35,8 +40,8 @@ struct Weight {
 // K by position (k[(pos * n_head_kv + h) * head_dim + d]) and V transposed
 // (v[(h * head_dim + d) * n_ctx + pos]), so that both attention products are rows of f16 dot products.
 struct KvCacheView {
-  uint16_t* k = nullptr;
-  uint16_t* v = nullptr;
+  Buf<uint16_t> k;
+  Buf<uint16_t> v;
   int n_ctx = 0;
   int n_head_kv = 0;
   int head_dim = 0;
@@ -51,7 +56,7 @@ struct RouterParams {
   Gating gating = Gating::Sigmoid;
   int n_expert = 0;
   int k = 0;                              // experts chosen per token
-  const float* selection_bias = nullptr;  // n_expert values added to the probabilities to choose (optional)
+  Buf<const float> selection_bias;        // n_expert values added to the probabilities to choose (optional)
   bool normalize = true;                  // weights / max(sum, 6.103515625e-5) (Softmax and Sigmoid only)
   float scale = 1.0f;                     // applied when not 0 and not 1 (Softmax and Sigmoid only)
 };
@@ -72,7 +77,7 @@ struct RopeParams {
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
   int n_ctx_orig = 0;
-  const float* freq_factors = nullptr;  // n_rot / 2 divisors of θ_i (llama3-style rope_freqs), optional
+  Buf<const float> freq_factors;  // n_rot / 2 divisors of θ_i (llama3-style rope_freqs), optional
 };
 
 // One layer's attention, llama.cpp's non-flash path: scores = (K·Q) · scale (Q rounded to f16), then
@@ -84,15 +89,15 @@ struct AttentionParams {
   int n_head = 0;
   float scale = 1.0f;
   int window = 0;                // 0: every earlier position
-  const float* sinks = nullptr;  // n_head logits, optional
+  Buf<const float> sinks;        // n_head logits, optional
   float softcap = 0.0f;          // 0: none
 };
 
 // One product of matmul_many: y (rows × w.n_out) = W · x (rows × w.n_in).
 struct MatmulTask {
   Weight w;
-  const float* x = nullptr;
-  float* y = nullptr;
+  Buf<const float> x;
+  Buf<float> y;
 };
 
 // The gated activation of an FFN: SwiGLU silu(g) · u; GeGLU gelu(g) · u (tanh approximation, as ggml_gelu);
@@ -110,13 +115,36 @@ struct ActivationParams {
 // of n_in values, down n_out rows of n_ff values; biases and the scale are optional (an expert's own).
 struct FfnTask {
   Weight gate, up, down;
-  const float* gate_bias = nullptr;   // n_ff
-  const float* up_bias = nullptr;     // n_ff
-  const float* down_bias = nullptr;   // n_out
-  float out_scale = 1.0f;             // applied when not 1
-  const int32_t* in_rows = nullptr;   // nullptr: row i
-  const int32_t* out_rows = nullptr;  // nullptr: row i
+  Buf<const float> gate_bias;      // n_ff
+  Buf<const float> up_bias;        // n_ff
+  Buf<const float> down_bias;      // n_out
+  float out_scale = 1.0f;          // applied when not 1
+  Buf<const int32_t> in_rows;      // absent: row i
+  Buf<const int32_t> out_rows;     // absent: row i
   int64_t n_rows = 0;
+};
+
+// The bytes of one or more weight matrices of the same type and shape as the GGUF stores them (n_matrices
+// consecutive slabs of n_out rows: a dense matrix, or every expert of a MoE tensor), for upload_weights().
+struct WeightSource {
+  GgmlType type = GgmlType::F32;
+  const void* bytes = nullptr;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+  int64_t n_matrices = 1;
+  bool rows_looked_up = false;  // a table for get_rows (token embeddings): kept in ggml's row layout
+};
+
+// Weights laid out and stored by the backend: matrix(i) is the i-th slab, in the backend's layout.
+struct UploadedWeights {
+  DeviceBuffer memory;
+  Weight first;          // matrix 0
+  size_t slab_bytes = 0;  // bytes between consecutive matrices
+  Weight matrix(int64_t i) const {
+    Weight w = first;
+    w.data = static_cast<const uint8_t*>(first.data) + static_cast<size_t>(i) * slab_bytes;
+    return w;
+  }
 };
 
 class Backend {
@@ -125,17 +153,47 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual int n_threads() const = 0;
 
-  // The layout this backend reads a weight of this type and row count fastest in; whoever prepares weight
-  // bytes for it (the loader, the expert providers) asks here.
+  // ---- Memory: every buffer an op reads or writes comes from here (backend/buffer.h).
+  // `bytes` of zeroed memory; df::Error naming `what` and the size when it cannot be had.
+  virtual DeviceBuffer alloc(size_t bytes, const char* what) = 0;
+  template <class T>
+  DeviceBuffer alloc_array(size_t count, const char* what) {
+    return alloc(count * sizeof(T), what);
+  }
+  // The explicit crossings between host memory and the backend's (synchronous: on return the bytes are
+  // there). A GPU backend pays a transfer for each, so the models use them only where the design needs the
+  // host: token ids and positions in, the routing ids of a MoE layer out (the expert fetch needs them), the
+  // logits out, the debug capture.
+  virtual void upload(Buf<uint8_t> dst, const void* src, size_t bytes) = 0;
+  virtual void download(void* dst, Buf<const uint8_t> src, size_t bytes) = 0;
+  // Copies within the backend's memory (state snapshots), and zero fill (state reset).
+  virtual void copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) = 0;
+  virtual void fill_zero(Buf<uint8_t> dst, size_t bytes) = 0;
+  // Typed forms of the four above, `count` elements; df::Error when a view is shorter.
+  template <class T>
+  void upload(Buf<std::type_identity_t<T>> dst, const T* src, size_t count);
+  template <class T>
+  void download(T* dst, Buf<const std::type_identity_t<T>> src, size_t count);
+  template <class T>
+  void copy(Buf<T> dst, Buf<const std::type_identity_t<T>> src, size_t count);
+  template <class T>
+  void fill_zero(Buf<T> dst);
+
+  // ---- Weights. The layout this backend reads a weight of this type and row count fastest in; whoever
+  // prepares weight bytes for it (upload_weights, the expert store's ingest, the expert providers) asks here.
   virtual quant::RowPacking preferred_packing(GgmlType type, int64_t n_out) const = 0;
+  // Copies the matrices into the backend's memory in its preferred layout (a table stays in row layout).
+  virtual UploadedWeights upload_weights(const WeightSource& src) = 0;
   // Whether matmul() takes weights of this block type.
   virtual bool supports_matmul(GgmlType w) const = 0;
+
+  // ---- Ops. Views may be longer than an op reads; an op reading past a view's end is a bug (df::Error).
   // Bytes of scratch that matmul() needs for `rows` activation rows against a weight of type w, n_in wide.
   virtual size_t matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const = 0;
   // y[r][o] = W[o] · x[r] for r < rows, o < w.n_out. Each activation row is first converted to the weight's
   // vec_dot type (Q8_0, Q8_K, F16, ...) exactly as llama.cpp's CPU matmul does. x and y must not overlap.
-  virtual void matmul(const Weight& w, const float* x, int64_t rows, float* y,
-                      std::span<uint8_t> scratch) = 0;
+  virtual void matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y,
+                      Buf<uint8_t> scratch) = 0;
   // Several products over `rows` activation rows each, as one job (a decode step's products are small; run
   // apart, each would spend more on dispatch than on compute). Each y equals matmul(w, x, rows) bit for bit.
   // At most max_matmul_tasks() products; x and y must not overlap.
@@ -146,48 +204,82 @@ class Backend {
   // Every FFN must have the same shapes and types; the out rows written must be distinct. Each output row
   // equals matmul(gate), matmul(up), the biases, the activation, matmul(down), its bias and scale on that
   // row, bit for bit.
-  virtual void ffn(std::span<const FfnTask> ffns, const ActivationParams& act, const float* x, int64_t x_rows,
-                   float* out) = 0;
-  // out[i] = row ids[i] of the table, dequantized exactly (no activation rounding).
-  virtual void get_rows(const Weight& table, std::span<const int32_t> ids, float* out) = 0;
+  virtual void ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x,
+                   int64_t x_rows, Buf<float> out) = 0;
+  // out[i] = row ids[i] of the table for i < n, dequantized exactly (no activation rounding).
+  virtual void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) = 0;
 
   // y = x / sqrt(mean(x²) + eps) per row of n values (sum of squares in double), then ⊙ weight if given.
   // x == y is allowed. Per-head norms are this op over rows * n_head rows of head_dim values.
-  virtual void rms_norm(const float* x, int64_t rows, int64_t n, const float* weight, float eps,
-                        float* y) = 0;
+  virtual void rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
+                        Buf<float> y) = 0;
   // RoPE (RopeParams) in place on x = rows × n_head × head_dim, row r at position pos[r].
-  virtual void rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos,
+  virtual void rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos,
                     const RopeParams& p) = 0;
 
   // Rounds k and v (rows × n_head_kv × head_dim each) to f16 and stores them at positions pos0.. .
-  virtual void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t rows, int pos0) = 0;
+  virtual void kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows,
+                        int pos0) = 0;
   // Scratch floats attention() needs for a cache of n_ctx positions.
   virtual size_t attention_scratch_floats(int n_ctx, int head_dim) const = 0;
   // Attention (AttentionParams) of q (rows × n_head × head_dim, row r at position pos0 + r) over the cache
   // positions visible from it. out = rows × n_head × head_dim.
-  virtual void attention(const KvCacheView& kv, const float* q, int64_t rows, int pos0,
-                         const AttentionParams& p, float* out, std::span<float> scratch) = 0;
+  virtual void attention(const KvCacheView& kv, Buf<const float> q, int64_t rows, int pos0,
+                         const AttentionParams& p, Buf<float> out, Buf<float> scratch) = 0;
 
   // LFM2 gated short convolution over `rows` consecutive tokens. bcx = rows × 3n (b | c | x); conv_w =
   // n channels × l_cache taps (tap 0 oldest); state = (l_cache - 1) × n, the previous b⊙x rows, oldest first,
   // advanced in place. y[t] = c ⊙ Σ_j w_j · (b⊙x)_{t - (l_cache-1) + j}, accumulated in float in tap order.
-  virtual void short_conv(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache,
-                          float* state, float* y) = 0;
+  virtual void short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<const float> conv_w, int l_cache,
+                          Buf<float> state, Buf<float> y) = 0;
 
   // y = silu(gate) ⊙ up over n values (y may alias gate or up).
-  virtual void swiglu(const float* gate, const float* up, int64_t n, float* y) = 0;
+  virtual void swiglu(Buf<const float> gate, Buf<const float> up, int64_t n, Buf<float> y) = 0;
   // x += y over n values.
-  virtual void add(float* x, const float* y, int64_t n) = 0;
+  virtual void add(Buf<float> x, Buf<const float> y, int64_t n) = 0;
   // x[r] += bias for r < rows (n values per row), as ggml_add broadcasts a bias vector.
-  virtual void add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n) = 0;
+  virtual void add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t rows, int64_t n) = 0;
 
   // Expert choice for `rows` rows of router logits (rows × n_expert): ids (rows × k) in selection order
   // (descending score, lowest id first on exact ties) and their weights (rows × k), as build_moe_ffn does.
-  virtual void route(const RouterParams& p, const float* logits, int64_t rows, int32_t* ids,
-                     float* weights) = 0;
+  virtual void route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,
+                     Buf<float> weights) = 0;
   // out[r] = Σ_j weights[r][j] · expert_out[r][j] in slot order (expert_out = rows × k × n).
-  virtual void moe_combine(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
-                           float* out) = 0;
+  virtual void moe_combine(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k,
+                           int64_t n, Buf<float> out) = 0;
+
+ protected:
+  friend class DeviceBuffer;
+  // Frees what alloc() returned (DeviceBuffer's destructor calls it).
+  virtual void free_memory(void* data, size_t bytes) noexcept = 0;
 };
+
+inline DeviceBuffer::~DeviceBuffer() {
+  if (backend_ && data_) backend_->free_memory(data_, bytes_);
+}
+
+template <class T>
+void Backend::upload(Buf<std::type_identity_t<T>> dst, const T* src, size_t count) {
+  if (count > dst.size()) fail("upload of {} elements into a buffer view of {}", count, dst.size());
+  upload(dst.bytes(), src, count * sizeof(T));
+}
+
+template <class T>
+void Backend::download(T* dst, Buf<const std::type_identity_t<T>> src, size_t count) {
+  if (count > src.size()) fail("download of {} elements from a buffer view of {}", count, src.size());
+  download(dst, src.bytes(), count * sizeof(T));
+}
+
+template <class T>
+void Backend::copy(Buf<T> dst, Buf<const std::type_identity_t<T>> src, size_t count) {
+  if (count > dst.size() || count > src.size())
+    fail("copy of {} elements between buffer views of {} and {}", count, src.size(), dst.size());
+  copy(dst.bytes(), src.bytes(), count * sizeof(T));
+}
+
+template <class T>
+void Backend::fill_zero(Buf<T> dst) {
+  fill_zero(dst.bytes(), dst.size() * sizeof(T));
+}
 
 }  // namespace df::backend
