@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "cpu_host_backend.h"
 #include "quant/q4_0x16.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -46,7 +47,7 @@ struct Matrix {
   }
 };
 
-std::vector<float> matmul(CpuBackend& be, const Weight& w, const float* x, int64_t rows) {
+std::vector<float> matmul(HostCpuBackend& be, const Weight& w, const float* x, int64_t rows) {
   std::vector<uint8_t> scratch(be.matmul_scratch_bytes(w.type, w.n_in, rows));
   std::vector<float> y(static_cast<size_t>(rows * w.n_out));
   be.matmul(w, x, rows, y.data(), scratch);
@@ -60,19 +61,19 @@ TEST(MatmulMany, EqualsOneMatmulPerProductWithSharedAndSeparateInputs) {
   for (int64_t rows : {1, 5, 70}) {
     const auto x1 = random_floats(static_cast<size_t>(rows * n_in), 10);
     const auto x2 = random_floats(static_cast<size_t>(rows * n_in), 11);
-    CpuBackend one(1);
+    HostCpuBackend one(1);
     const std::vector<std::vector<float>> want = {
         matmul(one, a.w, x1.data(), rows), matmul(one, b.w, x1.data(), rows),
         matmul(one, c.w, x2.data(), rows), matmul(one, d.w, x2.data(), rows)};
     for (int threads : {1, 2, 3}) {
-      CpuBackend be(threads);
+      HostCpuBackend be(threads);
       std::vector<std::vector<float>> got(4);
       for (size_t i = 0; i < 4; ++i) got[i].assign(want[i].size(), -1.0f);
       // a and b share x1 (Q8_0 and Q8_K: two quantizations), d shares c's x2 in another format.
-      const MatmulTask tasks[] = {{a.w, x1.data(), got[0].data()},
-                                  {b.w, x1.data(), got[1].data()},
-                                  {c.w, x2.data(), got[2].data()},
-                                  {d.w, x2.data(), got[3].data()}};
+      const MatmulTask tasks[] = {{a.w, HostCpuBackend::h(x1.data()), HostCpuBackend::h(got[0].data())},
+                                  {b.w, HostCpuBackend::h(x1.data()), HostCpuBackend::h(got[1].data())},
+                                  {c.w, HostCpuBackend::h(x2.data()), HostCpuBackend::h(got[2].data())},
+                                  {d.w, HostCpuBackend::h(x2.data()), HostCpuBackend::h(got[3].data())}};
       be.matmul_many(tasks, rows);
       for (size_t i = 0; i < 4; ++i)
         EXPECT_EQ(got[i], want[i]) << "product " << i << " rows " << rows << " threads " << threads;
@@ -89,14 +90,15 @@ TEST(PackedWeights, MatmulEqualsTheUnpackedMatmulBitForBit) {
     const Matrix p = m.packed();
     for (int64_t rows : {1, 3, 70}) {
       const auto x = random_floats(static_cast<size_t>(rows * n_in), 5);
-      CpuBackend one(1);
+      HostCpuBackend one(1);
       const auto want = matmul(one, m.w, x.data(), rows);
       for (int threads : {1, 2, 3}) {
-        CpuBackend be(threads);
+        HostCpuBackend be(threads);
         EXPECT_EQ(matmul(be, p.w, x.data(), rows), want)
             << n_out << " rows, " << rows << " tokens, " << threads;
         std::vector<float> y(want.size(), -1.0f), y2(want.size(), -1.0f);
-        const MatmulTask tasks[] = {{p.w, x.data(), y.data()}, {m.w, x.data(), y2.data()}};
+        const MatmulTask tasks[] = {{p.w, HostCpuBackend::h(x.data()), HostCpuBackend::h(y.data())},
+                                    {m.w, HostCpuBackend::h(x.data()), HostCpuBackend::h(y2.data())}};
         be.matmul_many(tasks, rows);
         EXPECT_EQ(y, want);
         EXPECT_EQ(y2, want);
@@ -106,7 +108,7 @@ TEST(PackedWeights, MatmulEqualsTheUnpackedMatmulBitForBit) {
 }
 
 TEST(PackedWeights, RowLookupsAndMisfitPackingsAreRefused) {
-  CpuBackend be(1);
+  HostCpuBackend be(1);
   const Matrix m(GgmlType::Q4_0, 64, 32, 1);
   const Matrix p = m.packed();
   std::vector<float> out(64);
@@ -125,12 +127,14 @@ TEST(PackedWeights, RowLookupsAndMisfitPackingsAreRefused) {
 }
 
 TEST(MatmulMany, RejectsTooManyProductsAndUnsupportedTypes) {
-  CpuBackend be(2);
+  HostCpuBackend be(2);
   const Matrix a(GgmlType::Q8_0, 32, 4, 5);
   std::vector<float> x(32), y(4);
-  std::vector<MatmulTask> tasks(CpuBackend::kMaxMatmulTasks + 1, MatmulTask{a.w, x.data(), y.data()});
+  std::vector<MatmulTask> tasks(CpuBackend::kMaxMatmulTasks + 1,
+                                MatmulTask{a.w, HostCpuBackend::h(x.data()), HostCpuBackend::h(y.data())});
   EXPECT_THROW(be.matmul_many(tasks, 1), Error);
-  const MatmulTask bad[] = {{Weight{GgmlType::Q8_K, a.bytes.data(), 256, 1}, x.data(), y.data()}};
+  const MatmulTask bad[] = {{Weight{GgmlType::Q8_K, a.bytes.data(), 256, 1}, HostCpuBackend::h(x.data()),
+                             HostCpuBackend::h(y.data())}};
   EXPECT_THROW(be.matmul_many(bad, 1), Error);
 }
 
@@ -166,7 +170,7 @@ TEST_P(SwigluFfn, EqualsMatmulSwigluMatmulOnTheGatheredRowsBitForBit) {
   const auto x = random_floats(static_cast<size_t>(T * c.n_in), 7, 2.0f);
 
   // Reference: per expert, its rows gathered, matmul gate/up, swiglu, matmul down, scattered.
-  CpuBackend one(1);
+  HostCpuBackend one(1);
   std::vector<float> want(static_cast<size_t>(T * K * c.n_out), -1.0f);
   std::vector<std::vector<int32_t>> in_rows(5), out_rows(5);
   for (int64_t i = 0; i < T * K; ++i) {
@@ -202,15 +206,15 @@ TEST_P(SwigluFfn, EqualsMatmulSwigluMatmulOnTheGatheredRowsBitForBit) {
   dense.n_rows = rows;
 
   for (int threads : {1, 2, 3}) {
-    CpuBackend be(threads);
+    HostCpuBackend be(threads);
     std::vector<FfnTask> ffns;
     for (size_t e = 0; e < 5; ++e) {
       FfnTask f;
       f.gate = gates[e].w;
       f.up = ups[e].w;
       f.down = downs[e].w;
-      f.in_rows = in_rows[e].data();
-      f.out_rows = out_rows[e].data();
+      f.in_rows = HostCpuBackend::h(in_rows[e].data());
+      f.out_rows = HostCpuBackend::h(out_rows[e].data());
       f.n_rows = static_cast<int64_t>(in_rows[e].size());
       ffns.push_back(f);
     }
@@ -254,7 +258,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(SwigluFfnErrors, MismatchedShapesAndInputRowsOutOfRange) {
-  CpuBackend be(2);
+  HostCpuBackend be(2);
   const Matrix g(GgmlType::Q8_0, 64, 32, 1), u(GgmlType::Q8_0, 64, 32, 2), d(GgmlType::Q8_0, 32, 64, 3),
       other_down(GgmlType::Q8_0, 32, 32, 4);
   const auto x = random_floats(2 * 64, 5);
@@ -264,7 +268,7 @@ TEST(SwigluFfnErrors, MismatchedShapesAndInputRowsOutOfRange) {
   a.gate = g.w;
   a.up = u.w;
   a.down = d.w;
-  a.in_rows = rows;
+  a.in_rows = HostCpuBackend::h(rows);
   a.n_rows = 2;
   EXPECT_THROW(be.ffn(std::span(&a, 1), ActivationParams{}, x.data(), 2, out.data()), Error);  // row 2 of 2
   a.n_rows = 1;
@@ -311,7 +315,7 @@ TEST(Ffn, BiasesScaleAndEveryActivationEqualTheUnfusedOps) {
        {ActivationParams{Activation::SwiGLU}, ActivationParams{Activation::GeGLU},
         ActivationParams{Activation::OaiSwiGLU, 1.702f, 7.0f}}) {
     SCOPED_TRACE(static_cast<int>(act.kind));
-    CpuBackend one(1);
+    HostCpuBackend one(1);
     std::vector<float> xg;
     for (int32_t r : in_rows) xg.insert(xg.end(), x.begin() + r * n_in, x.begin() + (r + 1) * n_in);
     const int64_t n = static_cast<int64_t>(in_rows.size());
@@ -327,17 +331,17 @@ TEST(Ffn, BiasesScaleAndEveryActivationEqualTheUnfusedOps) {
         want[static_cast<size_t>(out_rows[static_cast<size_t>(i)] * n_out + o)] =
             down[static_cast<size_t>(i * n_out + o)] * 0.5f;
     for (int threads : {1, 2, 3}) {
-      CpuBackend be(threads);
+      HostCpuBackend be(threads);
       FfnTask f;
       f.gate = g.w;
       f.up = u.w;
       f.down = d.w;
-      f.gate_bias = gb.data();
-      f.up_bias = ub.data();
-      f.down_bias = db.data();
+      f.gate_bias = HostCpuBackend::h(gb.data());
+      f.up_bias = HostCpuBackend::h(ub.data());
+      f.down_bias = HostCpuBackend::h(db.data());
       f.out_scale = 0.5f;
-      f.in_rows = in_rows.data();
-      f.out_rows = out_rows.data();
+      f.in_rows = HostCpuBackend::h(in_rows.data());
+      f.out_rows = HostCpuBackend::h(out_rows.data());
       f.n_rows = n;
       std::vector<float> got(want.size(), -1.0f);
       be.ffn(std::span(&f, 1), act, x.data(), T, got.data());
@@ -357,7 +361,7 @@ TEST(Ffn, ActivationsFollowTheirDefinitions) {
   const Weight gate{GgmlType::F32, zeros.data(), 1, n}, up{GgmlType::F32, zeros.data(), 1, n},
       down{GgmlType::F32, eye.data(), n, n};
   const float x = 1.0f;
-  CpuBackend be(2);
+  HostCpuBackend be(2);
   for (const ActivationParams act :
        {ActivationParams{Activation::SwiGLU}, ActivationParams{Activation::GeGLU},
         ActivationParams{Activation::OaiSwiGLU, 1.702f, 7.0f}}) {
@@ -365,8 +369,8 @@ TEST(Ffn, ActivationsFollowTheirDefinitions) {
     f.gate = gate;
     f.up = up;
     f.down = down;
-    f.gate_bias = gs.data();
-    f.up_bias = us.data();
+    f.gate_bias = HostCpuBackend::h(gs.data());
+    f.up_bias = HostCpuBackend::h(us.data());
     f.n_rows = 1;
     std::vector<float> y(static_cast<size_t>(n));
     be.ffn(std::span(&f, 1), act, &x, 1, y.data());

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels/cpu_features.h"
+#include "cpu_host_backend.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -54,7 +55,7 @@ class Matmul : public ::testing::TestWithParam<MatmulCase> {};
 TEST_P(Matmul, MatchesFloat64ReferenceOnQuantizedActivations) {
   const auto [type, n_in] = GetParam();
   const int64_t n_out = 37;
-  CpuBackend be(3);
+  HostCpuBackend be(3);
   const auto wf = random_floats(static_cast<size_t>(n_in * n_out), 1);
   const auto wq = quantized(type, wf, n_out, n_in);
   const auto wd = dequantized(type, wq, n_out, n_in);
@@ -112,7 +113,7 @@ TEST_P(Matmul, EqualsScalarVecDotBitForBit) {
   const auto wq = quantized(type, random_floats(static_cast<size_t>(n_in * n_out), 17), n_out, n_in);
   const Weight w{type, wq.data(), n_in, n_out};
   const auto x = random_floats(static_cast<size_t>(rows * n_in), 18);
-  CpuBackend be(2);
+  HostCpuBackend be(2);
   std::vector<uint8_t> scratch(be.matmul_scratch_bytes(type, n_in, rows));
   std::vector<float> y(static_cast<size_t>(rows * n_out));
   be.matmul(w, x.data(), rows, y.data(), scratch);
@@ -142,7 +143,7 @@ TEST_P(Matmul, SimdLevelGivesTheScalarLevelsResults) {
   const auto wq = quantized(type, random_floats(static_cast<size_t>(n_in * n_out), 27), n_out, n_in);
   const Weight w{type, wq.data(), n_in, n_out};
   const auto x = random_floats(static_cast<size_t>(rows * n_in), 28);
-  CpuBackend scalar(2, kernels::SimdLevel::kScalar), simd(2, best);
+  HostCpuBackend scalar(2, kernels::SimdLevel::kScalar), simd(2, best);
   std::vector<uint8_t> scratch(scalar.matmul_scratch_bytes(type, n_in, rows));
   std::vector<float> want(static_cast<size_t>(rows * n_out)), got(want.size());
   scalar.matmul(w, x.data(), rows, want.data(), scratch);
@@ -169,11 +170,11 @@ TEST_P(Matmul, RowsDoNotDependOnBatchOrThreads) {
   const auto wq = quantized(type, random_floats(static_cast<size_t>(n_in * n_out), 7), n_out, n_in);
   const Weight w{type, wq.data(), n_in, n_out};
   const auto x = random_floats(static_cast<size_t>(rows * n_in), 8);
-  CpuBackend one(1), two(2), three(3);
+  HostCpuBackend one(1), two(2), three(3);
   std::vector<uint8_t> scratch(one.matmul_scratch_bytes(type, n_in, rows));
   std::vector<float> batch(static_cast<size_t>(rows * n_out)), single(batch.size());
   one.matmul(w, x.data(), rows, batch.data(), scratch);
-  for (CpuBackend* be : {&two, &three}) {
+  for (HostCpuBackend* be : {&two, &three}) {
     std::vector<float> threaded(batch.size());
     be->matmul(w, x.data(), rows, threaded.data(), scratch);
     EXPECT_EQ(batch, threaded) << be->n_threads() << " threads";
@@ -192,7 +193,7 @@ INSTANTIATE_TEST_SUITE_P(Types, Matmul,
                          [](const auto& info) { return std::string(ggml_type_name(info.param.type)); });
 
 TEST(Matmul, RejectsUnsupportedTypesAndShortScratch) {
-  CpuBackend be(1);
+  HostCpuBackend be(1);
   EXPECT_FALSE(be.supports_matmul(GgmlType::Q8_K));
   EXPECT_THROW(be.matmul_scratch_bytes(GgmlType::I32, 32, 1), Error);
   std::vector<uint8_t> w(ggml_row_bytes(GgmlType::Q8_0, 64) * 2);
@@ -202,7 +203,7 @@ TEST(Matmul, RejectsUnsupportedTypesAndShortScratch) {
 }
 
 TEST(GetRows, DequantizesRowsExactlyAndChecksIds) {
-  CpuBackend be(1);
+  HostCpuBackend be(1);
   const int64_t n = 256, vocab = 11;
   for (GgmlType t : {GgmlType::Q6_K, GgmlType::F16, GgmlType::Q4_0}) {
     const auto table = quantized(t, random_floats(static_cast<size_t>(n * vocab), 3), vocab, n);
@@ -222,7 +223,7 @@ TEST(GetRows, DequantizesRowsExactlyAndChecksIds) {
 // ---- norms, RoPE ----
 
 TEST(RmsNorm, MatchesFloat64ReferenceWithAndWithoutWeight) {
-  CpuBackend be(1);
+  HostCpuBackend be(1);
   for (int64_t n : {1, 64, 67, 256}) {
     const int64_t rows = 3;
     const auto x = random_floats(static_cast<size_t>(rows * n), 5, 3.0f);
@@ -247,7 +248,7 @@ TEST(RmsNorm, MatchesFloat64ReferenceWithAndWithoutWeight) {
 }
 
 TEST(Rope, NeoxMatchesFloat64ReferenceAndLeavesUnrotatedDims) {
-  CpuBackend be(1);
+  HostCpuBackend be(1);
   const int n_head = 3, head_dim = 64;
   for (int n_rot : {64, 32}) {
     const std::vector<int32_t> pos = {0, 1, 17, 250};
@@ -276,12 +277,12 @@ TEST(Rope, NeoxMatchesFloat64ReferenceAndLeavesUnrotatedDims) {
 
 TEST(Attention, MatchesFloat64ReferenceOverTheF16CacheCausallyWithGqa) {
   const int n_head = 4, n_kv = 2, hd = 64, n_ctx = 12, rows = 9;
-  CpuBackend be(3);
+  HostCpuBackend be(3);
   const auto q = random_floats(size_t(rows * n_head * hd), 11);
   const auto k = random_floats(size_t(rows * n_kv * hd), 12, 0.5f);
   const auto v = random_floats(size_t(rows * n_kv * hd), 13);
   std::vector<uint16_t> kc(size_t(n_ctx * n_kv * hd)), vc(kc.size());
-  const KvCacheView kv{kc.data(), vc.data(), n_ctx, n_kv, hd};
+  const KvCacheView kv = host_kv(kc.data(), vc.data(), n_ctx, n_kv, hd);
   std::vector<float> scratch(be.attention_scratch_floats(n_ctx, hd));
   const float scale = 1.0f / 8.0f;
   // Batched: the first 2 rows, then the other 7 as one batch.
@@ -339,9 +340,9 @@ TEST(Attention, ThreadsDoNotChangeResults) {
   const auto v = random_floats(size_t(rows * n_kv * hd), 16);
   std::vector<std::vector<float>> outs;
   for (int threads : {1, 2, 3}) {
-    CpuBackend be(threads);
+    HostCpuBackend be(threads);
     std::vector<uint16_t> kc(size_t(n_ctx * n_kv * hd)), vc(kc.size());
-    const KvCacheView kv{kc.data(), vc.data(), n_ctx, n_kv, hd};
+    const KvCacheView kv = host_kv(kc.data(), vc.data(), n_ctx, n_kv, hd);
     std::vector<float> scratch(be.attention_scratch_floats(n_ctx, hd)), out(q.size());
     be.kv_store(kv, k.data(), v.data(), rows, 0);
     be.attention(kv, q.data(), rows, 0, AttentionParams{n_head, 0.125f}, out.data(), scratch);
@@ -352,20 +353,21 @@ TEST(Attention, ThreadsDoNotChangeResults) {
 }
 
 TEST(Attention, RejectsPositionsPastTheContext) {
-  CpuBackend be(1);
+  HostCpuBackend be(1);
   std::vector<uint16_t> kc(4 * 64), vc(4 * 64);
-  const KvCacheView kv{kc.data(), vc.data(), 4, 1, 64};
+  const KvCacheView kv = host_kv(kc.data(), vc.data(), 4, 1, 64);
   std::vector<float> x(2 * 64), out(2 * 64), scratch(be.attention_scratch_floats(4, 64));
   EXPECT_THROW(be.kv_store(kv, x.data(), x.data(), 2, 3), Error);
   EXPECT_THROW(be.attention(kv, x.data(), 2, 3, AttentionParams{1, 1.0f}, out.data(), scratch), Error);
-  const KvCacheView two_heads{kc.data(), vc.data(), 4, 2, 32};  // 3 query heads cannot share 2 KV heads
+  const KvCacheView two_heads =
+      host_kv(kc.data(), vc.data(), 4, 2, 32);  // 3 query heads cannot share 2 KV heads
   EXPECT_THROW(be.attention(two_heads, x.data(), 1, 0, AttentionParams{3, 1.0f}, out.data(), scratch), Error);
 }
 
 // ---- short conv ----
 
 TEST(ShortConv, MatchesFloat64ReferenceAndCarriesItsState) {
-  CpuBackend be(1);
+  HostCpuBackend be(1);
   for (int L : {2, 3, 4}) {
     const int64_t n = 37, T = 6;
     const auto bcx = random_floats(size_t(T * 3 * n), 21);
@@ -403,7 +405,7 @@ TEST(ShortConv, MatchesFloat64ReferenceAndCarriesItsState) {
 // ---- elementwise, routing ----
 
 TEST(Elementwise, SwigluAndAddMatchFloat64) {
-  CpuBackend be(1);
+  HostCpuBackend be(1);
   const auto g = random_floats(101, 31, 4.0f), u = random_floats(101, 32);
   std::vector<float> y(101);
   be.swiglu(g.data(), u.data(), 101, y.data());
@@ -417,7 +419,7 @@ TEST(Elementwise, SwigluAndAddMatchFloat64) {
 }
 
 TEST(Route, SigmoidWithSelectionBiasPicksTopKAndNormalisesUnbiasedWeights) {
-  CpuBackend be(1);
+  HostCpuBackend be(1);
   const int E = 24, K = 4, rows = 5;
   const auto logits = random_floats(size_t(rows * E), 41, 2.0f);
   const auto bias = random_floats(size_t(E), 42, 0.3f);
@@ -425,7 +427,7 @@ TEST(Route, SigmoidWithSelectionBiasPicksTopKAndNormalisesUnbiasedWeights) {
   p.gating = Gating::Sigmoid;
   p.n_expert = E;
   p.k = K;
-  p.selection_bias = bias.data();
+  p.selection_bias = HostCpuBackend::h(bias.data());
   std::vector<int32_t> ids(size_t(rows * K));
   std::vector<float> w(ids.size());
   be.route(p, logits.data(), rows, ids.data(), w.data());
@@ -448,7 +450,7 @@ TEST(Route, SigmoidWithSelectionBiasPicksTopKAndNormalisesUnbiasedWeights) {
 }
 
 TEST(Route, SoftmaxTiesScaleAndClamp) {
-  CpuBackend be(1);
+  HostCpuBackend be(1);
   RouterParams p;
   p.n_expert = 6;
   p.k = 2;
@@ -480,7 +482,7 @@ TEST(Route, SoftmaxTiesScaleAndClamp) {
 }
 
 TEST(MoeCombine, WeightedSumInSlotOrderMatchesFloat64) {
-  CpuBackend be(1);
+  HostCpuBackend be(1);
   const int rows = 3, K = 4;
   const int64_t n = 33;
   const auto e = random_floats(size_t(rows * K * n), 51);

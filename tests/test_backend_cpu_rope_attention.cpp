@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "cpu_host_backend.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -33,7 +34,7 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
 // tolerance is what float arithmetic allows and no more: ggml's recurrence theta_i = pos * s^i in float
 // rounds about 2i+1 times (2^-24 each, relative to the angle), plus ~1e-7 for float cos and sin.
 TEST(BackendRopeAttention, YarnRopeAnglesAndMagnitudeFollowTheSpec) {
-  CpuBackend be(2);
+  HostCpuBackend be(2);
   RopeParams p;
   p.n_rot = 64;
   p.freq_base = 150000.0f;
@@ -76,7 +77,7 @@ TEST(BackendRopeAttention, YarnRopeAnglesAndMagnitudeFollowTheSpec) {
 // normal mode adjacent pairs (2i, 2i + 1); θ_i = p · base^(-2i/n) / ff_i; dims past n_rot untouched. The
 // tolerance is float rounding of the recurrence (see the YaRN test).
 TEST(BackendRopeAttention, NeoxAndNormalModesWithFrequencyFactorsFollowTheSpec) {
-  CpuBackend be(2);
+  HostCpuBackend be(2);
   const int n_head = 3, hd = 10, rows = 5, n_rot = 6;
   const int32_t pos[rows] = {0, 1, 5, 100, 4095};
   const std::vector<float> factors = {1.0f, 2.5f, 8.0f};
@@ -90,7 +91,7 @@ TEST(BackendRopeAttention, NeoxAndNormalModesWithFrequencyFactorsFollowTheSpec) 
       p.mode = mode;
       p.n_rot = n_rot;
       p.freq_base = 10000.0f;
-      p.freq_factors = with_factors ? factors.data() : nullptr;
+      p.freq_factors = HostCpuBackend::h(with_factors ? factors.data() : nullptr);
       be.rope(a.data(), rows, n_head, hd, pos, p);
       for (int r = 0; r < rows; ++r)
         for (int h = 0; h < n_head; ++h) {
@@ -147,7 +148,7 @@ struct Cache {
         v[static_cast<size_t>((h * hd + d) * n_ctx + p)] = nan;
       }
   }
-  backend::KvCacheView view() { return {k.data(), v.data(), n_ctx, n_kv, hd}; }
+  backend::KvCacheView view() { return host_kv(k.data(), v.data(), n_ctx, n_kv, hd); }
 };
 
 // float64 attention over the widened f16 values: query rounded to f16, sinks in the max and denominator.
@@ -193,11 +194,11 @@ TEST(BackendRopeAttention, AttentionWithSinksAndWindowMatchesTheReferenceAndNeve
   for (int p = pos0 + rows; p < n_ctx; ++p) c.poison(p);    // the future
   const auto q = random_floats(static_cast<size_t>(rows * n_head * hd), 3, 2.0f);
   const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f, 3.5f, -4.0f};
-  CpuBackend be(2);
+  HostCpuBackend be(2);
   std::vector<float> out(q.size()), scratch(be.attention_scratch_floats(n_ctx, hd));
   const float scale = 1.0f / std::sqrt(float(hd));
-  be.attention(c.view(), q.data(), rows, pos0, AttentionParams{n_head, scale, window, sinks.data()},
-               out.data(), scratch);
+  be.attention(c.view(), q.data(), rows, pos0,
+               AttentionParams{n_head, scale, window, HostCpuBackend::h(sinks.data())}, out.data(), scratch);
   const auto want = reference_attention(c, q, rows, pos0, n_head, scale, sinks.data(), window);
   for (size_t i = 0; i < out.size(); ++i) {
     ASSERT_TRUE(std::isfinite(out[i])) << i;
@@ -210,7 +211,7 @@ TEST(BackendRopeAttention, SoftcapMatchesTheReference) {
   const int n_ctx = 21, n_kv = 1, n_head = 2, hd = 16, rows = 21;
   Cache c(n_ctx, n_kv, hd, 5);
   const auto q = random_floats(static_cast<size_t>(rows * n_head * hd), 9, 4.0f);  // large scores
-  CpuBackend be(2);
+  HostCpuBackend be(2);
   std::vector<float> out(q.size()), scratch(be.attention_scratch_floats(n_ctx, hd));
   AttentionParams p{n_head, 0.5f};
   p.softcap = 5.0f;
@@ -230,9 +231,10 @@ TEST(BackendRopeAttention, ADominantSinkSilencesTheHead) {
   Cache c(8, 1, 8, 21);
   const auto q = random_floats(8 * 2 * 8, 4);
   const std::vector<float> sinks = {40.0f, -40.0f};
-  CpuBackend be(2);
+  HostCpuBackend be(2);
   std::vector<float> out(q.size()), scratch(be.attention_scratch_floats(8, 8));
-  be.attention(c.view(), q.data(), 8, 0, AttentionParams{2, 0.35f, 0, sinks.data()}, out.data(), scratch);
+  be.attention(c.view(), q.data(), 8, 0, AttentionParams{2, 0.35f, 0, HostCpuBackend::h(sinks.data())},
+               out.data(), scratch);
   double head0 = 0, head1 = 0;
   for (int r = 0; r < 8; ++r)
     for (int d = 0; d < 8; ++d) {
@@ -245,7 +247,7 @@ TEST(BackendRopeAttention, ADominantSinkSilencesTheHead) {
 
 TEST(BackendRopeAttention, AttentionRejectsBadShapes) {
   Cache c(4, 2, 8, 1);
-  CpuBackend be(2);
+  HostCpuBackend be(2);
   std::vector<float> q(3 * 8), out(q.size()), scratch(be.attention_scratch_floats(4, 8));
   EXPECT_THROW(be.attention(c.view(), q.data(), 1, 0, AttentionParams{3, 1.0f}, out.data(), scratch), Error);
   EXPECT_THROW(be.attention(c.view(), q.data(), 1, 4, AttentionParams{2, 1.0f}, out.data(), scratch), Error);
@@ -261,7 +263,7 @@ TEST(BackendRopeAttention, SoftmaxWeightRoutingTakesTheTopKLogitsAndSoftmaxesThe
                                      -5.f, -4.f, -3.f,  -2.f, -1.f, -0.5f};  // row 1
   std::vector<int32_t> ids(6);
   std::vector<float> w(6);
-  CpuBackend be(2);
+  HostCpuBackend be(2);
   RouterParams p;
   p.gating = Gating::SoftmaxWeight;
   p.n_expert = 6;
@@ -284,7 +286,7 @@ TEST(BackendRopeAttention, SoftmaxWeightRoutingTakesTheTopKLogitsAndSoftmaxesThe
 TEST(BackendRopeAttention, BiasRowsAddTheSameVectorToEveryRow) {
   std::vector<float> x = {1, 2, 3, 4, 5, 6};
   const std::vector<float> b = {10, 20, 30};
-  CpuBackend be(1);
+  HostCpuBackend be(1);
   be.add_bias_rows(x.data(), b.data(), 2, 3);
   EXPECT_EQ(x, (std::vector<float>{11, 22, 33, 14, 25, 36}));
 }

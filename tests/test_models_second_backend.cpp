@@ -1,7 +1,8 @@
 // The seam between the models and the backends: a model loaded with a second Backend implementation — one
 // that is not the CPU backend but forwards every op to one through the interface, counting the calls — gives
-// the same bits as the model on the default backend, for every golden architecture; and every op the model
-// needs went through the interface (nothing reached a concrete backend another way).
+// the same bits as the model on the default backend, for every golden architecture; every op the model
+// needs went through the interface (nothing reached a concrete backend another way); and every operand of
+// every op was memory that backend handed out (no host array of the model's own reached an op).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "backend/backend_factory.h"
+#include "backend/buffer_access.h"
 #include "gguf/gguf.h"
 #include "golden_json.h"
 #include "models/model.h"
@@ -18,91 +20,205 @@
 namespace df::models {
 namespace {
 
+// Forwards every op to an inner backend, counting the calls, and checks that every buffer and weight an op
+// is handed lies inside memory that came from this backend (alloc or upload_weights): model code can name
+// backend memory only through the views the backend gave it.
 class ForwardingBackend final : public backend::Backend {
  public:
   explicit ForwardingBackend(std::shared_ptr<backend::Backend> inner) : inner_(std::move(inner)) {}
   std::map<std::string, int> calls;
+  std::map<std::string, int> foreign;  // op -> operands outside this backend's memory
 
   std::string_view name() const override { return "forwarding"; }
   int n_threads() const override { return inner_->n_threads(); }
+
+  backend::DeviceBuffer alloc(size_t bytes, const char* what) override {
+    backend::DeviceBuffer b = inner_->alloc(bytes, what);
+    remember(backend::BufferAccess::data(b), b.bytes());
+    return b;
+  }
+  void upload(backend::Buf<uint8_t> dst, const void* src, size_t bytes) override {
+    ++calls["upload"];
+    owned(dst, "upload");
+    inner_->upload(dst, src, bytes);
+  }
+  void download(void* dst, backend::Buf<const uint8_t> src, size_t bytes) override {
+    ++calls["download"];
+    owned(src, "download");
+    inner_->download(dst, src, bytes);
+  }
+  void copy(backend::Buf<uint8_t> dst, backend::Buf<const uint8_t> src, size_t bytes) override {
+    owned(dst, "copy");
+    owned(src, "copy");
+    inner_->copy(dst, src, bytes);
+  }
+  void fill_zero(backend::Buf<uint8_t> dst, size_t bytes) override {
+    owned(dst, "fill_zero");
+    inner_->fill_zero(dst, bytes);
+  }
+  using Backend::copy;
+  using Backend::download;
+  using Backend::fill_zero;
+  using Backend::upload;
+
   quant::RowPacking preferred_packing(GgmlType type, int64_t n_out) const override {
     return inner_->preferred_packing(type, n_out);
+  }
+  backend::UploadedWeights upload_weights(const backend::WeightSource& src) override {
+    backend::UploadedWeights w = inner_->upload_weights(src);
+    remember(backend::BufferAccess::data(w.memory), w.memory.bytes());
+    return w;
   }
   bool supports_matmul(GgmlType w) const override { return inner_->supports_matmul(w); }
   size_t matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const override {
     return inner_->matmul_scratch_bytes(w, n_in, rows);
   }
-  void matmul(const backend::Weight& w, const float* x, int64_t rows, float* y,
-              std::span<uint8_t> scratch) override {
+  void matmul(const backend::Weight& w, backend::Buf<const float> x, int64_t rows, backend::Buf<float> y,
+              backend::Buf<uint8_t> scratch) override {
     ++calls["matmul"];
+    owned(w, "matmul");
+    owned(x, "matmul");
+    owned(y, "matmul");
+    owned(scratch, "matmul");
     inner_->matmul(w, x, rows, y, scratch);
   }
   size_t max_matmul_tasks() const override { return inner_->max_matmul_tasks(); }
   void matmul_many(std::span<const backend::MatmulTask> tasks, int64_t rows) override {
     ++calls["matmul_many"];
+    for (const auto& t : tasks) {
+      owned(t.w, "matmul_many");
+      owned(t.x, "matmul_many");
+      owned(t.y, "matmul_many");
+    }
     inner_->matmul_many(tasks, rows);
   }
-  void ffn(std::span<const backend::FfnTask> ffns, const backend::ActivationParams& act, const float* x,
-           int64_t x_rows, float* out) override {
+  void ffn(std::span<const backend::FfnTask> ffns, const backend::ActivationParams& act,
+           backend::Buf<const float> x, int64_t x_rows, backend::Buf<float> out) override {
     ++calls["ffn"];
+    for (const auto& f : ffns) {
+      for (const auto* w : {&f.gate, &f.up, &f.down}) owned(*w, "ffn");
+      for (const auto& b : {f.gate_bias, f.up_bias, f.down_bias}) owned(b, "ffn");
+      owned(f.in_rows, "ffn");
+      owned(f.out_rows, "ffn");
+    }
+    owned(x, "ffn");
+    owned(out, "ffn");
     inner_->ffn(ffns, act, x, x_rows, out);
   }
-  void get_rows(const backend::Weight& table, std::span<const int32_t> ids, float* out) override {
+  void get_rows(const backend::Weight& table, backend::Buf<const int32_t> ids, int64_t n,
+                backend::Buf<float> out) override {
     ++calls["get_rows"];
-    inner_->get_rows(table, ids, out);
+    owned(table, "get_rows");
+    owned(ids, "get_rows");
+    owned(out, "get_rows");
+    inner_->get_rows(table, ids, n, out);
   }
-  void rms_norm(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y) override {
+  void rms_norm(backend::Buf<const float> x, int64_t rows, int64_t n, backend::Buf<const float> weight,
+                float eps, backend::Buf<float> y) override {
     ++calls["rms_norm"];
+    owned(x, "rms_norm");
+    owned(weight, "rms_norm");
+    owned(y, "rms_norm");
     inner_->rms_norm(x, rows, n, weight, eps, y);
   }
-  void rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos,
+  void rope(backend::Buf<float> x, int64_t rows, int n_head, int head_dim, backend::Buf<const int32_t> pos,
             const backend::RopeParams& p) override {
     ++calls["rope"];
+    owned(x, "rope");
+    owned(pos, "rope");
+    owned(p.freq_factors, "rope");
     inner_->rope(x, rows, n_head, head_dim, pos, p);
   }
-  void kv_store(const backend::KvCacheView& kv, const float* k, const float* v, int64_t rows,
-                int pos0) override {
+  void kv_store(const backend::KvCacheView& kv, backend::Buf<const float> k, backend::Buf<const float> v,
+                int64_t rows, int pos0) override {
     ++calls["kv_store"];
+    for (const auto& b : {kv.k, kv.v}) owned(b, "kv_store");
+    owned(k, "kv_store");
+    owned(v, "kv_store");
     inner_->kv_store(kv, k, v, rows, pos0);
   }
   size_t attention_scratch_floats(int n_ctx, int head_dim) const override {
     return inner_->attention_scratch_floats(n_ctx, head_dim);
   }
-  void attention(const backend::KvCacheView& kv, const float* q, int64_t rows, int pos0,
-                 const backend::AttentionParams& p, float* out, std::span<float> scratch) override {
+  void attention(const backend::KvCacheView& kv, backend::Buf<const float> q, int64_t rows, int pos0,
+                 const backend::AttentionParams& p, backend::Buf<float> out,
+                 backend::Buf<float> scratch) override {
     ++calls["attention"];
+    for (const auto& b : {kv.k, kv.v}) owned(b, "attention");
+    owned(q, "attention");
+    owned(p.sinks, "attention");
+    owned(out, "attention");
+    owned(scratch, "attention");
     inner_->attention(kv, q, rows, pos0, p, out, scratch);
   }
-  void short_conv(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache, float* state,
-                  float* y) override {
+  void short_conv(backend::Buf<const float> bcx, int64_t rows, int64_t n, backend::Buf<const float> conv_w,
+                  int l_cache, backend::Buf<float> state, backend::Buf<float> y) override {
     ++calls["short_conv"];
+    for (const auto& b : {bcx, conv_w}) owned(b, "short_conv");
+    owned(state, "short_conv");
+    owned(y, "short_conv");
     inner_->short_conv(bcx, rows, n, conv_w, l_cache, state, y);
   }
-  void swiglu(const float* gate, const float* up, int64_t n, float* y) override {
+  void swiglu(backend::Buf<const float> gate, backend::Buf<const float> up, int64_t n,
+              backend::Buf<float> y) override {
     ++calls["swiglu"];
     inner_->swiglu(gate, up, n, y);
   }
-  void add(float* x, const float* y, int64_t n) override {
+  void add(backend::Buf<float> x, backend::Buf<const float> y, int64_t n) override {
     ++calls["add"];
+    owned(x, "add");
+    owned(y, "add");
     inner_->add(x, y, n);
   }
-  void add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n) override {
+  void add_bias_rows(backend::Buf<float> x, backend::Buf<const float> bias, int64_t rows,
+                     int64_t n) override {
     ++calls["add_bias_rows"];
+    owned(x, "add_bias_rows");
+    owned(bias, "add_bias_rows");
     inner_->add_bias_rows(x, bias, rows, n);
   }
-  void route(const backend::RouterParams& p, const float* logits, int64_t rows, int32_t* ids,
-             float* weights) override {
+  void route(const backend::RouterParams& p, backend::Buf<const float> logits, int64_t rows,
+             backend::Buf<int32_t> ids, backend::Buf<float> weights) override {
     ++calls["route"];
+    owned(p.selection_bias, "route");
+    owned(logits, "route");
+    owned(ids, "route");
+    owned(weights, "route");
     inner_->route(p, logits, rows, ids, weights);
   }
-  void moe_combine(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
-                   float* out) override {
+  void moe_combine(backend::Buf<const float> expert_out, backend::Buf<const float> weights, int64_t rows,
+                   int k, int64_t n, backend::Buf<float> out) override {
     ++calls["moe_combine"];
+    for (const auto& b : {expert_out, weights}) owned(b, "moe_combine");
+    owned(out, "moe_combine");
     inner_->moe_combine(expert_out, weights, rows, k, n, out);
   }
 
+ protected:
+  void free_memory(void*, size_t) noexcept override {}  // every buffer is the inner backend's to free
+
  private:
+  void remember(const void* p, size_t bytes) {
+    if (p) regions_[static_cast<const uint8_t*>(p)] = bytes;
+  }
+  // Whether [p, p + bytes) lies inside one remembered region.
+  bool inside(const uint8_t* p, size_t bytes) const {
+    auto it = regions_.upper_bound(p);
+    if (it == regions_.begin()) return false;
+    --it;
+    return p + bytes <= it->first + it->second;
+  }
+  template <class T>
+  void owned(backend::Buf<T> b, const char* op) {
+    if (b && !inside(reinterpret_cast<const uint8_t*>(backend::BufferAccess::raw(b)), b.size() * sizeof(T)))
+      ++foreign[op];
+  }
+  void owned(const backend::Weight& w, const char* op) {
+    const size_t bytes = w.row_bytes() * static_cast<size_t>(w.n_out);
+    if (!inside(static_cast<const uint8_t*>(w.data), bytes)) ++foreign[op];
+  }
   std::shared_ptr<backend::Backend> inner_;
+  std::map<const uint8_t*, size_t> regions_;
 };
 
 // Every logit of the teacher-forced prompt in chunks of 16, then 4 decode steps on its next tokens.
@@ -147,8 +263,12 @@ TEST_P(SecondBackend, AForwardingBackendGivesTheSameBitsAndSeesEveryOp) {
                                        "moe_combine", "attention", "kv_store", "rope",  "matmul_many"};
   if (name.rfind("lfm2moe", 0) == 0) expected.push_back("short_conv");
   if (name == "gpt-oss-tiny") expected.push_back("add_bias_rows");
+  expected.push_back("upload");    // token ids, positions, the experts' row lists
+  expected.push_back("download");  // routing ids, logits
   for (const auto& op : expected)
     EXPECT_GT(forwarding->calls[op], 0) << op << " never went through the interface";
+  for (const auto& [op, n] : forwarding->foreign)
+    ADD_FAILURE() << op << " was handed " << n << " operands outside the backend's memory";
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, SecondBackend,

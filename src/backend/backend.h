@@ -6,6 +6,7 @@
 // their GGUF block formats, in memory the backend laid out (upload_weights).
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -40,8 +41,8 @@ struct Weight {
 // K by position (k[(pos * n_head_kv + h) * head_dim + d]) and V transposed
 // (v[(h * head_dim + d) * n_ctx + pos]), so that both attention products are rows of f16 dot products.
 struct KvCacheView {
-  Buf<uint16_t> k;
-  Buf<uint16_t> v;
+  Buf<uint16_t> k{};
+  Buf<uint16_t> v{};
   int n_ctx = 0;
   int n_head_kv = 0;
   int head_dim = 0;
@@ -56,7 +57,7 @@ struct RouterParams {
   Gating gating = Gating::Sigmoid;
   int n_expert = 0;
   int k = 0;                              // experts chosen per token
-  Buf<const float> selection_bias;        // n_expert values added to the probabilities to choose (optional)
+  Buf<const float> selection_bias{};      // n_expert values added to the probabilities to choose (optional)
   bool normalize = true;                  // weights / max(sum, 6.103515625e-5) (Softmax and Sigmoid only)
   float scale = 1.0f;                     // applied when not 0 and not 1 (Softmax and Sigmoid only)
 };
@@ -77,7 +78,7 @@ struct RopeParams {
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
   int n_ctx_orig = 0;
-  Buf<const float> freq_factors;  // n_rot / 2 divisors of θ_i (llama3-style rope_freqs), optional
+  Buf<const float> freq_factors{};  // n_rot / 2 divisors of θ_i (llama3-style rope_freqs), optional
 };
 
 // One layer's attention, llama.cpp's non-flash path: scores = (K·Q) · scale (Q rounded to f16), then
@@ -89,15 +90,15 @@ struct AttentionParams {
   int n_head = 0;
   float scale = 1.0f;
   int window = 0;                // 0: every earlier position
-  Buf<const float> sinks;        // n_head logits, optional
+  Buf<const float> sinks{};      // n_head logits, optional
   float softcap = 0.0f;          // 0: none
 };
 
 // One product of matmul_many: y (rows × w.n_out) = W · x (rows × w.n_in).
 struct MatmulTask {
   Weight w;
-  Buf<const float> x;
-  Buf<float> y;
+  Buf<const float> x{};
+  Buf<float> y{};
 };
 
 // The gated activation of an FFN: SwiGLU silu(g) · u; GeGLU gelu(g) · u (tanh approximation, as ggml_gelu);
@@ -115,12 +116,12 @@ struct ActivationParams {
 // of n_in values, down n_out rows of n_ff values; biases and the scale are optional (an expert's own).
 struct FfnTask {
   Weight gate, up, down;
-  Buf<const float> gate_bias;      // n_ff
-  Buf<const float> up_bias;        // n_ff
-  Buf<const float> down_bias;      // n_out
+  Buf<const float> gate_bias{};    // n_ff
+  Buf<const float> up_bias{};      // n_ff
+  Buf<const float> down_bias{};    // n_out
   float out_scale = 1.0f;          // applied when not 1
-  Buf<const int32_t> in_rows;      // absent: row i
-  Buf<const int32_t> out_rows;     // absent: row i
+  Buf<const int32_t> in_rows{};    // absent: row i
+  Buf<const int32_t> out_rows{};   // absent: row i
   int64_t n_rows = 0;
 };
 
@@ -128,7 +129,9 @@ struct FfnTask {
 // consecutive slabs of n_out rows: a dense matrix, or every expert of a MoE tensor), for upload_weights().
 struct WeightSource {
   GgmlType type = GgmlType::F32;
-  const void* bytes = nullptr;
+  // Writes the GGUF bytes of every matrix (n_matrices × slab) to dst: host memory the backend chose (its
+  // own for the CPU backend, a staging buffer for a device), so that a file is read straight into place.
+  std::function<void(uint8_t* dst)> read;
   int64_t n_in = 0;
   int64_t n_out = 0;
   int64_t n_matrices = 1;

@@ -6,43 +6,34 @@
 namespace df::models {
 namespace {
 
-HugePageBuffer read_whole(const gguf::File& file, const std::string& name, size_t expected) {
+// Every expert's slab of one tensor, read straight into the backend's upload buffer.
+backend::UploadedWeights upload_all(const gguf::File& file, backend::Backend& backend,
+                                    const std::string& name, GgmlType type, int64_t n_in, int64_t n_out,
+                                    int n_expert) {
   const gguf::TensorInfo& t = file.require_tensor(name);
+  const size_t expected =
+      ggml_row_bytes(type, n_in) * static_cast<size_t>(n_out) * static_cast<size_t>(n_expert);
   if (t.nbytes != expected)
     fail("{}: tensor '{}' holds {} bytes, the expert layout needs {}", file.path(), name, t.nbytes, expected);
-  HugePageBuffer bytes(expected, "resident experts");
-  file.read_tensor(t, bytes.data());
-  return bytes;
-}
-
-// Repacks each expert's n_out x n_in slab of `bytes` in place where a packing applies.
-quant::RowPacking pack_slabs(const backend::Backend& backend, HugePageBuffer& bytes, GgmlType type,
-                             int64_t n_in, int64_t n_out) {
-  const quant::RowPacking packing = backend.preferred_packing(type, n_out);
-  if (packing == quant::RowPacking::kQ4_0x16) {
-    const size_t slab = ggml_row_bytes(type, n_in) * static_cast<size_t>(n_out);
-    std::vector<uint8_t> group(ggml_row_bytes(type, n_in) * quant::kQ4_0x16Rows);
-    for (size_t off = 0; off + slab <= bytes.size(); off += slab)
-      quant::pack_q4_0x16_in_place(bytes.data() + off, n_out, n_in, group.data());
-  }
-  return packing;
+  backend::WeightSource src;
+  src.type = type;
+  src.read = [&](uint8_t* dst) { file.read_tensor(t, dst); };
+  src.n_in = n_in;
+  src.n_out = n_out;
+  src.n_matrices = n_expert;
+  return backend.upload_weights(src);
 }
 
 }  // namespace
 
 ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout,
-                                               const backend::Backend& backend) {
+                                               backend::Backend& backend) {
   layers_.reserve(layout.layers.size());
-  for (const auto& l : layout.layers) {
-    const size_t n = static_cast<size_t>(l.n_expert);
-    Layer layer{l, read_whole(file, l.gate_name, l.gate_bytes() * n),
-                read_whole(file, l.up_name, l.up_bytes() * n),
-                read_whole(file, l.down_name, l.down_bytes() * n)};
-    layer.gate_packing = pack_slabs(backend, layer.gate, l.gate_type, l.n_embd, l.n_ff);
-    layer.up_packing = pack_slabs(backend, layer.up, l.up_type, l.n_embd, l.n_ff);
-    layer.down_packing = pack_slabs(backend, layer.down, l.down_type, l.n_ff, l.n_embd);
-    layers_.push_back(std::move(layer));
-  }
+  for (const auto& l : layout.layers)
+    layers_.push_back(
+        Layer{l, upload_all(file, backend, l.gate_name, l.gate_type, l.n_embd, l.n_ff, l.n_expert),
+              upload_all(file, backend, l.up_name, l.up_type, l.n_embd, l.n_ff, l.n_expert),
+              upload_all(file, backend, l.down_name, l.down_type, l.n_ff, l.n_embd, l.n_expert)});
 }
 
 ExpertView ResidentExpertProvider::acquire(int moe_layer, int expert) {
@@ -52,21 +43,13 @@ ExpertView ResidentExpertProvider::acquire(int moe_layer, int expert) {
   if (expert < 0 || expert >= l.layout.n_expert)
     fail("expert provider: expert {} out of range (MoE layer {} has {})", expert, moe_layer,
          l.layout.n_expert);
-  const size_t e = static_cast<size_t>(expert);
-  return ExpertView{l.gate.data() + e * l.layout.gate_bytes(),
-                    l.up.data() + e * l.layout.up_bytes(),
-                    l.down.data() + e * l.layout.down_bytes(),
-                    l.layout.gate_type,
-                    l.layout.up_type,
-                    l.layout.down_type,
-                    l.gate_packing,
-                    l.up_packing,
-                    l.down_packing};
+  const backend::Weight g = l.gate.matrix(expert), u = l.up.matrix(expert), d = l.down.matrix(expert);
+  return ExpertView{g.data, u.data, d.data, g.type, u.type, d.type, g.packing, u.packing, d.packing};
 }
 
 size_t ResidentExpertProvider::bytes() const {
   size_t total = 0;
-  for (const auto& l : layers_) total += l.gate.size() + l.up.size() + l.down.size();
+  for (const auto& l : layers_) total += l.gate.memory.bytes() + l.up.memory.bytes() + l.down.memory.bytes();
   return total;
 }
 

@@ -1,11 +1,11 @@
 #pragma once
-// Every routed expert of a GGUF read into RAM at construction (--resident, and the models' default provider),
-// each matrix repacked as the store would hold it.
+// Every routed expert of a GGUF uploaded to the backend at construction (--resident, and the models' default
+// provider), each matrix in the layout the backend reads fastest.
 #include <cstddef>
 #include <vector>
 
+#include "backend/backend.h"
 #include "experts/expert_provider.h"
-#include "util/huge_page_buffer.h"
 
 namespace df::gguf {
 class File;
@@ -18,11 +18,11 @@ using experts::ExpertLayout;
 using experts::ExpertProvider;
 using experts::ExpertView;
 
-// Every expert read from the GGUF into RAM at construction, each matrix repacked as the store would hold it.
+// Every expert read from the GGUF into the backend's memory at construction (Backend::upload_weights: RAM
+// for the CPU, VRAM for a GPU), each matrix in the layout the backend reads fastest.
 class ResidentExpertProvider final : public ExpertProvider {
  public:
-  // Each matrix in the layout `backend` reads fastest (Backend::preferred_packing).
-  ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout, const backend::Backend& backend);
+  ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout, backend::Backend& backend);
 
   void prefetch(int, std::span<const int32_t>) override {}
   ExpertView acquire(int moe_layer, int expert) override;
@@ -32,9 +32,7 @@ class ResidentExpertProvider final : public ExpertProvider {
  private:
   struct Layer {
     ExpertLayerLayout layout;
-    HugePageBuffer gate, up, down;
-    quant::RowPacking gate_packing = quant::RowPacking::kNone, up_packing = quant::RowPacking::kNone,
-                      down_packing = quant::RowPacking::kNone;
+    backend::UploadedWeights gate, up, down;  // every expert's matrix of each kind
   };
   std::vector<Layer> layers_;
 };

@@ -24,9 +24,8 @@ class GptOssModel::State final : public MoeSequenceState {
   // Sliding-window layers keep every position too: a ring of n_swa + batch positions would save memory at
   // long contexts (llama.cpp's iSWA cache) but changes nothing numerically.
   State(const GptOssModel& model, int n_ctx)
-      : MoeSequenceState(n_ctx, layer_states(model.cfg_)), model_(&model) {
-    trunk.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, model.cfg_.head_dim));
-  }
+      : MoeSequenceState(*model.backend_, n_ctx, layer_states(model.cfg_), model.cfg_.head_dim),
+        model_(&model) {}
 
   size_t bytes() const override { return MoeSequenceState::bytes() + wave.bytes(); }
 
@@ -83,43 +82,43 @@ void GptOssModel::run_layer(State& st, int il, int64_t T, ForwardCapture* captur
   const bool swa = cfg_.swa[static_cast<size_t>(il)];
   backend::Backend& be = *backend_;
 
-  be.rms_norm(ws.x.data(), T, H, l.attn_norm, cfg_.eps, ws.xn.data());
-  const backend::MatmulTask qkv[] = {{l.wq, ws.xn.data(), ws.q.data()},
-                                     {l.wk, ws.xn.data(), ws.k.data()},
-                                     {l.wv, ws.xn.data(), ws.v.data()}};
+  be.rms_norm(ws.x.view(), T, H, l.attn_norm, cfg_.eps, ws.xn.view());
+  const backend::MatmulTask qkv[] = {{l.wq, ws.xn.view(), ws.q.view()},
+                                     {l.wk, ws.xn.view(), ws.k.view()},
+                                     {l.wv, ws.xn.view(), ws.v.view()}};
   be.matmul_many(qkv, T);
-  be.add_bias_rows(ws.q.data(), l.bq, T, q_dim);
-  be.add_bias_rows(ws.k.data(), l.bk, T, kv_dim);
-  be.add_bias_rows(ws.v.data(), l.bv, T, kv_dim);
+  be.add_bias_rows(ws.q.view(), l.bq, T, q_dim);
+  be.add_bias_rows(ws.k.view(), l.bk, T, kv_dim);
+  be.add_bias_rows(ws.v.view(), l.bv, T, kv_dim);
   const backend::RopeParams& rope = swa ? cfg_.rope_swa : cfg_.rope;
-  be.rope(ws.q.data(), T, cfg_.n_head, cfg_.head_dim, ws.pos.data(), rope);
-  be.rope(ws.k.data(), T, cfg_.n_head_kv, cfg_.head_dim, ws.pos.data(), rope);
+  be.rope(ws.q.view(), T, cfg_.n_head, cfg_.head_dim, ws.pos.view(), rope);
+  be.rope(ws.k.view(), T, cfg_.n_head_kv, cfg_.head_dim, ws.pos.view(), rope);
   const backend::KvCacheView kv = st.layers.kv(il);
-  be.kv_store(kv, ws.k.data(), ws.v.data(), T, st.n_past);
+  be.kv_store(kv, ws.k.view(), ws.v.view(), T, st.n_past);
   backend::AttentionParams ap;
   ap.n_head = cfg_.n_head;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ap.window = swa ? cfg_.n_swa : 0;
   ap.sinks = l.sinks;
-  be.attention(kv, ws.q.data(), T, st.n_past, ap, ws.att.data(), ws.attn_scratch);
-  matmul(st, l.wo, ws.att.data(), T, ws.mix.data());
-  be.add_bias_rows(ws.mix.data(), l.bo, T, H);
-  be.add(ws.x.data(), ws.mix.data(), T * H);
+  be.attention(kv, ws.q.view(), T, st.n_past, ap, ws.att.view(), ws.attn_scratch.view());
+  matmul(st, l.wo, ws.att.view(), T, ws.mix.view());
+  be.add_bias_rows(ws.mix.view(), l.bo, T, H);
+  be.add(ws.x.view(), ws.mix.view(), T * H);
 
   run_moe(st, il, T, capture);
 }
 
 // post_attention_norm(x) into xn, router logits + bias, then the choice and weights of the k experts.
-void GptOssModel::route(State& st, const Layer& l, const float* x, int64_t T, float* xn, float* router_logits,
-                        int32_t* ids, float* weights) {
-  backend_->rms_norm(x, T, cfg_.n_embd, l.post_attn_norm, cfg_.eps, xn);
-  matmul(st, l.router, xn, T, router_logits);
-  backend_->add_bias_rows(router_logits, l.router_bias, T, cfg_.n_expert);
+void GptOssModel::route(State& st, const Layer& l, backend::Buf<const float> x, int64_t T,
+                        const RoutingOut& out) {
+  backend_->rms_norm(x, T, cfg_.n_embd, l.post_attn_norm, cfg_.eps, out.xn);
+  matmul(st, l.router, out.xn, T, out.logits);
+  backend_->add_bias_rows(out.logits, l.router_bias, T, cfg_.n_expert);
   backend::RouterParams p;
   p.gating = backend::Gating::SoftmaxWeight;
   p.n_expert = cfg_.n_expert;
   p.k = cfg_.n_expert_used;
-  backend_->route(p, router_logits, T, ids, weights);
+  backend_->route(p, out.logits, T, out.ids, out.weights);
 }
 
 void GptOssModel::run_moe(State& st, int il, int64_t T, ForwardCapture* capture) {
@@ -129,19 +128,20 @@ void GptOssModel::run_moe(State& st, int il, int64_t T, ForwardCapture* capture)
 
   // Every layer is a MoE layer, so the MoE index is the model layer; the guesses use the post-attention
   // state.
-  prefetch_next_layers(*experts_, m, il, cfg_.n_layer, prefetch_lookahead_, T, cfg_.n_expert_used,
-                       cfg_.n_expert, [&](int target) {
-                         route(st, layers_[static_cast<size_t>(target)], ws.x.data(), T, m.guess_xn.data(),
-                               m.guess_logits.data(), m.guess_ids.data(), m.guess_weights.data());
-                       });
+  prefetch_next_layers(
+      *backend_, *experts_, m, il, cfg_.n_layer, prefetch_lookahead_, T, cfg_.n_expert_used, cfg_.n_expert,
+      [&](int target) {
+        route(st, layers_[static_cast<size_t>(target)], ws.x.view(), T,
+              {m.guess_xn.view(), m.guess_logits.view(), m.guess_ids.view(), m.guess_weights.view()});
+      });
   const Layer& l = layers_[static_cast<size_t>(il)];
-  route(st, l, ws.x.data(), T, ws.xn.data(), m.router_logits.data(), m.expert_ids.data(),
-        m.expert_weights.data());
-  const size_t n_used = group_by_expert(m, T, cfg_.n_expert_used, cfg_.n_expert);
+  route(st, l, ws.x.view(), T,
+        {ws.xn.view(), m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
+  const size_t n_used = fetch_and_group(*backend_, m, T, cfg_.n_expert_used, cfg_.n_expert);
   run_experts(*backend_, *experts_, il, m, n_used, st.wave, kOaiSwiglu,
-              ExpertBiases{l.gate_bias, l.up_bias, l.down_bias}, ws.xn.data(), T, H, cfg_.n_ff_exp);
-  add_expert_outputs(*backend_, m, ws.x.data(), T, cfg_.n_expert_used, H);
-  capture_routing(capture, il, T, cfg_.n_expert_used, m);
+              ExpertBiases{l.gate_bias, l.up_bias, l.down_bias}, ws.xn.view(), T, H, cfg_.n_ff_exp);
+  add_expert_outputs(*backend_, m, ws.x.view(), T, cfg_.n_expert_used, H);
+  capture_routing(*backend_, capture, il, T, cfg_.n_expert_used, m);
 }
 
 }  // namespace df::models

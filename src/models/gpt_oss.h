@@ -38,23 +38,22 @@ class GptOssModel final : public MoeModelBase {
                ForwardCapture* capture = nullptr) override;
 
   struct Layer {
-    const float* attn_norm = nullptr;
-    const float* post_attn_norm = nullptr;  // the pre-FFN norm
+    backend::Buf<const float> attn_norm;
+    backend::Buf<const float> post_attn_norm;  // the pre-FFN norm
     backend::Weight wq, wk, wv, wo;
-    const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;
-    const float* sinks = nullptr;  // n_head logits
+    backend::Buf<const float> bq, bk, bv, bo;
+    backend::Buf<const float> sinks;  // n_head logits
     backend::Weight router;
-    const float* router_bias = nullptr;
+    backend::Buf<const float> router_bias;
     // Per-expert biases stay resident (small): {n_ff, n_expert} for gate and up, {n_embd, n_expert} for down.
-    const float *gate_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
+    backend::Buf<const float> gate_bias, up_bias, down_bias;
   };
 
  private:
   class State;
   void run_layer(State& st, int il, int64_t T, ForwardCapture* capture);
   void run_moe(State& st, int il, int64_t T, ForwardCapture* capture);
-  void route(State& st, const Layer& l, const float* x, int64_t T, float* xn, float* router_logits,
-             int32_t* ids, float* weights);
+  void route(State& st, const Layer& l, backend::Buf<const float> x, int64_t T, const RoutingOut& out);
 
   GptOssConfig cfg_;
   std::vector<Layer> layers_;  // every layer is a MoE layer: MoE index == model layer

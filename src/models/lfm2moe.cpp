@@ -15,9 +15,8 @@ namespace df::models {
 class Lfm2MoeModel::State final : public MoeSequenceState {
  public:
   State(const Lfm2MoeModel& model, int n_ctx)
-      : MoeSequenceState(n_ctx, layer_states(model.cfg_)), model_(&model) {
-    trunk.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, model.cfg_.head_dim));
-  }
+      : MoeSequenceState(*model.backend_, n_ctx, layer_states(model.cfg_), model.cfg_.head_dim),
+        model_(&model) {}
 
   // Attention layers keep a KV cache, the others the short convolution's last l_cache - 1 rows.
   static std::vector<LayerStateSpec> layer_states(const Lfm2MoeConfig& c) {
@@ -30,7 +29,7 @@ class Lfm2MoeModel::State final : public MoeSequenceState {
 
   size_t bytes() const override {
     size_t total = MoeSequenceState::bytes();
-    for (const auto* b : {&y, &bcx}) total += b->size() * sizeof(float);
+    for (const auto* b : {&y, &bcx}) total += b->bytes();
     return total + wave.bytes();
   }
 
@@ -50,14 +49,14 @@ class Lfm2MoeModel::State final : public MoeSequenceState {
                             static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim),
                             static_cast<size_t>(c.n_expert), static_cast<size_t>(c.n_expert_used),
                             model_->max_act_row_bytes_});
-    y.resize(t * H);
-    bcx.resize(t * 3 * H);
+    y.resize(be, t * H, "short-conv batch buffers");
+    bcx.resize(be, t * 3 * H, "short-conv batch buffers");
     wave.reserve(static_cast<size_t>(c.n_expert_used));
     batch_grown(T);
   }
 
   const Lfm2MoeModel* model_;
-  std::vector<float> y, bcx;  // short-conv batch buffers
+  DeviceArray<float> y, bcx;  // short-conv batch buffers
   ExpertWave wave;
 };
 
@@ -91,7 +90,7 @@ void Lfm2MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* captu
   const int64_t H = cfg_.n_embd;
   backend::Backend& be = *backend_;
 
-  be.rms_norm(ws.x.data(), T, H, l.attn_norm, cfg_.eps, ws.xn.data());
+  be.rms_norm(ws.x.view(), T, H, l.attn_norm, cfg_.eps, ws.xn.view());
   if (cfg_.attn[static_cast<size_t>(il)]) {
     qk_norm_attention(
         *backend_,
@@ -99,32 +98,31 @@ void Lfm2MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* captu
                         cfg_.head_dim, cfg_.n_rot, cfg_.eps, cfg_.rope_theta, cfg_.rope_freq_scale},
         st.layers.kv(il), st.n_past, T, ws);
   } else {
-    matmul(st, l.in_proj, ws.xn.data(), T, st.bcx.data());
-    be.short_conv(st.bcx.data(), T, H, l.conv, cfg_.l_cache, st.layers.conv(il), st.y.data());
-    matmul(st, l.out_proj, st.y.data(), T, ws.mix.data());
+    matmul(st, l.in_proj, ws.xn.view(), T, st.bcx.view());
+    be.short_conv(st.bcx.view(), T, H, l.conv, cfg_.l_cache, st.layers.conv(il), st.y.view());
+    matmul(st, l.out_proj, st.y.view(), T, ws.mix.view());
   }
-  be.add(ws.x.data(), ws.mix.data(), T * H);
+  be.add(ws.x.view(), ws.mix.view(), T * H);
 
   if (l.moe_index < 0) {
-    be.rms_norm(ws.x.data(), T, H, l.ffn_norm, cfg_.eps, ws.xn.data());
+    be.rms_norm(ws.x.view(), T, H, l.ffn_norm, cfg_.eps, ws.xn.view());
     backend::FfnTask dense;
     dense.gate = l.ffn_gate;
     dense.up = l.ffn_up;
     dense.down = l.ffn_down;
     dense.n_rows = T;
-    backend_->ffn(std::span(&dense, 1), backend::ActivationParams{}, ws.xn.data(), T, ws.mix.data());
-    be.add(ws.x.data(), ws.mix.data(), T * H);
+    backend_->ffn(std::span(&dense, 1), backend::ActivationParams{}, ws.xn.view(), T, ws.mix.view());
+    be.add(ws.x.view(), ws.mix.view(), T * H);
   } else {
     run_moe(st, l, T, capture);
   }
 }
 
 // ffn_norm(x) into xn, then the layer's router: the k experts of every token and their weights.
-void Lfm2MoeModel::route(State& st, const Layer& l, int64_t T, float* xn, float* logits, int32_t* ids,
-                         float* weights) {
+void Lfm2MoeModel::route(State& st, const Layer& l, int64_t T, const RoutingOut& out) {
   const backend::RouterParams params = router_params(l);
-  route_normed(*backend_, RouterInputs{params, l.ffn_norm, cfg_.eps, l.router}, st.trunk.x.data(), T,
-               cfg_.n_embd, st.trunk.scratch, xn, logits, ids, weights);
+  route_normed(*backend_, RouterInputs{params, l.ffn_norm, cfg_.eps, l.router}, st.trunk.x.view(), T,
+               cfg_.n_embd, st.trunk.scratch.view(), out);
 }
 
 void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture* capture) {
@@ -132,17 +130,19 @@ void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture*
   const int K = cfg_.n_expert_used, moe = l.moe_index;
   const int n_moe = static_cast<int>(expert_layout_.layers.size());
   // The guesses use the post-operator state, before this layer's FFN.
-  prefetch_next_layers(*experts_, m, moe, n_moe, prefetch_lookahead_, T, K, cfg_.n_expert, [&](int target) {
-    const Layer& g =
-        layers_[static_cast<size_t>(expert_layout_.layers[static_cast<size_t>(target)].model_layer)];
-    route(st, g, T, m.guess_xn.data(), m.guess_logits.data(), m.guess_ids.data(), m.guess_weights.data());
-  });
-  route(st, l, T, st.trunk.xn.data(), m.router_logits.data(), m.expert_ids.data(), m.expert_weights.data());
-  const size_t n_used = group_by_expert(m, T, K, cfg_.n_expert);
+  prefetch_next_layers(
+      *backend_, *experts_, m, moe, n_moe, prefetch_lookahead_, T, K, cfg_.n_expert, [&](int target) {
+        const Layer& g =
+            layers_[static_cast<size_t>(expert_layout_.layers[static_cast<size_t>(target)].model_layer)];
+        route(st, g, T,
+              {m.guess_xn.view(), m.guess_logits.view(), m.guess_ids.view(), m.guess_weights.view()});
+      });
+  route(st, l, T, {st.trunk.xn.view(), m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
+  const size_t n_used = fetch_and_group(*backend_, m, T, K, cfg_.n_expert);
   run_experts(*backend_, *experts_, moe, m, n_used, st.wave, backend::ActivationParams{}, ExpertBiases{},
-              st.trunk.xn.data(), T, cfg_.n_embd, cfg_.n_ff_exp);
-  add_expert_outputs(*backend_, m, st.trunk.x.data(), T, K, cfg_.n_embd);
-  capture_routing(capture, moe, T, K, m);
+              st.trunk.xn.view(), T, cfg_.n_embd, cfg_.n_ff_exp);
+  add_expert_outputs(*backend_, m, st.trunk.x.view(), T, K, cfg_.n_embd);
+  capture_routing(*backend_, capture, moe, T, K, m);
 }
 
 }  // namespace df::models

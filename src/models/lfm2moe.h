@@ -36,20 +36,20 @@ class Lfm2MoeModel final : public MoeModelBase {
                ForwardCapture* capture = nullptr) override;
 
   struct Layer {
-    const float* attn_norm = nullptr;
-    const float* ffn_norm = nullptr;
+    backend::Buf<const float> attn_norm;
+    backend::Buf<const float> ffn_norm;
     // attention
     backend::Weight wq, wk, wv, wo;
-    const float* q_norm = nullptr;
-    const float* k_norm = nullptr;
+    backend::Buf<const float> q_norm;
+    backend::Buf<const float> k_norm;
     // short conv
     backend::Weight in_proj, out_proj;
-    const float* conv = nullptr;  // {l_cache, n_embd}
+    backend::Buf<const float> conv;  // {l_cache, n_embd}
     // dense FFN
     backend::Weight ffn_gate, ffn_up, ffn_down;
     // MoE
     backend::Weight router;
-    const float* selection_bias = nullptr;
+    backend::Buf<const float> selection_bias;
     int moe_index = -1;
   };
 
@@ -57,8 +57,7 @@ class Lfm2MoeModel final : public MoeModelBase {
   class State;
   void run_layer(State& st, int il, int64_t T, ForwardCapture* capture);
   void run_moe(State& st, const Layer& layer, int64_t T, ForwardCapture* capture);
-  void route(State& st, const Layer& layer, int64_t T, float* xn, float* logits, int32_t* ids,
-             float* weights);
+  void route(State& st, const Layer& layer, int64_t T, const RoutingOut& out);
   backend::RouterParams router_params(const Layer& layer) const;
 
   Lfm2MoeConfig cfg_;

@@ -35,31 +35,34 @@ void begin_capture(ForwardCapture* capture, size_t n_moe, int64_t T, int k, int 
   if (capture->want_layers) capture->l_out.assign(static_cast<size_t>(n_layer * T * n_embd), 0.0f);
 }
 
-void capture_layer(ForwardCapture* capture, int il, const float* x, int64_t T, int64_t n_embd) {
+void capture_layer(backend::Backend& be, ForwardCapture* capture, int il, backend::Buf<const float> x,
+                   int64_t T, int64_t n_embd) {
   if (capture && capture->want_layers)
-    std::copy_n(x, T * n_embd,
-                capture->l_out.data() + static_cast<size_t>(il) * static_cast<size_t>(T * n_embd));
+    be.download(capture->l_out.data() + static_cast<size_t>(il) * static_cast<size_t>(T * n_embd), x,
+                static_cast<size_t>(T * n_embd));
 }
 
 void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const backend::KvCacheView& kv,
                        int n_past, int64_t T, TrunkBuffers& b) {
   const int64_t hd = a.head_dim;
   const backend::MatmulTask qkv[] = {
-      {a.wq, b.xn.data(), b.q.data()}, {a.wk, b.xn.data(), b.k.data()}, {a.wv, b.xn.data(), b.v.data()}};
+      {a.wq, b.xn.view(), b.q.view()}, {a.wk, b.xn.view(), b.k.view()}, {a.wv, b.xn.view(), b.v.view()}};
   be.matmul_many(qkv, T);
-  be.rms_norm(b.q.data(), T * a.n_head, hd, a.q_norm, a.eps, b.q.data());
-  be.rms_norm(b.k.data(), T * a.n_head_kv, hd, a.k_norm, a.eps, b.k.data());
+  be.rms_norm(b.q.view(), T * a.n_head, hd, a.q_norm, a.eps, b.q.view());
+  be.rms_norm(b.k.view(), T * a.n_head_kv, hd, a.k_norm, a.eps, b.k.view());
   backend::RopeParams rope;
   rope.n_rot = a.n_rot;
   rope.freq_base = a.rope_theta;
   rope.freq_scale = a.rope_freq_scale;
-  be.rope(b.q.data(), T, a.n_head, a.head_dim, b.pos.data(), rope);
-  be.rope(b.k.data(), T, a.n_head_kv, a.head_dim, b.pos.data(), rope);
-  be.kv_store(kv, b.k.data(), b.v.data(), T, n_past);
+  be.rope(b.q.view(), T, a.n_head, a.head_dim, b.pos.view(), rope);
+  be.rope(b.k.view(), T, a.n_head_kv, a.head_dim, b.pos.view(), rope);
+  be.kv_store(kv, b.k.view(), b.v.view(), T, n_past);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  be.attention(kv, b.q.data(), T, n_past, backend::AttentionParams{a.n_head, scale}, b.att.data(),
-               b.attn_scratch);
-  be.matmul(a.wo, b.att.data(), T, b.mix.data(), b.scratch);
+  backend::AttentionParams ap;
+  ap.n_head = a.n_head;
+  ap.scale = scale;
+  be.attention(kv, b.q.view(), T, n_past, ap, b.att.view(), b.attn_scratch.view());
+  be.matmul(a.wo, b.att.view(), T, b.mix.view(), b.scratch.view());
 }
 
 void ActRowBytes::widen(GgmlType t, int64_t n_in) {
@@ -79,8 +82,7 @@ void ActRowBytes::add(const ExpertLayout& layout) {
 }
 
 std::unique_ptr<ExpertProvider> make_expert_provider(const gguf::File& file, const LoadOptions& options,
-                                                     const ExpertLayout& layout,
-                                                     const backend::Backend& backend) {
+                                                     const ExpertLayout& layout, backend::Backend& backend) {
   auto experts = options.make_expert_provider
                      ? options.make_expert_provider(file, layout)
                      : std::make_unique<ResidentExpertProvider>(file, layout, backend);

@@ -26,15 +26,15 @@ void check_forward_args(std::string_view arch, const ModelState& state, std::spa
 // The dense weights around the layers.
 struct TrunkWeights {
   const backend::Weight& tok_embd;
-  const float* output_norm;
+  backend::Buf<const float> output_norm;
   float eps;
   const backend::Weight& output;
 };
 
-// The forward skeleton: positions, the capture cleared for the batch, embeddings into b.x, run_layer(il)
-// for every layer (recording the residual stream when the capture wants it), then the final norm and the
-// head on the last row (or every row), and n_past advanced. n_moe routing slots per token are cleared in the
-// capture.
+// The forward skeleton: token ids and positions uploaded, the capture cleared for the batch, embeddings
+// into b.x, run_layer(il) for every layer (recording the residual stream when the capture wants it), then
+// the final norm and the head on the last row (or every row) into b.logits, read back into `logits`, and
+// n_past advanced. n_moe routing slots per token are cleared in the capture.
 template <class RunLayer>
 void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
                std::span<const int32_t> tokens, std::span<float> logits, bool all_rows, int n_layer,
@@ -43,26 +43,31 @@ void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, Mod
 // Clears the capture for a batch of T tokens: k routing slots per token of each of the n_moe MoE layers,
 // and the per-layer residual stream when wanted.
 void begin_capture(ForwardCapture* capture, size_t n_moe, int64_t T, int k, int n_layer, int64_t n_embd);
-void capture_layer(ForwardCapture* capture, int il, const float* x, int64_t T, int64_t n_embd);
+void capture_layer(backend::Backend& be, ForwardCapture* capture, int il, backend::Buf<const float> x,
+                   int64_t T, int64_t n_embd);
 
 template <class RunLayer>
 void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
                std::span<const int32_t> tokens, std::span<float> logits, bool all_rows, int n_layer,
                int64_t n_embd, size_t n_moe, int k, ForwardCapture* capture, RunLayer&& run_layer) {
   const int64_t T = static_cast<int64_t>(tokens.size()), H = n_embd;
-  for (int64_t t = 0; t < T; ++t) b.pos[static_cast<size_t>(t)] = static_cast<int32_t>(state.n_past + t);
+  for (int64_t t = 0; t < T; ++t) b.pos_host[static_cast<size_t>(t)] = static_cast<int32_t>(state.n_past + t);
+  be.upload(b.pos.view(), b.pos_host.data(), static_cast<size_t>(T));
+  be.upload(b.tokens.view(), tokens.data(), static_cast<size_t>(T));
   begin_capture(capture, n_moe, T, k, n_layer, H);
 
-  be.get_rows(w.tok_embd, tokens, b.x.data());
+  be.get_rows(w.tok_embd, b.tokens.view(), T, b.x.view());
   for (int il = 0; il < n_layer; ++il) {
     run_layer(il);
-    capture_layer(capture, il, b.x.data(), T, H);
+    capture_layer(be, capture, il, b.x.view(), T, H);
   }
 
   const int64_t rows = all_rows ? T : 1;
-  const float* last = b.x.data() + (T - rows) * H;
-  be.rms_norm(last, rows, H, w.output_norm, w.eps, b.xn.data());
-  be.matmul(w.output, b.xn.data(), rows, logits.data(), b.scratch);
+  const auto last = b.x.view().sub(static_cast<size_t>((T - rows) * H));
+  be.rms_norm(last, rows, H, w.output_norm, w.eps, b.xn.view());
+  b.logits.resize(be, logits.size(), "logits");
+  be.matmul(w.output, b.xn.view(), rows, b.logits.view(), b.scratch.view());
+  be.download(logits.data(), b.logits.view(), logits.size());
   state.n_past += static_cast<int>(T);
 }
 
@@ -71,8 +76,8 @@ void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, Mod
 // into b.mix.
 struct QkNormAttention {
   const backend::Weight &wq, &wk, &wv, &wo;
-  const float* q_norm;
-  const float* k_norm;
+  backend::Buf<const float> q_norm;
+  backend::Buf<const float> k_norm;
   int n_head, n_head_kv, head_dim, n_rot;
   float eps, rope_theta, rope_freq_scale;
 };
@@ -95,8 +100,7 @@ class ActRowBytes {
 
 // The options' provider of the routed experts, else every expert resident.
 std::unique_ptr<ExpertProvider> make_expert_provider(const gguf::File& file, const LoadOptions& options,
-                                                     const ExpertLayout& layout,
-                                                     const backend::Backend& backend);
+                                                     const ExpertLayout& layout, backend::Backend& backend);
 
 // The ModelInfo fields every MoE config has (name, sizes, head and expert counts, eps), the MoE layers from
 // the layout.

@@ -4,15 +4,19 @@
 
 namespace df::models {
 
-void MoeBuffers::reserve(size_t t, size_t H, size_t E, size_t K) {
-  for (auto* buf : {&moe, &guess_xn}) buf->resize(t * H);
-  router_logits.resize(t * E);
-  guess_logits.resize(t * E);
-  expert_ids.resize(t * K);
-  expert_weights.resize(t * K);
-  guess_ids.resize(t * K);
-  guess_weights.resize(t * K);
-  expert_out.resize(t * K * H);
+void MoeBuffers::reserve(backend::Backend& be, size_t t, size_t H, size_t E, size_t K) {
+  for (auto* buf : {&moe, &guess_xn}) buf->resize(be, t * H, "MoE batch buffers");
+  router_logits.resize(be, t * E, "router logits");
+  guess_logits.resize(be, t * E, "router logits");
+  expert_ids.resize(be, t * K, "routing ids");
+  expert_weights.resize(be, t * K, "routing weights");
+  guess_ids.resize(be, t * K, "routing ids");
+  guess_weights.resize(be, t * K, "routing weights");
+  expert_out.resize(be, t * K * H, "expert outputs");
+  expert_entries_dev.resize(be, t * K, "expert row lists");
+  entry_tokens_dev.resize(be, t * K, "expert row lists");
+  expert_ids_host.resize(t * K);
+  guess_ids_host.resize(t * K);
   expert_entries.resize(t * K);
   entry_tokens.resize(t * K);
   expert_count.resize(E);
@@ -27,25 +31,27 @@ size_t MoeBuffers::bytes() const {
   for (const auto* buf :
        {&router_logits, &expert_weights, &expert_out, &moe, &guess_xn, &guess_logits, &guess_weights})
     total += buf->size() * sizeof(float);
-  for (const auto* buf : {&expert_ids, &expert_count, &expert_start, &expert_entries, &entry_tokens, &used,
-                          &guess_ids, &guess_list})
+  for (const auto* buf : {&expert_ids_host, &expert_count, &expert_start, &expert_entries, &entry_tokens,
+                          &used, &guess_ids_host, &guess_list})
     total += buf->size() * sizeof(int32_t);
+  for (const auto* buf : {&expert_ids, &guess_ids, &expert_entries_dev, &entry_tokens_dev})
+    total += buf->bytes();
   return total;
 }
 
 size_t MoeBuffers::bytes_for(size_t t, size_t H, size_t E, size_t K) {
   // floats: moe, guess_xn (tH); router_logits, guess_logits (tE); expert_weights, guess_weights (tK);
-  // expert_out (tKH). int32: expert_ids, guess_ids, expert_entries, entry_tokens (tK); expert_count, used,
-  // guess_list (E), expert_start (E + 1). guess_mask: E bytes.
+  // expert_out (tKH). int32: expert_ids, guess_ids and their host copies, expert_entries, entry_tokens and
+  // their uploads (tK); expert_count, used, guess_list (E), expert_start (E + 1). guess_mask: E bytes.
   return (2 * t * H + 2 * t * E + 2 * t * K + t * K * H) * sizeof(float) +
-         (4 * t * K + 3 * E + (E + 1)) * sizeof(int32_t) + E;
+         (8 * t * K + 3 * E + (E + 1)) * sizeof(int32_t) + E;
 }
 
 size_t group_by_expert(MoeBuffers& b, int64_t T, int k, int n_expert) {
   const int64_t K = k, E = n_expert;
   std::fill(b.expert_count.begin(), b.expert_count.end(), 0);
   for (int64_t i = 0; i < T * K; ++i)
-    ++b.expert_count[static_cast<size_t>(b.expert_ids[static_cast<size_t>(i)])];
+    ++b.expert_count[static_cast<size_t>(b.expert_ids_host[static_cast<size_t>(i)])];
   size_t n_used = 0;
   b.expert_start[0] = 0;
   for (int64_t e = 0; e < E; ++e) {
@@ -55,7 +61,7 @@ size_t group_by_expert(MoeBuffers& b, int64_t T, int k, int n_expert) {
   }
   std::fill(b.expert_count.begin(), b.expert_count.end(), 0);
   for (int64_t i = 0; i < T * K; ++i) {
-    const size_t e = static_cast<size_t>(b.expert_ids[static_cast<size_t>(i)]);
+    const size_t e = static_cast<size_t>(b.expert_ids_host[static_cast<size_t>(i)]);
     const size_t at = static_cast<size_t>(b.expert_start[e] + b.expert_count[e]++);
     b.expert_entries[at] = static_cast<int32_t>(i);
     b.entry_tokens[at] = static_cast<int32_t>(i / K);
@@ -63,21 +69,30 @@ size_t group_by_expert(MoeBuffers& b, int64_t T, int k, int n_expert) {
   return n_used;
 }
 
+size_t fetch_and_group(backend::Backend& be, MoeBuffers& b, int64_t T, int k, int n_expert) {
+  const size_t entries = static_cast<size_t>(T * k);
+  be.download(b.expert_ids_host.data(), b.expert_ids.view(), entries);
+  const size_t n_used = group_by_expert(b, T, k, n_expert);
+  be.upload(b.expert_entries_dev.view(), b.expert_entries.data(), entries);
+  be.upload(b.entry_tokens_dev.view(), b.entry_tokens.data(), entries);
+  return n_used;
+}
+
 size_t guessed_experts(MoeBuffers& b, int64_t T, int k, int n_expert) {
   std::fill(b.guess_mask.begin(), b.guess_mask.end(), 0);
   for (int64_t i = 0; i < T * k; ++i)
-    b.guess_mask[static_cast<size_t>(b.guess_ids[static_cast<size_t>(i)])] = 1;
+    b.guess_mask[static_cast<size_t>(b.guess_ids_host[static_cast<size_t>(i)])] = 1;
   size_t n = 0;
   for (int e = 0; e < n_expert; ++e)
     if (b.guess_mask[static_cast<size_t>(e)]) b.guess_list[n++] = e;
   return n;
 }
 
-void route_normed(backend::Backend& be, const RouterInputs& r, const float* x, int64_t T, int64_t n_embd,
-                  std::span<uint8_t> scratch, float* xn, float* logits, int32_t* ids, float* weights) {
-  be.rms_norm(x, T, n_embd, r.ffn_norm, r.eps, xn);
-  be.matmul(r.router, xn, T, logits, scratch);
-  be.route(r.params, logits, T, ids, weights);
+void route_normed(backend::Backend& be, const RouterInputs& r, backend::Buf<const float> x, int64_t T,
+                  int64_t n_embd, backend::Buf<uint8_t> scratch, const RoutingOut& out) {
+  be.rms_norm(x, T, n_embd, r.ffn_norm, r.eps, out.xn);
+  be.matmul(r.router, out.xn, T, out.logits, scratch);
+  be.route(r.params, out.logits, T, out.ids, out.weights);
 }
 
 // The experts go in waves: acquire the wave's experts in order, run them as one backend ffn() (on the CPU
@@ -90,7 +105,7 @@ void route_normed(backend::Backend& be, const RouterInputs& r, const float* x, i
 // wave of k experts pins no more than a decode step needs anyway.
 void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b, size_t n_used,
                  ExpertWave& wave, const backend::ActivationParams& act, const ExpertBiases& biases,
-                 const float* xn, int64_t T, int64_t n_embd, int64_t n_ff) {
+                 backend::Buf<const float> xn, int64_t T, int64_t n_embd, int64_t n_ff) {
   const int64_t H = n_embd, F = n_ff;
   experts.will_acquire(moe_index, std::span<const int32_t>(b.used.data(), n_used));
   const size_t wave_size = wave.tasks.size();  // k: what one decode step pins anyway
@@ -101,31 +116,35 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
       const int32_t e = b.used[w0 + i];
       const ExpertView v = leases.acquire(e);
       const size_t start = static_cast<size_t>(b.expert_start[static_cast<size_t>(e)]);
+      const size_t count = static_cast<size_t>(b.expert_count[static_cast<size_t>(e)]);
+      const size_t ue = static_cast<size_t>(e), uf = static_cast<size_t>(F), uh = static_cast<size_t>(H);
       backend::FfnTask& task = wave.tasks[i];
       task.gate = v.gate_weight(H, F);
       task.up = v.up_weight(H, F);
       task.down = v.down_weight(H, F);
-      task.gate_bias = biases.gate ? biases.gate + e * F : nullptr;
-      task.up_bias = biases.up ? biases.up + e * F : nullptr;
-      task.down_bias = biases.down ? biases.down + e * H : nullptr;
-      task.in_rows = b.entry_tokens.data() + start;
-      task.out_rows = b.expert_entries.data() + start;
-      task.n_rows = b.expert_count[static_cast<size_t>(e)];
+      task.gate_bias = biases.gate ? biases.gate.sub(ue * uf, uf) : backend::Buf<const float>{};
+      task.up_bias = biases.up ? biases.up.sub(ue * uf, uf) : backend::Buf<const float>{};
+      task.down_bias = biases.down ? biases.down.sub(ue * uh, uh) : backend::Buf<const float>{};
+      task.in_rows = b.entry_tokens_dev.view().sub(start, count);
+      task.out_rows = b.expert_entries_dev.view().sub(start, count);
+      task.n_rows = static_cast<int64_t>(count);
     }
-    be.ffn(std::span<const backend::FfnTask>(wave.tasks.data(), n), act, xn, T, b.expert_out.data());
+    be.ffn(std::span<const backend::FfnTask>(wave.tasks.data(), n), act, xn, T, b.expert_out.view());
   }
 }
 
-void add_expert_outputs(backend::Backend& be, MoeBuffers& b, float* x, int64_t T, int k, int64_t n_embd) {
-  be.moe_combine(b.expert_out.data(), b.expert_weights.data(), T, k, n_embd, b.moe.data());
-  be.add(x, b.moe.data(), T * n_embd);
+void add_expert_outputs(backend::Backend& be, MoeBuffers& b, backend::Buf<float> x, int64_t T, int k,
+                        int64_t n_embd) {
+  be.moe_combine(b.expert_out.view(), b.expert_weights.view(), T, k, n_embd, b.moe.view());
+  be.add(x, b.moe.view(), T * n_embd);
 }
 
-void capture_routing(ForwardCapture* capture, int moe_index, int64_t T, int k, const MoeBuffers& b) {
+void capture_routing(backend::Backend& be, ForwardCapture* capture, int moe_index, int64_t T, int k,
+                     const MoeBuffers& b) {
   if (!capture) return;
   const size_t off = static_cast<size_t>(moe_index) * static_cast<size_t>(T * k);
-  std::copy_n(b.expert_ids.data(), T * k, capture->expert_ids.data() + off);
-  std::copy_n(b.expert_weights.data(), T * k, capture->expert_weights.data() + off);
+  std::copy_n(b.expert_ids_host.data(), T * k, capture->expert_ids.data() + off);
+  be.download(capture->expert_weights.data() + off, b.expert_weights.view(), static_cast<size_t>(T * k));
 }
 
 }  // namespace df::models

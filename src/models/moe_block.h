@@ -14,43 +14,74 @@
 
 namespace df::models {
 
+// An array in the backend's memory that only grows: resize() reallocates (losing the contents) when it
+// needs more, so a decode loop that never outgrows its first batch allocates nothing.
+template <class T>
+class DeviceArray {
+ public:
+  void resize(backend::Backend& be, size_t count, const char* what) {
+    if (count > capacity_) {
+      memory_ = be.alloc_array<T>(count, what);
+      capacity_ = count;
+    }
+    count_ = count;
+  }
+  backend::Buf<T> view() const { return memory_.as<T>().first(count_); }
+  size_t size() const { return count_; }
+  size_t bytes() const { return count_ * sizeof(T); }
+
+ private:
+  backend::DeviceBuffer memory_;
+  size_t count_ = 0, capacity_ = 0;
+};
+
 // Routing, per-expert batches and prefetch guesses for a batch of tokens. reserve() only grows them, so
-// decoding allocates nothing.
+// decoding allocates nothing. The backend computes routing into its own memory; the host reads the ids
+// back (the one crossing a MoE layer needs: it picks which experts to fetch), groups the batch by expert
+// and hands the groups' row lists back for the expert FFNs.
 struct MoeBuffers {
-  std::vector<float> router_logits, expert_weights, expert_out, moe;
-  std::vector<int32_t> expert_ids;
+  DeviceArray<float> router_logits, expert_weights, expert_out, moe;
+  DeviceArray<int32_t> expert_ids;
+  std::vector<int32_t> expert_ids_host;  // expert_ids, read back
   // Per-expert batches: the (token, slot) entries routed to each expert, grouped by expert, and the token
-  // of each of those entries.
+  // of each of those entries (host, then uploaded as the FFNs' output and input row lists).
   std::vector<int32_t> expert_count, expert_start, expert_entries, entry_tokens, used;
+  DeviceArray<int32_t> expert_entries_dev, entry_tokens_dev;
   // Prefetch guesses.
-  std::vector<float> guess_xn, guess_logits, guess_weights;
-  std::vector<int32_t> guess_ids, guess_list;
+  DeviceArray<float> guess_xn, guess_logits, guess_weights;
+  DeviceArray<int32_t> guess_ids;
+  std::vector<int32_t> guess_ids_host, guess_list;
   std::vector<uint8_t> guess_mask;
 
-  void reserve(size_t tokens, size_t n_embd, size_t n_expert, size_t k);
+  void reserve(backend::Backend& be, size_t tokens, size_t n_embd, size_t n_expert, size_t k);
   size_t bytes() const;  // what ModelState::bytes() counts of these buffers
   // What bytes() is after reserve(tokens, n_embd, n_expert, k), without allocating.
   static size_t bytes_for(size_t tokens, size_t n_embd, size_t n_expert, size_t k);
 };
 
-// Groups the T·k (token, slot) entries of expert_ids by expert, tokens in order within each expert:
+// Groups the T·k (token, slot) entries of expert_ids_host by expert, tokens in order within each expert:
 // expert entries of expert e are expert_entries[expert_start[e] ..] (expert_count[e] of them, each
 // token · k + slot) with their tokens in entry_tokens. Lists the experts with at least one entry in
 // used[0..n), ascending, and returns n.
 size_t group_by_expert(MoeBuffers& b, int64_t T, int k, int n_expert);
+// Reads the routing ids back, groups them (group_by_expert) and uploads the groups' row lists.
+size_t fetch_and_group(backend::Backend& be, MoeBuffers& b, int64_t T, int k, int n_expert);
 
-// The distinct experts of guess_ids (T·k entries), ascending, into guess_list; returns how many.
+// The distinct experts of guess_ids_host (T·k entries), ascending, into guess_list; returns how many.
 size_t guessed_experts(MoeBuffers& b, int64_t T, int k, int n_expert);
 
 // The seed's prefetch rule: the routers of the next `lookahead` MoE layers applied to the current state.
 // route_guess(target) routes the batch with MoE layer target's router into b.guess_ids; only the provider
-// sees the result.
+// sees the result (read back to the host).
 template <class RouteGuess>
-void prefetch_next_layers(ExpertProvider& experts, MoeBuffers& b, int moe_index, int n_moe, int lookahead,
-                          int64_t T, int k, int n_expert, RouteGuess&& route_guess) {
+void prefetch_next_layers(backend::Backend& be, ExpertProvider& experts, MoeBuffers& b, int moe_index,
+                          int n_moe, int lookahead, int64_t T, int k, int n_expert,
+                          RouteGuess&& route_guess) {
   for (int ahead = 1; ahead <= lookahead && moe_index + ahead < n_moe; ++ahead) {
     const int target = moe_index + ahead;
     route_guess(target);
+    be.download(b.guess_ids_host.data(), backend::Buf<const int32_t>(b.guess_ids.view()),
+                static_cast<size_t>(T * k));
     const size_t n = guessed_experts(b, T, k, n_expert);
     experts.prefetch(target, std::span<const int32_t>(b.guess_list.data(), n));
   }
@@ -60,12 +91,18 @@ void prefetch_next_layers(ExpertProvider& experts, MoeBuffers& b, int moe_index,
 // router's logits, then the ids and weights of the k experts of every token.
 struct RouterInputs {
   const backend::RouterParams& params;
-  const float* ffn_norm;
+  backend::Buf<const float> ffn_norm;
   float eps;
   const backend::Weight& router;
 };
-void route_normed(backend::Backend& be, const RouterInputs& r, const float* x, int64_t T, int64_t n_embd,
-                  std::span<uint8_t> scratch, float* xn, float* logits, int32_t* ids, float* weights);
+// Where a routing goes: the normed input, the logits, the ids and weights of the k chosen experts.
+struct RoutingOut {
+  backend::Buf<float> xn, logits;
+  backend::Buf<int32_t> ids;
+  backend::Buf<float> weights;
+};
+void route_normed(backend::Backend& be, const RouterInputs& r, backend::Buf<const float> x, int64_t T,
+                  int64_t n_embd, backend::Buf<uint8_t> scratch, const RoutingOut& out);
 
 // The experts of one wave, released (in acquisition order) on every path out of the scope.
 class WaveLeases {
@@ -105,9 +142,7 @@ struct ExpertWave {
 // Per-expert biases of a MoE layer (gpt-oss): n_expert rows each of gate/up (n_ff) and down (n_embd); null
 // when the architecture has none.
 struct ExpertBiases {
-  const float* gate = nullptr;
-  const float* up = nullptr;
-  const float* down = nullptr;
+  backend::Buf<const float> gate, up, down;
 };
 
 // The chosen experts (b.used[0..n_used)), gated FFNs of n_embd → n_ff → n_embd with the given activation
@@ -116,12 +151,14 @@ struct ExpertBiases {
 // (see moe_block.cpp).
 void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b, size_t n_used,
                  ExpertWave& wave, const backend::ActivationParams& act, const ExpertBiases& biases,
-                 const float* xn, int64_t T, int64_t n_embd, int64_t n_ff);
+                 backend::Buf<const float> xn, int64_t T, int64_t n_embd, int64_t n_ff);
 
 // x += the weighted sum of each token's k expert outputs (expert_out in (token, slot) order).
-void add_expert_outputs(backend::Backend& be, MoeBuffers& b, float* x, int64_t T, int k, int64_t n_embd);
+void add_expert_outputs(backend::Backend& be, MoeBuffers& b, backend::Buf<float> x, int64_t T, int k,
+                        int64_t n_embd);
 
-// Records MoE layer moe_index's choice and weights in the capture (none: nothing).
-void capture_routing(ForwardCapture* capture, int moe_index, int64_t T, int k, const MoeBuffers& b);
+// Records MoE layer moe_index's choice and weights in the capture (none: nothing), read back.
+void capture_routing(backend::Backend& be, ForwardCapture* capture, int moe_index, int64_t T, int k,
+                     const MoeBuffers& b);
 
 }  // namespace df::models

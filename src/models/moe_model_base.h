@@ -17,7 +17,6 @@
 #include "models/state_size.h"
 #include "models/tensor_binding.h"
 #include "util/error.h"
-#include "util/huge_page_buffer.h"
 
 namespace df::models {
 
@@ -42,8 +41,9 @@ class MoeModelBase : public Model {
   template <class RunLayer>
   void forward_trunk(MoeSequenceState& st, std::span<const int32_t> tokens, std::span<float> logits,
                      bool all_rows, ForwardCapture* capture, RunLayer&& run_layer);
-  void matmul(MoeSequenceState& st, const backend::Weight& w, const float* x, int64_t rows, float* y) {
-    backend_->matmul(w, x, rows, y, st.trunk.scratch);
+  void matmul(MoeSequenceState& st, const backend::Weight& w, backend::Buf<const float> x, int64_t rows,
+              backend::Buf<float> y) {
+    backend_->matmul(w, x, rows, y, st.trunk.scratch.view());
   }
   // Binds every described tensor: the trunk's own (token_embd, output_norm, output) into this base, every
   // other to layer_target(layers[t.layer], t.kind). Returns whether output.weight was bound (false: the file
@@ -58,9 +58,9 @@ class MoeModelBase : public Model {
   ModelInfo info_;
   int prefetch_lookahead_ = 1;
   std::shared_ptr<backend::Backend> backend_;  // LoadOptions::backend, or the default device's
-  std::vector<HugePageBuffer> storage_;
+  std::vector<backend::DeviceBuffer> storage_;  // the dense weights, in the backend's memory
   backend::Weight tok_embd_, output_;
-  const float* output_norm_ = nullptr;
+  backend::Buf<const float> output_norm_;
   ExpertLayout expert_layout_;
   std::unique_ptr<ExpertProvider> experts_;
   size_t max_act_row_bytes_ = 0;

@@ -13,12 +13,12 @@ namespace df::models {
 class Qwen3MoeModel::State final : public MoeSequenceState {
  public:
   State(const Qwen3MoeModel& model, int n_ctx)
-      : MoeSequenceState(n_ctx, std::vector<LayerStateSpec>(
-                                    static_cast<size_t>(model.cfg_.n_layer),
-                                    LayerStateSpec::kv(model.cfg_.n_head_kv, model.cfg_.head_dim))),
-        model_(&model) {
-    trunk.attn_scratch.resize(model.backend_->attention_scratch_floats(n_ctx, model.cfg_.head_dim));
-  }
+      : MoeSequenceState(
+            *model.backend_, n_ctx,
+            std::vector<LayerStateSpec>(static_cast<size_t>(model.cfg_.n_layer),
+                                        LayerStateSpec::kv(model.cfg_.n_head_kv, model.cfg_.head_dim)),
+            model.cfg_.head_dim),
+        model_(&model) {}
 
   size_t bytes() const override { return MoeSequenceState::bytes() + wave.bytes(); }
 
@@ -56,7 +56,6 @@ backend::RouterParams Qwen3MoeModel::router_params() const {
   p.gating = backend::Gating::Softmax;
   p.n_expert = cfg_.n_expert;
   p.k = cfg_.n_expert_used;
-  p.selection_bias = nullptr;
   p.normalize = true;  // qwen3moe renormalises the top-k weights (build_moe_ffn norm_w = true)
   p.scale = cfg_.expert_weights_scale;
   return p;
@@ -76,41 +75,41 @@ void Qwen3MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* capt
   const int64_t H = cfg_.n_embd;
   backend::Backend& be = *backend_;
 
-  be.rms_norm(ws.x.data(), T, H, l.attn_norm, cfg_.eps, ws.xn.data());
+  be.rms_norm(ws.x.view(), T, H, l.attn_norm, cfg_.eps, ws.xn.view());
   qk_norm_attention(
       *backend_,
       QkNormAttention{l.wq, l.wk, l.wv, l.wo, l.q_norm, l.k_norm, cfg_.n_head, cfg_.n_head_kv, cfg_.head_dim,
                       cfg_.head_dim, cfg_.eps, cfg_.rope_theta, cfg_.rope_freq_scale},
       st.layers.kv(il), st.n_past, T, ws);
-  be.add(ws.x.data(), ws.mix.data(), T * H);
+  be.add(ws.x.view(), ws.mix.view(), T * H);
 
   run_moe(st, il, T, capture);
 }
 
 // ffn_norm(x) into xn, then layer il's router: the k experts of every token and their weights.
-void Qwen3MoeModel::route(State& st, int il, int64_t T, float* xn, float* logits, int32_t* ids,
-                          float* weights) {
+void Qwen3MoeModel::route(State& st, int il, int64_t T, const RoutingOut& out) {
   const Layer& l = layers_[static_cast<size_t>(il)];
   const backend::RouterParams params = router_params();
-  route_normed(*backend_, RouterInputs{params, l.ffn_norm, cfg_.eps, l.router}, st.trunk.x.data(), T,
-               cfg_.n_embd, st.trunk.scratch, xn, logits, ids, weights);
+  route_normed(*backend_, RouterInputs{params, l.ffn_norm, cfg_.eps, l.router}, st.trunk.x.view(), T,
+               cfg_.n_embd, st.trunk.scratch.view(), out);
 }
 
 // Every layer is a MoE layer, so the MoE index is the model layer.
 void Qwen3MoeModel::run_moe(State& st, int il, int64_t T, ForwardCapture* capture) {
   MoeBuffers& m = st.moe;
   const int K = cfg_.n_expert_used;
-  prefetch_next_layers(*experts_, m, il, cfg_.n_layer, prefetch_lookahead_, T, K, cfg_.n_expert,
-                       [&](int target) {
-                         route(st, target, T, m.guess_xn.data(), m.guess_logits.data(), m.guess_ids.data(),
-                               m.guess_weights.data());
-                       });
-  route(st, il, T, st.trunk.xn.data(), m.router_logits.data(), m.expert_ids.data(), m.expert_weights.data());
-  const size_t n_used = group_by_expert(m, T, K, cfg_.n_expert);
+  prefetch_next_layers(
+      *backend_, *experts_, m, il, cfg_.n_layer, prefetch_lookahead_, T, K, cfg_.n_expert, [&](int target) {
+        route(st, target, T,
+              {m.guess_xn.view(), m.guess_logits.view(), m.guess_ids.view(), m.guess_weights.view()});
+      });
+  route(st, il, T,
+        {st.trunk.xn.view(), m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
+  const size_t n_used = fetch_and_group(*backend_, m, T, K, cfg_.n_expert);
   run_experts(*backend_, *experts_, il, m, n_used, st.wave, backend::ActivationParams{}, ExpertBiases{},
-              st.trunk.xn.data(), T, cfg_.n_embd, cfg_.n_ff_exp);
-  add_expert_outputs(*backend_, m, st.trunk.x.data(), T, K, cfg_.n_embd);
-  capture_routing(capture, il, T, K, m);
+              st.trunk.xn.view(), T, cfg_.n_embd, cfg_.n_ff_exp);
+  add_expert_outputs(*backend_, m, st.trunk.x.view(), T, K, cfg_.n_embd);
+  capture_routing(*backend_, capture, il, T, K, m);
 }
 
 }  // namespace df::models

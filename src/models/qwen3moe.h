@@ -33,11 +33,11 @@ class Qwen3MoeModel final : public MoeModelBase {
                ForwardCapture* capture = nullptr) override;
 
   struct Layer {
-    const float* attn_norm = nullptr;
-    const float* ffn_norm = nullptr;
+    backend::Buf<const float> attn_norm;
+    backend::Buf<const float> ffn_norm;
     backend::Weight wq, wk, wv, wo;
-    const float* q_norm = nullptr;
-    const float* k_norm = nullptr;
+    backend::Buf<const float> q_norm;
+    backend::Buf<const float> k_norm;
     backend::Weight router;
   };
 
@@ -45,7 +45,7 @@ class Qwen3MoeModel final : public MoeModelBase {
   class State;
   void run_layer(State& st, int il, int64_t T, ForwardCapture* capture);
   void run_moe(State& st, int il, int64_t T, ForwardCapture* capture);
-  void route(State& st, int il, int64_t T, float* xn, float* logits, int32_t* ids, float* weights);
+  void route(State& st, int il, int64_t T, const RoutingOut& out);
   backend::RouterParams router_params() const;
 
   Qwen3MoeConfig cfg_;

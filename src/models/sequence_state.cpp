@@ -72,15 +72,15 @@ uint64_t LayerStateSpec::bytes(int n_ctx) const {
          (conv_values(*this) + matrix_values(*this)) * sizeof(float);
 }
 
-LayerStates::LayerStates(std::vector<LayerStateSpec> specs, int n_ctx)
-    : specs_(std::move(specs)), layers_(specs_.size()), n_ctx_(n_ctx) {
+LayerStates::LayerStates(backend::Backend& be, std::vector<LayerStateSpec> specs, int n_ctx)
+    : be_(&be), specs_(std::move(specs)), layers_(specs_.size()), n_ctx_(n_ctx) {
   for (size_t il = 0; il < specs_.size(); ++il) {
     const LayerStateSpec& s = specs_[il];
     Layer& l = layers_[il];
-    l.k.assign(kv_values(s, n_ctx), 0);
-    l.v.assign(kv_values(s, n_ctx), 0);
-    l.conv.assign(conv_values(s), 0.0f);
-    l.matrix.assign(matrix_values(s), 0.0f);
+    l.k = be.alloc_array<uint16_t>(kv_values(s, n_ctx), "KV cache");
+    l.v = be.alloc_array<uint16_t>(kv_values(s, n_ctx), "KV cache");
+    l.conv = be.alloc_array<float>(conv_values(s), "short-conv state");
+    l.matrix = be.alloc_array<float>(matrix_values(s), "delta-net state");
   }
 }
 
@@ -95,30 +95,29 @@ const LayerStateSpec& LayerStates::checked(int il, LayerStateSpec::Kind a, Layer
 backend::KvCacheView LayerStates::kv(int il) {
   const LayerStateSpec& s = checked(il, LayerStateSpec::Kind::kKv, LayerStateSpec::Kind::kKv, "a KV cache");
   Layer& l = layers_[static_cast<size_t>(il)];
-  return backend::KvCacheView{l.k.data(), l.v.data(), n_ctx_, s.n_head_kv, s.head_dim};
+  return backend::KvCacheView{l.k.as<uint16_t>(), l.v.as<uint16_t>(), n_ctx_, s.n_head_kv, s.head_dim};
 }
 
-float* LayerStates::conv(int il) {
+backend::Buf<float> LayerStates::conv(int il) {
   checked(il, LayerStateSpec::Kind::kConv, LayerStateSpec::Kind::kDeltaNet, "a conv state");
-  return layers_[static_cast<size_t>(il)].conv.data();
+  return layers_[static_cast<size_t>(il)].conv.as<float>();
 }
 
-float* LayerStates::matrix(int il) {
+backend::Buf<float> LayerStates::matrix(int il) {
   checked(il, LayerStateSpec::Kind::kDeltaNet, LayerStateSpec::Kind::kDeltaNet, "a delta-net state");
-  return layers_[static_cast<size_t>(il)].matrix.data();
+  return layers_[static_cast<size_t>(il)].matrix.as<float>();
 }
 
 size_t LayerStates::bytes() const {
   size_t total = 0;
-  for (const Layer& l : layers_)
-    total += (l.k.size() + l.v.size()) * sizeof(uint16_t) + (l.conv.size() + l.matrix.size()) * sizeof(float);
+  for (const Layer& l : layers_) total += l.k.bytes() + l.v.bytes() + l.conv.bytes() + l.matrix.bytes();
   return total;
 }
 
 void LayerStates::reset() {
   for (Layer& l : layers_) {
-    std::fill(l.conv.begin(), l.conv.end(), 0.0f);
-    std::fill(l.matrix.begin(), l.matrix.end(), 0.0f);
+    be_->fill_zero(l.conv.as<uint8_t>());
+    be_->fill_zero(l.matrix.as<uint8_t>());
   }
 }
 
@@ -136,11 +135,11 @@ void LayerStates::copy_from(const LayerStates& other, int n_pos) {
   for (size_t il = 0; il < specs_.size(); ++il) {
     const Layer& o = other.layers_[il];
     Layer& l = layers_[il];
-    const size_t n = static_cast<size_t>(kv_values(specs_[il], n_pos));
-    std::copy_n(o.k.begin(), std::min(n, o.k.size()), l.k.begin());
-    std::copy_n(o.v.begin(), std::min(n, o.v.size()), l.v.begin());
-    std::copy(o.conv.begin(), o.conv.end(), l.conv.begin());
-    std::copy(o.matrix.begin(), o.matrix.end(), l.matrix.begin());
+    const size_t n = static_cast<size_t>(kv_values(specs_[il], n_pos)) * sizeof(uint16_t);
+    be_->copy(l.k.as<uint8_t>(), o.k.as<uint8_t>(), std::min(n, o.k.bytes()));
+    be_->copy(l.v.as<uint8_t>(), o.v.as<uint8_t>(), std::min(n, o.v.bytes()));
+    be_->copy(l.conv.as<uint8_t>(), o.conv.as<uint8_t>(), o.conv.bytes());
+    be_->copy(l.matrix.as<uint8_t>(), o.matrix.as<uint8_t>(), o.matrix.bytes());
   }
 }
 
@@ -157,31 +156,43 @@ void MoeSequenceState::copy_layers_from(const MoeSequenceState& other, const cha
   n_past = other.n_past;
 }
 
-void TrunkBuffers::reserve(size_t t, size_t H, size_t q_dim, size_t kv_dim, size_t act_row_bytes) {
-  pos.resize(t);
-  for (auto* b : {&x, &xn, &mix}) b->resize(t * H);
-  q.resize(t * q_dim);
-  att.resize(t * q_dim);
-  k.resize(t * kv_dim);
-  v.resize(t * kv_dim);
-  scratch.resize(t * act_row_bytes);
+void TrunkBuffers::reserve(backend::Backend& be, size_t t, size_t H, size_t q_dim, size_t kv_dim,
+                           size_t act_row_bytes) {
+  pos_host.resize(t);
+  pos.resize(be, t, "positions");
+  tokens.resize(be, t, "token ids");
+  for (auto* b : {&x, &xn, &mix}) b->resize(be, t * H, "batch buffers");
+  q.resize(be, t * q_dim, "batch buffers");
+  att.resize(be, t * q_dim, "batch buffers");
+  k.resize(be, t * kv_dim, "batch buffers");
+  v.resize(be, t * kv_dim, "batch buffers");
+  scratch.resize(be, t * act_row_bytes, "activation scratch");
 }
 
 size_t TrunkBuffers::bytes() const {
-  size_t total = attn_scratch.size() * sizeof(float) + scratch.size() + pos.size() * sizeof(int32_t);
-  for (const auto* b : {&x, &xn, &mix, &q, &k, &v, &att}) total += b->size() * sizeof(float);
+  size_t total = attn_scratch.bytes() + scratch.bytes() + pos_host.size() * sizeof(int32_t) + pos.bytes() +
+                 tokens.bytes();
+  for (const auto* b : {&x, &xn, &mix, &q, &k, &v, &att}) total += b->bytes();
   return total;
 }
 
 size_t TrunkBuffers::bytes_for(size_t t, size_t H, size_t q_dim, size_t kv_dim, size_t act_row_bytes) {
-  // pos; x, xn, mix; q, att; k, v; scratch (attn_scratch is sized by the state, not per batch)
-  return t * (sizeof(int32_t) + (3 * H + 2 * q_dim + 2 * kv_dim) * sizeof(float) + act_row_bytes);
+  // pos (host and backend), tokens; x, xn, mix; q, att; k, v; scratch (attn_scratch is sized by the state,
+  // not per batch)
+  return t * (3 * sizeof(int32_t) + (3 * H + 2 * q_dim + 2 * kv_dim) * sizeof(float) + act_row_bytes);
+}
+
+MoeSequenceState::MoeSequenceState(backend::Backend& backend, int n_ctx, std::vector<LayerStateSpec> specs,
+                                   int attn_head_dim)
+    : be(backend), layers(backend, std::move(specs), n_ctx), n_ctx_(n_ctx) {
+  if (attn_head_dim > 0)
+    trunk.attn_scratch.resize(be, be.attention_scratch_floats(n_ctx, attn_head_dim), "attention scratch");
 }
 
 void MoeSequenceState::grow_batch(int64_t T, const BatchDims& d) {
   const size_t t = static_cast<size_t>(T);
-  trunk.reserve(t, d.n_embd, d.q_dim, d.kv_dim, d.act_row_bytes);
-  moe.reserve(t, d.n_embd, d.n_expert, d.k);
+  trunk.reserve(be, t, d.n_embd, d.q_dim, d.kv_dim, d.act_row_bytes);
+  moe.reserve(be, t, d.n_embd, d.n_expert, d.k);
 }
 
 }  // namespace df::models

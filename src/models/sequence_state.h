@@ -1,7 +1,9 @@
 #pragma once
 // The per-sequence state of the MoE architectures: the KV cache, the batch buffers of the trunk and of the
 // MoE blocks, and the ModelState they make up. A model derives its State from MoeSequenceState and adds
-// what only it has (lfm2moe's conv state, gpt-oss's gathered expert rows).
+// what only it has (lfm2moe's short-conv batch buffers). Every buffer an op touches is the backend's
+// (backend/buffer.h); only what the host itself computes (positions, the grouping of a batch by expert)
+// is host memory.
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -32,19 +34,19 @@ struct LayerStateSpec {
   uint64_t bytes(int n_ctx) const;
 };
 
-// The per-layer sequence state of one sequence: the f16 K and V of every position of each KV layer (laid out
-// as backend::KvCacheView says), the conv rows of each conv layer, the delta-net matrices. Allocated once for
-// n_ctx positions; nothing grows afterwards.
+// The per-layer sequence state of one sequence, in the backend's memory: the f16 K and V of every position
+// of each KV layer (laid out as backend::KvCacheView says), the conv rows of each conv layer, the delta-net
+// matrices. Allocated once for n_ctx positions; nothing grows afterwards.
 class LayerStates {
  public:
-  LayerStates(std::vector<LayerStateSpec> specs, int n_ctx);
+  LayerStates(backend::Backend& be, std::vector<LayerStateSpec> specs, int n_ctx);
 
   const LayerStateSpec& spec(int il) const { return specs_[static_cast<size_t>(il)]; }
   int n_layer() const { return static_cast<int>(specs_.size()); }
   // df::Error (naming the layer and what it holds) when layer il holds no state of that kind.
   backend::KvCacheView kv(int il);
-  float* conv(int il);    // (taps - 1) × channels, oldest row first
-  float* matrix(int il);  // delta-net: heads × key_dim × value_dim
+  backend::Buf<float> conv(int il);    // (taps - 1) × channels, oldest row first
+  backend::Buf<float> matrix(int il);  // delta-net: heads × key_dim × value_dim
   size_t bytes() const;
   // Clears what must start from zero (conv rows, matrices); the KV needs no clearing (attention reads only
   // positions below n_past).
@@ -56,11 +58,11 @@ class LayerStates {
 
  private:
   struct Layer {
-    std::vector<uint16_t> k, v;
-    std::vector<float> conv, matrix;
+    backend::DeviceBuffer k, v, conv, matrix;
   };
   const LayerStateSpec& checked(int il, LayerStateSpec::Kind a, LayerStateSpec::Kind b,
                                 const char* what) const;
+  backend::Backend* be_;
   std::vector<LayerStateSpec> specs_;
   std::vector<Layer> layers_;
   int n_ctx_;
@@ -68,12 +70,15 @@ class LayerStates {
 
 // The residual stream and attention buffers of a batch. reserve() only grows them.
 struct TrunkBuffers {
-  std::vector<int32_t> pos;
-  std::vector<float> x, xn, mix, q, k, v, att;
-  std::vector<uint8_t> scratch;  // activation quantization, act_row_bytes per token
-  std::vector<float> attn_scratch;
+  std::vector<int32_t> pos_host;     // the batch's positions, as the host counts them
+  DeviceArray<int32_t> pos, tokens;  // the same and the token ids, uploaded for rope and get_rows
+  DeviceArray<float> x, xn, mix, q, k, v, att;
+  DeviceArray<uint8_t> scratch;  // activation quantization, act_row_bytes per token
+  DeviceArray<float> attn_scratch;
+  DeviceArray<float> logits;  // the head's output, read back (sized per call: one row or every row)
 
-  void reserve(size_t tokens, size_t n_embd, size_t q_dim, size_t kv_dim, size_t act_row_bytes);
+  void reserve(backend::Backend& be, size_t tokens, size_t n_embd, size_t q_dim, size_t kv_dim,
+               size_t act_row_bytes);
   size_t bytes() const;  // what ModelState::bytes() counts of these buffers
   // What bytes() is after reserve(tokens, ...), without allocating.
   static size_t bytes_for(size_t tokens, size_t n_embd, size_t q_dim, size_t kv_dim, size_t act_row_bytes);
@@ -87,8 +92,8 @@ struct BatchDims {
 
 class MoeSequenceState : public ModelState {
  public:
-  MoeSequenceState(int n_ctx, std::vector<LayerStateSpec> specs)
-      : layers(std::move(specs), n_ctx), n_ctx_(n_ctx) {}
+  // attn_head_dim: the head size attention scratch is sized for (0: no attention layer).
+  MoeSequenceState(backend::Backend& be, int n_ctx, std::vector<LayerStateSpec> specs, int attn_head_dim);
 
   int n_ctx() const override { return n_ctx_; }
   void reset() override {
@@ -103,6 +108,7 @@ class MoeSequenceState : public ModelState {
   void grow_batch(int64_t T, const BatchDims& d);
   void batch_grown(int64_t T) { rows_ = T; }
 
+  backend::Backend& be;  // the model's backend: every buffer here is its memory
   LayerStates layers;
   TrunkBuffers trunk;
   MoeBuffers moe;

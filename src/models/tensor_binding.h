@@ -1,7 +1,8 @@
 #pragma once
 // Binds an architecture's described tensors (tensor_desc.h) through a WeightLoader, by role: tables and
-// matrices into backend::Weights, F32 vectors into RAM, expert stacks into the ExpertLayout that the expert
-// provider loads from. Each loader only says where each kind goes; checks and messages are WeightLoader's.
+// matrices into backend::Weights, F32 vectors into the backend's memory, expert stacks into the ExpertLayout
+// that the expert provider loads from. Each loader only says where each kind goes; checks and messages are
+// WeightLoader's.
 #include <string_view>
 
 #include "backend/backend.h"
@@ -16,7 +17,7 @@ class WeightLoader;
 // for experts, which go to the layout.
 struct TensorTarget {
   backend::Weight* weight = nullptr;
-  const float** f32 = nullptr;
+  backend::Buf<const float>* f32 = nullptr;
 };
 
 class TensorBinder {

@@ -54,7 +54,7 @@ const gguf::TensorInfo& WeightLoader::check(std::string_view name, std::initiali
   return *t;
 }
 
-WeightLoader::WeightLoader(const gguf::File& file, const backend::Backend& backend, std::string arch)
+WeightLoader::WeightLoader(const gguf::File& file, backend::Backend& backend, std::string arch)
     : file_(file), backend_(backend), arch_(std::move(arch)) {
   file_.advise_no_readahead();
 }
@@ -71,34 +71,40 @@ GgmlType WeightLoader::matmul_type(std::string_view name, std::initializer_list<
   return t.type;
 }
 
-backend::Weight WeightLoader::table(std::string_view name, int64_t n_in, int64_t n_out) {
+backend::Weight WeightLoader::upload(std::string_view name, int64_t n_in, int64_t n_out,
+                                     bool rows_looked_up) {
   const GgmlType type = matmul_type(name, {n_in, n_out});
   const gguf::TensorInfo& t = *file_.find_tensor(name);
-  auto& bytes = storage_.emplace_back(t.nbytes, "model weights");
-  file_.read_tensor(t, bytes.data());
-  file_.drop_cached(t);  // the bytes live in storage_ now
+  backend::WeightSource src;
+  src.type = type;
+  src.read = [&](uint8_t* dst) { file_.read_tensor(t, dst); };
+  src.n_in = n_in;
+  src.n_out = n_out;
+  src.rows_looked_up = rows_looked_up;
+  backend::UploadedWeights w = backend_.upload_weights(src);
+  file_.drop_cached(t);  // the bytes live in the backend's memory now
   bytes_ += t.nbytes;
-  return backend::Weight{type, bytes.data(), n_in, n_out};
+  storage_.push_back(std::move(w.memory));
+  return w.first;
+}
+
+backend::Weight WeightLoader::table(std::string_view name, int64_t n_in, int64_t n_out) {
+  return upload(name, n_in, n_out, true);
 }
 
 backend::Weight WeightLoader::matrix(std::string_view name, int64_t n_in, int64_t n_out) {
-  backend::Weight w = table(name, n_in, n_out);
-  const quant::RowPacking packing = backend_.preferred_packing(w.type, n_out);  // the layout it reads fastest
-  if (packing == quant::RowPacking::kQ4_0x16) {
-    std::vector<uint8_t> group(w.row_bytes() * quant::kQ4_0x16Rows);
-    quant::pack_q4_0x16_in_place(storage_.back().data(), n_out, n_in, group.data());
-    w.packing = packing;
-  }
-  return w;
+  return upload(name, n_in, n_out, false);
 }
 
-const float* WeightLoader::f32(std::string_view name, std::initializer_list<int64_t> shape) {
+backend::Buf<const float> WeightLoader::f32(std::string_view name, std::initializer_list<int64_t> shape) {
   const gguf::TensorInfo& t = check(name, shape, {GgmlType::F32});
-  auto& bytes = storage_.emplace_back(t.nbytes, "model weights");
-  file_.read_tensor(t, bytes.data());
-  file_.drop_cached(t);  // the bytes live in storage_ now
+  std::vector<float> host(t.nbytes / sizeof(float));
+  file_.read_tensor(t, host.data());
+  file_.drop_cached(t);  // the bytes live in the backend's memory now
   bytes_ += t.nbytes;
-  return reinterpret_cast<const float*>(bytes.data());
+  backend::DeviceBuffer& mem = storage_.emplace_back(backend_.alloc(t.nbytes, "model weights"));
+  backend_.upload(mem.as<float>(), host.data(), host.size());
+  return mem.as<float>();
 }
 
 std::vector<int64_t> per_layer_ints(const gguf::File& file, const std::string& key, int n_layer) {

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "util/huge_page_buffer.h"
 
 namespace df::gguf {
 class File;
@@ -22,18 +21,18 @@ class WeightLoader {
  public:
   // Each tensor is read once, whole, then its file pages are dropped (gguf::File::drop_cached): readahead is
   // turned off for the file, as it would only bring back pages of tensors already loaded.
-  WeightLoader(const gguf::File& file, const backend::Backend& backend, std::string arch);
+  WeightLoader(const gguf::File& file, backend::Backend& backend, std::string arch);
 
   // The tensor's info after checking its shape (ggml order) and, when `types` is not empty, its type.
   const gguf::TensorInfo& check(std::string_view name, std::initializer_list<int64_t> shape,
                                 std::initializer_list<GgmlType> types = {}) const;
-  // A {n_in, n_out} matrix of a type the backend can multiply, loaded into RAM for matmul only: rows are
-  // repacked when the type has a faster layout (quant::preferred_packing: Q4_0 with whole 16-row groups).
+  // A {n_in, n_out} matrix of a type the backend can multiply, uploaded to the backend for matmul only, in
+  // the layout it reads fastest (Backend::upload_weights).
   backend::Weight matrix(std::string_view name, int64_t n_in, int64_t n_out);
   // The same in ggml's row layout, for a table whose rows are also looked up (token embeddings).
   backend::Weight table(std::string_view name, int64_t n_in, int64_t n_out);
-  // An F32 vector or matrix of the given shape, loaded into RAM.
-  const float* f32(std::string_view name, std::initializer_list<int64_t> shape);
+  // An F32 vector or matrix of the given shape, uploaded to the backend.
+  backend::Buf<const float> f32(std::string_view name, std::initializer_list<int64_t> shape);
   // The first of the names that exists (for tensors with historical aliases), else the first name.
   std::string first_present(std::initializer_list<std::string_view> names) const;
   bool has(std::string_view name) const;
@@ -41,13 +40,14 @@ class WeightLoader {
   GgmlType matmul_type(std::string_view name, std::initializer_list<int64_t> shape) const;
 
   size_t bytes_loaded() const { return bytes_; }
-  std::vector<HugePageBuffer> take_storage() { return std::move(storage_); }
+  std::vector<backend::DeviceBuffer> take_storage() { return std::move(storage_); }
 
  private:
+  backend::Weight upload(std::string_view name, int64_t n_in, int64_t n_out, bool rows_looked_up);
   const gguf::File& file_;
-  const backend::Backend& backend_;
+  backend::Backend& backend_;
   std::string arch_;
-  std::vector<HugePageBuffer> storage_;
+  std::vector<backend::DeviceBuffer> storage_;
   size_t bytes_ = 0;
 };
 

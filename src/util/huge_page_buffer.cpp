@@ -60,6 +60,15 @@ HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
   return *this;
 }
 
+uint8_t* HugePageBuffer::release_ownership() {
+  size_ = mapped_ = 0;
+  return std::exchange(data_, nullptr);
+}
+
+void HugePageBuffer::unmap(void* data, size_t bytes) noexcept {
+  if (data) ::munmap(data, round_up(bytes, static_cast<size_t>(::sysconf(_SC_PAGESIZE))));
+}
+
 void HugePageBuffer::release() {
   if (data_) ::munmap(data_, mapped_);
   data_ = nullptr;

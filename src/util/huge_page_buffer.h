@@ -27,6 +27,11 @@ class HugePageBuffer {
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
+  // Hands the mapping over to the caller, who frees it with unmap(data, size()) (a backend's allocator keeps
+  // only the address and size).
+  uint8_t* release_ownership();
+  static void unmap(void* data, size_t bytes) noexcept;
+
  private:
   void release();
   uint8_t* data_ = nullptr;

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm_tiling.h"
 #include "backend/cpu/kernels/vec_dot.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -30,15 +31,20 @@ constexpr int64_t kMinParallelAttention = int64_t{1} << 15;
 
 }  // namespace
 
-void CpuBackend::kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t rows, int pos0) {
+void CpuBackend::kv_store(const KvCacheView& kv, Buf<const float> k_buf, Buf<const float> v_buf, int64_t rows,
+                          int pos0) {
   if (pos0 < 0 || pos0 + rows > kv.n_ctx)
     fail("kv cache: positions {}..{} do not fit in a context of {}", pos0, pos0 + rows - 1, kv.n_ctx);
   const int64_t row = static_cast<int64_t>(kv.n_head_kv) * kv.head_dim;
+  const float* k = detail::raw(k_buf.first(static_cast<size_t>(rows * row)));
+  const float* v = detail::raw(v_buf.first(static_cast<size_t>(rows * row)));
+  uint16_t* cache_k = detail::raw(kv.k.first(static_cast<size_t>(kv.n_ctx * row)));
+  uint16_t* cache_v = detail::raw(kv.v.first(static_cast<size_t>(kv.n_ctx * row)));
   const kernels::QuantizeFn to_f16 = kernels::activation_quantizer(GgmlType::F16, level_);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t p = pos0 + r;
-    to_f16(k + r * row, kv.k + p * row, row);
-    for (int64_t i = 0; i < row; ++i) kv.v[i * kv.n_ctx + p] = quant::fp32_to_fp16(v[r * row + i]);
+    to_f16(k + r * row, cache_k + p * row, row);
+    for (int64_t i = 0; i < row; ++i) cache_v[i * kv.n_ctx + p] = quant::fp32_to_fp16(v[r * row + i]);
   }
 }
 
@@ -50,10 +56,18 @@ size_t CpuBackend::attention_scratch_floats_for(int n_ctx, int head_dim, int n_t
   return scratch_per_thread(n_ctx, head_dim) * static_cast<size_t>(n_threads);
 }
 
-void CpuBackend::attention(const KvCacheView& kv, const float* q, int64_t rows, int pos0,
-                           const AttentionParams& p, float* out, std::span<float> scratch) {
+void CpuBackend::attention(const KvCacheView& kv, Buf<const float> q_buf, int64_t rows, int pos0,
+                           const AttentionParams& p, Buf<float> out_buf, Buf<float> scratch_buf) {
   if (rows <= 0) return;
   const int n_head = p.n_head;
+  const size_t q_values = static_cast<size_t>(rows * n_head * kv.head_dim);
+  const float* q = detail::raw(q_buf.first(q_values));
+  float* out = detail::raw(out_buf.first(q_values));
+  const std::span<float> scratch(detail::raw(scratch_buf), scratch_buf.size());
+  const size_t cache_values = static_cast<size_t>(kv.n_ctx) * static_cast<size_t>(kv.n_head_kv * kv.head_dim);
+  const uint16_t* cache_k = detail::raw(kv.k.first(cache_values));
+  const uint16_t* cache_v = detail::raw(kv.v.first(cache_values));
+  const float* sinks = p.sinks ? detail::raw(p.sinks.first(static_cast<size_t>(n_head))) : nullptr;
   if (pos0 < 0 || pos0 + rows > kv.n_ctx)
     fail("attention: positions {}..{} do not fit in a context of {}", pos0, pos0 + rows - 1, kv.n_ctx);
   if (kv.n_head_kv <= 0 || n_head <= 0 || n_head % kv.n_head_kv != 0)
@@ -89,9 +103,9 @@ void CpuBackend::attention(const KvCacheView& kv, const float* q, int64_t rows, 
       const int64_t n_kv = at - first + 1;
       to_f16(q + (r * n_head + h) * hd, q16, hd);
 
-      f16.gemm(kv.k + first * k_row + static_cast<int64_t>(kh) * hd, k_stride, n_kv, q16, 0, 1, hd, scores,
+      f16.gemm(cache_k + first * k_row + static_cast<int64_t>(kh) * hd, k_stride, n_kv, q16, 0, 1, hd, scores,
                0);
-      float max = p.sinks ? p.sinks[h] : -std::numeric_limits<float>::infinity();
+      float max = sinks ? sinks[h] : -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n_kv; ++j) {
         scores[j] *= scale;
         if (softcap > 0.0f) scores[j] = softcap * std::tanh(scores[j] / softcap);
@@ -103,12 +117,12 @@ void CpuBackend::attention(const KvCacheView& kv, const float* q, int64_t rows, 
         scores[j] = e;
         sum += static_cast<double>(e);
       }
-      if (p.sinks) sum += static_cast<double>(std::exp(p.sinks[h] - max));
+      if (sinks) sum += static_cast<double>(std::exp(sinks[h] - max));
       const float inv = static_cast<float>(1.0 / sum);
       for (int64_t j = 0; j < n_kv; ++j) scores[j] *= inv;
       to_f16(scores, probs, n_kv);
 
-      f16.gemm(kv.v + static_cast<int64_t>(kh) * hd * kv.n_ctx + first, v_stride, hd, probs, 0, 1, n_kv,
+      f16.gemm(cache_v + static_cast<int64_t>(kh) * hd * kv.n_ctx + first, v_stride, hd, probs, 0, 1, n_kv,
                out + (r * n_head + h) * hd, 0);
     }
   });

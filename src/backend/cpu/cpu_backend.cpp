@@ -1,8 +1,13 @@
 // Construction and the elementwise ops.
 #include "backend/cpu/cpu_backend.h"
 
+#include <cstring>
+#include <new>
+#include <vector>
+
 #include "backend/cpu/gemm_tiling.h"
 #include "util/error.h"
+#include "util/huge_page_buffer.h"
 
 namespace df::backend {
 
@@ -14,21 +19,89 @@ CpuBackend::CpuBackend(int n_threads, kernels::SimdLevel level) : pool_(n_thread
          kernels::simd_level_name(level), kernels::simd_level_name(kernels::best_simd_level()));
 }
 
-void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* y) {
+void CpuBackend::swiglu(Buf<const float> gate_buf, Buf<const float> up_buf, int64_t n, Buf<float> y_buf) {
+  const float *gate = detail::raw(gate_buf.first(n)), *up = detail::raw(up_buf.first(n));
+  float* y = detail::raw(y_buf.first(n));
   for (int64_t i = 0; i < n; ++i) y[i] = detail::silu_mul(gate[i], up[i]);
 }
 
-void CpuBackend::add(float* x, const float* y, int64_t n) {
+void CpuBackend::add(Buf<float> x_buf, Buf<const float> y_buf, int64_t n) {
+  float* x = detail::raw(x_buf.first(n));
+  const float* y = detail::raw(y_buf.first(n));
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
-void CpuBackend::add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n) {
+void CpuBackend::add_bias_rows(Buf<float> x_buf, Buf<const float> bias_buf, int64_t rows, int64_t n) {
+  float* x = detail::raw(x_buf.first(rows * n));
+  const float* bias = detail::raw(bias_buf.first(n));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < n; ++i) x[r * n + i] += bias[i];
 }
 
 quant::RowPacking CpuBackend::preferred_packing(GgmlType type, int64_t n_out) const {
   return quant::preferred_packing(type, n_out);
+}
+
+// Buffers from a few KB up go on huge pages (the weights, the KV cache, the batch buffers of a prefill);
+// the small ones (a decode step's rows, positions, routing ids) from the heap, 64-byte aligned.
+namespace {
+constexpr size_t kHugePageFrom = size_t{64} << 10;
+constexpr size_t kAlign = 64;
+}  // namespace
+
+DeviceBuffer CpuBackend::alloc(size_t bytes, const char* what) {
+  if (bytes == 0) return {};
+  if (bytes >= kHugePageFrom)  // zeroed, as fresh mappings are
+    return BufferAccess::adopt(this, HugePageBuffer(bytes, what).release_ownership(), bytes);
+  void* p = ::operator new (bytes, std::align_val_t{kAlign}, std::nothrow);
+  if (!p) fail("cpu backend: cannot allocate {} bytes for {}", bytes, what);
+  std::memset(p, 0, bytes);
+  return BufferAccess::adopt(this, p, bytes);
+}
+
+void CpuBackend::free_memory(void* data, size_t bytes) noexcept {
+  if (bytes >= kHugePageFrom)
+    HugePageBuffer::unmap(data, bytes);
+  else
+    ::operator delete (data, std::align_val_t{kAlign});
+}
+
+void CpuBackend::upload(Buf<uint8_t> dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(detail::raw(dst.first(bytes)), src, bytes);
+}
+
+void CpuBackend::download(void* dst, Buf<const uint8_t> src, size_t bytes) {
+  if (bytes) std::memcpy(dst, detail::raw(src.first(bytes)), bytes);
+}
+
+void CpuBackend::copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) {
+  if (bytes) std::memmove(detail::raw(dst.first(bytes)), detail::raw(src.first(bytes)), bytes);
+}
+
+void CpuBackend::fill_zero(Buf<uint8_t> dst, size_t bytes) {
+  if (bytes) std::memset(detail::raw(dst.first(bytes)), 0, bytes);
+}
+
+UploadedWeights CpuBackend::upload_weights(const WeightSource& src) {
+  if (src.n_matrices < 1 || src.n_in <= 0 || src.n_out <= 0)
+    fail("cpu backend: upload_weights of {} matrices of {}x{}", src.n_matrices, src.n_out, src.n_in);
+  const size_t row = ggml_row_bytes(src.type, src.n_in);
+  const size_t slab = row * static_cast<size_t>(src.n_out);
+  UploadedWeights w;
+  w.memory = alloc(slab * static_cast<size_t>(src.n_matrices), "model weights");
+  auto* bytes = static_cast<uint8_t*>(BufferAccess::data(w.memory));
+  if (!src.read) fail("cpu backend: upload_weights without a source of bytes");
+  src.read(bytes);
+  const quant::RowPacking packing =
+      src.rows_looked_up ? quant::RowPacking::kNone : preferred_packing(src.type, src.n_out);
+  if (packing == quant::RowPacking::kQ4_0x16) {
+    std::vector<uint8_t> group(row * quant::kQ4_0x16Rows);
+    for (int64_t m = 0; m < src.n_matrices; ++m)
+      quant::pack_q4_0x16_in_place(bytes + static_cast<size_t>(m) * slab, src.n_out, src.n_in, group.data());
+  }
+  w.first = Weight{src.type, bytes, src.n_in, src.n_out, packing};
+  w.slab_bytes = slab;
+  return w;
 }
 
 }  // namespace df::backend

@@ -14,12 +14,13 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/buffer_access.h"
 #include "backend/cpu/kernels/cpu_features.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace df::backend {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   // n_threads <= 0: one per hardware core. The SIMD level is kernels::select_simd_level() (DF_SIMD
   // overrides it; df::Error for a level this machine cannot run).
@@ -30,11 +31,31 @@ class CpuBackend final : public Backend {
   int n_threads() const override { return pool_.size(); }
   kernels::SimdLevel simd_level() const { return level_; }
 
+  // The CPU backend's memory is host memory: a view of n elements at p, for callers that hold host arrays
+  // of their own (the backend's tests). Model code never has a CpuBackend to ask.
+  template <class T>
+  static Buf<T> host(T* p, size_t n) {
+    return BufferAccess::wrap(p, n);
+  }
+
+  // Zeroed memory aligned for the SIMD kernels; large buffers on huge pages (util/huge_page_buffer.h).
+  DeviceBuffer alloc(size_t bytes, const char* what) override;
+  void upload(Buf<uint8_t> dst, const void* src, size_t bytes) override;
+  void download(void* dst, Buf<const uint8_t> src, size_t bytes) override;
+  void copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) override;
+  void fill_zero(Buf<uint8_t> dst, size_t bytes) override;
+  using Backend::copy;
+  using Backend::download;
+  using Backend::fill_zero;
+  using Backend::upload;
+
   quant::RowPacking preferred_packing(GgmlType type, int64_t n_out) const override;
+  // Q4_0 matrices of whole 16-row groups are repacked to Q4_0x16 (quant/q4_0x16.h) unless rows are looked up.
+  UploadedWeights upload_weights(const WeightSource& src) override;
   bool supports_matmul(GgmlType w) const override;
   size_t matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const override;
-  void matmul(const Weight& w, const float* x, int64_t rows, float* y, std::span<uint8_t> scratch) override;
-  void get_rows(const Weight& table, std::span<const int32_t> ids, float* out) override;
+  void matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<uint8_t> scratch) override;
+  void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) override;
 
   // Products that read the same x (for the same activation format) share its quantization.
   static constexpr size_t kMaxMatmulTasks = 8;
@@ -44,29 +65,36 @@ class CpuBackend final : public Backend {
   // Two parallel jobs over (FFN, row block, token tile): gate and up with the biases, the activation and
   // the quantization of the down input fused in, then down (bias and scale fused into the scatter). Scratch
   // is the backend's own (grown when a call needs more, never shrunk).
-  void ffn(std::span<const FfnTask> ffns, const ActivationParams& act, const float* x, int64_t x_rows,
-           float* out) override;
+  void ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
+           Buf<float> out) override;
 
-  void rms_norm(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y) override;
-  void rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos, const RopeParams& p) override;
+  void rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
+                Buf<float> y) override;
+  void rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos,
+            const RopeParams& p) override;
 
-  void kv_store(const KvCacheView& kv, const float* k, const float* v, int64_t rows, int pos0) override;
+  void kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows,
+                int pos0) override;
   size_t attention_scratch_floats(int n_ctx, int head_dim) const override;
   // The same for a pool of n_threads, without a backend (memory planning before anything is allocated).
   static size_t attention_scratch_floats_for(int n_ctx, int head_dim, int n_threads);
-  void attention(const KvCacheView& kv, const float* q, int64_t rows, int pos0, const AttentionParams& p,
-                 float* out, std::span<float> scratch) override;
+  void attention(const KvCacheView& kv, Buf<const float> q, int64_t rows, int pos0, const AttentionParams& p,
+                 Buf<float> out, Buf<float> scratch) override;
 
-  void short_conv(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache, float* state,
-                  float* y) override;
+  void short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<const float> conv_w, int l_cache,
+                  Buf<float> state, Buf<float> y) override;
 
-  void swiglu(const float* gate, const float* up, int64_t n, float* y) override;
-  void add(float* x, const float* y, int64_t n) override;
-  void add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n) override;
+  void swiglu(Buf<const float> gate, Buf<const float> up, int64_t n, Buf<float> y) override;
+  void add(Buf<float> x, Buf<const float> y, int64_t n) override;
+  void add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t rows, int64_t n) override;
 
-  void route(const RouterParams& p, const float* logits, int64_t rows, int32_t* ids, float* weights) override;
-  void moe_combine(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
-                   float* out) override;
+  void route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,
+             Buf<float> weights) override;
+  void moe_combine(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k, int64_t n,
+                   Buf<float> out) override;
+
+ protected:
+  void free_memory(void* data, size_t bytes) noexcept override;
 
  private:
   ThreadPool pool_;

@@ -63,8 +63,14 @@ void check_shapes(std::span<const FfnTask> ffns, int64_t x_rows) {
           b.up.n_in, ggml_type_name(b.down.type), b.down.n_out, b.down.n_in, ggml_type_name(a.gate.type),
           a.gate.n_out, a.gate.n_in, ggml_type_name(a.down.type), a.down.n_out, a.down.n_in);
     if (b.n_rows < 0) fail("ffn: FFN {} has {} rows", f, b.n_rows);
+    const int32_t* in_rows =
+        b.in_rows ? detail::raw(b.in_rows.first(static_cast<size_t>(b.n_rows))) : nullptr;
+    if (b.out_rows) b.out_rows.first(static_cast<size_t>(b.n_rows));
+    for (const auto& bias : {b.gate_bias, b.up_bias})
+      if (bias) bias.first(static_cast<size_t>(a.gate.n_out));
+    if (b.down_bias) b.down_bias.first(static_cast<size_t>(a.down.n_out));
     for (int64_t i = 0; i < b.n_rows; ++i) {
-      const int64_t r = b.in_rows ? b.in_rows[i] : i;
+      const int64_t r = in_rows ? in_rows[i] : i;
       if (r < 0 || r >= x_rows) fail("ffn: FFN {} reads input row {} of {}", f, r, x_rows);
     }
   }
@@ -72,12 +78,15 @@ void check_shapes(std::span<const FfnTask> ffns, int64_t x_rows) {
 
 }  // namespace
 
-void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act, const float* x,
-                     int64_t x_rows, float* out) {
+void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x_buf,
+                     int64_t x_rows, Buf<float> out_buf) {
   if (ffns.empty()) return;
   check_shapes(ffns, x_rows);
   const FfnTask& first = ffns[0];
   const int64_t n_in = first.gate.n_in, n_ff = first.gate.n_out, n_out = first.down.n_out;
+  const float* x = detail::raw(x_buf.first(static_cast<size_t>(x_rows * n_in)));
+  float* out = detail::raw(out_buf);
+  const size_t out_rows_held = out_buf.size() / static_cast<size_t>(n_out);
   detail::check_weight(first.gate);
   detail::check_weight(first.up);
   detail::check_weight(first.down);
@@ -144,7 +153,7 @@ void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act,
                        for (int64_t entry = b; entry < e; ++entry) {
                          const FfnTask& ffn = ffns[group_of(entry_at, n, entry)];
                          const int64_t i = entry - entry_at[&ffn - ffns.data()];
-                         const float* row = x + (ffn.in_rows ? ffn.in_rows[i] : i) * n_in;
+                         const float* row = x + (ffn.in_rows ? detail::raw(ffn.in_rows)[i] : i) * n_in;
                          quantize_g(row, qg + static_cast<size_t>(entry) * qg_row, n_in);
                          if (!shared_input) quantize_u(row, qu + static_cast<size_t>(entry) * qu_row, n_in);
                        }
@@ -166,11 +175,12 @@ void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act,
     const size_t u_row = shared_input ? qg_row : qu_row;
     up_gemm(ffn.up.row(r0), ffn.up.row_bytes(), len, qu + static_cast<size_t>(entry0) * u_row, u_row, cols,
             n_in, u, static_cast<size_t>(len));
-    if (ffn.gate_bias || ffn.up_bias)
+    const float *gate_bias = detail::raw(ffn.gate_bias), *up_bias = detail::raw(ffn.up_bias);
+    if (gate_bias || up_bias)
       for (int64_t c = 0; c < cols; ++c)
         for (int64_t j = 0; j < len; ++j) {
-          if (ffn.gate_bias) g[c * len + j] += ffn.gate_bias[r0 + j];
-          if (ffn.up_bias) u[c * len + j] += ffn.up_bias[r0 + j];
+          if (gate_bias) g[c * len + j] += gate_bias[r0 + j];
+          if (up_bias) u[c * len + j] += up_bias[r0 + j];
         }
     switch (act.kind) {
       case Activation::SwiGLU:
@@ -200,17 +210,21 @@ void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act,
     down_gemm(ffn.down.row(r0), ffn.down.row_bytes(), len,
               qh + static_cast<size_t>(entry_at[f] + c0) * qh_row, qh_row, cols, n_ff, o,
               static_cast<size_t>(len));
+    const int32_t* out_rows = detail::raw(ffn.out_rows);
+    const float* down_bias = detail::raw(ffn.down_bias);
     for (int64_t c = 0; c < cols; ++c) {
-      const int64_t row = ffn.out_rows ? ffn.out_rows[c0 + c] : c0 + c;
+      const int64_t row = out_rows ? out_rows[c0 + c] : c0 + c;
+      if (row < 0 || static_cast<size_t>(row) >= out_rows_held)
+        fail("ffn: output row {} is out of range of an output of {} rows", row, out_rows_held);
       float* dst = out + row * n_out + r0;
       const float* src = o + c * len;
-      if (!ffn.down_bias && ffn.out_scale == 1.0f) {
+      if (!down_bias && ffn.out_scale == 1.0f) {
         std::memcpy(dst, src, static_cast<size_t>(len) * sizeof(float));
         continue;
       }
       for (int64_t j = 0; j < len; ++j) {
         float v = src[j];
-        if (ffn.down_bias) v += ffn.down_bias[r0 + j];
+        if (down_bias) v += down_bias[r0 + j];
         if (ffn.out_scale != 1.0f) v *= ffn.out_scale;
         dst[j] = v;
       }

@@ -11,11 +11,18 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/buffer_access.h"
 #include "backend/cpu/kernels/vec_dot.h"
 #include "backend/cpu/thread_pool.h"
 #include "util/error.h"
 
 namespace df::backend::detail {
+
+// The host address behind a view (the CPU backend's memory is host memory); null for an absent view.
+template <class T>
+T* raw(Buf<T> b) {
+  return BufferAccess::raw(b);
+}
 
 inline constexpr int64_t kMaxTokenTile = 64;
 // Below this many multiply-adds a task is not worth a claim (at tens of MACs per ns: about a microsecond).

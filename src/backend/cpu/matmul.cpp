@@ -60,9 +60,13 @@ size_t CpuBackend::matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) 
   return ggml_row_bytes(quant::vec_dot_type(w), n_in) * static_cast<size_t>(rows);
 }
 
-void CpuBackend::matmul(const Weight& w, const float* x, int64_t rows, float* y, std::span<uint8_t> scratch) {
+void CpuBackend::matmul(const Weight& w, Buf<const float> x_buf, int64_t rows, Buf<float> y_buf,
+                        Buf<uint8_t> scratch_buf) {
   if (rows <= 0 || w.n_out <= 0) return;
   const size_t need = matmul_scratch_bytes(w.type, w.n_in, rows);
+  const std::span<uint8_t> scratch(detail::raw(scratch_buf), scratch_buf.size());
+  const float* x = detail::raw(x_buf.first(static_cast<size_t>(rows * w.n_in)));
+  float* y = detail::raw(y_buf.first(static_cast<size_t>(rows * w.n_out)));
   if (scratch.size() < need)
     fail("cpu backend: matmul scratch of {} bytes, {} needed ({} rows of {} {} values)", scratch.size(), need,
          rows, w.n_in, ggml_type_name(w.type));
@@ -98,8 +102,10 @@ void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
     p[i].k = &kernels::vec_dot_kernels(w.type, level_);
     p[i].act_row = ggml_row_bytes(p[i].k->activation, w.n_in);
     p[i].quantizes = true;
+    detail::raw(tasks[i].x.first(static_cast<size_t>(rows * w.n_in)));  // range checks
+    detail::raw(tasks[i].y.first(static_cast<size_t>(rows * w.n_out)));
     for (size_t j = 0; j < i; ++j) {
-      if (p[j].quantizes && tasks[j].x == tasks[i].x && tasks[j].w.n_in == w.n_in &&
+      if (p[j].quantizes && detail::raw(tasks[j].x) == detail::raw(tasks[i].x) && tasks[j].w.n_in == w.n_in &&
           p[j].k->activation == p[i].k->activation) {
         p[i].quantizes = false;
         p[i].act_offset = p[j].act_offset;
@@ -116,8 +122,8 @@ void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
   uint8_t* qx = act_scratch_.data();
   for (size_t i = 0; i < tasks.size(); ++i)
     if (p[i].quantizes)
-      quantize_rows(pool_, kernels::activation_quantizer(p[i].k->activation, level_), tasks[i].x, rows,
-                    tasks[i].w.n_in, qx + p[i].act_offset, p[i].act_row);
+      quantize_rows(pool_, kernels::activation_quantizer(p[i].k->activation, level_), detail::raw(tasks[i].x),
+                    rows, tasks[i].w.n_in, qx + p[i].act_offset, p[i].act_row);
 
   const int64_t target = detail::task_macs(total_macs, pool_.size());
   int64_t n_tasks = 0;
@@ -131,11 +137,14 @@ void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
     size_t i = 0;
     while (i + 1 < tasks.size() && task >= p[i + 1].first_task) ++i;
     run_tile(*p[i].k, tasks[i].w, p[i].tiling, task - p[i].first_task, qx + p[i].act_offset, p[i].act_row,
-             tasks[i].y);
+             detail::raw(tasks[i].y));
   });
 }
 
-void CpuBackend::get_rows(const Weight& table, std::span<const int32_t> ids, float* out) {
+void CpuBackend::get_rows(const Weight& table, Buf<const int32_t> ids_buf, int64_t n, Buf<float> out_buf) {
+  const std::span<const int32_t> ids(detail::raw(ids_buf.first(static_cast<size_t>(n))),
+                                     static_cast<size_t>(n));
+  float* out = detail::raw(out_buf.first(static_cast<size_t>(n * table.n_in)));
   if (table.packed())
     fail("cpu backend: get_rows on a {} table: row lookups need the unpacked layout",
          quant::row_packing_name(table.packing));

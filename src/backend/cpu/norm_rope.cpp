@@ -6,11 +6,16 @@
 #include <numbers>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm_tiling.h"
 #include "util/error.h"
 
 namespace df::backend {
 
-void CpuBackend::rms_norm(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y) {
+void CpuBackend::rms_norm(Buf<const float> x_buf, int64_t rows, int64_t n, Buf<const float> weight_buf,
+                          float eps, Buf<float> y_buf) {
+  const float* x = detail::raw(x_buf.first(static_cast<size_t>(rows * n)));
+  float* y = detail::raw(y_buf.first(static_cast<size_t>(rows * n)));
+  const float* weight = weight_buf ? detail::raw(weight_buf.first(static_cast<size_t>(n))) : nullptr;
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
@@ -46,9 +51,13 @@ constexpr int64_t kMinParallelRopeValues = 1 << 14;
 // n_rot), float recurrence, / freq_factors[i]), the interpolated one freq_scale · θ, mixed by the YaRN ramp;
 // cos and sin times the magnitude. Without YaRN (ext_factor 0) and attn_factor 1 this is the plain RoPE
 // exactly (the magnitude multiplies by 1.0f).
-void CpuBackend::rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos,
+void CpuBackend::rope(Buf<float> x_buf, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos_buf,
                       const RopeParams& p) {
   const int n = p.n_rot, half = n / 2;
+  float* x = detail::raw(x_buf.first(static_cast<size_t>(rows * n_head * head_dim)));
+  const int32_t* pos = detail::raw(pos_buf.first(static_cast<size_t>(rows)));
+  const float* freq_factors =
+      p.freq_factors ? detail::raw(p.freq_factors.first(static_cast<size_t>(n / 2))) : nullptr;
   if (n <= 0 || n % 2 != 0 || n > head_dim || half > kMaxPairs)
     fail("rope: rotated dims {} must be even, positive and at most the head dim {} (and {})", n, head_dim,
          2 * kMaxPairs);
@@ -68,7 +77,7 @@ void CpuBackend::rope(float* x, int64_t rows, int n_head, int head_dim, const in
     for (int64_t r = r_begin; r < r_end; ++r) {
       float theta_extrap = static_cast<float>(pos[r]);
       for (int i = 0; i < half; ++i) {
-        const float base = p.freq_factors ? theta_extrap / p.freq_factors[i] : theta_extrap;
+        const float base = freq_factors ? theta_extrap / freq_factors[i] : theta_extrap;
         const float theta_interp = p.freq_scale * base;
         float theta = theta_interp, m = p.attn_factor;
         if (p.ext_factor != 0.0f) {

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm_tiling.h"
 #include "util/error.h"
 
 namespace df::backend {
@@ -47,11 +48,16 @@ void route_softmax_weight(const RouterParams& p, const float* logits, int64_t ro
 
 }  // namespace
 
-void CpuBackend::route(const RouterParams& p, const float* logits, int64_t rows, int32_t* ids,
-                       float* weights) {
+void CpuBackend::route(const RouterParams& p, Buf<const float> logits_buf, int64_t rows, Buf<int32_t> ids_buf,
+                       Buf<float> weights_buf) {
   constexpr int kMaxExperts = 4096;
   if (p.n_expert <= 0 || p.n_expert > kMaxExperts || p.k <= 0 || p.k > p.n_expert)
     fail("router: cannot choose {} of {} experts (at most {})", p.k, p.n_expert, kMaxExperts);
+  const float* logits = detail::raw(logits_buf.first(static_cast<size_t>(rows * p.n_expert)));
+  int32_t* ids = detail::raw(ids_buf.first(static_cast<size_t>(rows * p.k)));
+  float* weights = detail::raw(weights_buf.first(static_cast<size_t>(rows * p.k)));
+  const float* selection_bias =
+      p.selection_bias ? detail::raw(p.selection_bias.first(static_cast<size_t>(p.n_expert))) : nullptr;
   std::array<float, kMaxExperts> probs, score;
   const size_t E = static_cast<size_t>(p.n_expert);
   if (p.gating == Gating::SoftmaxWeight) {
@@ -73,7 +79,7 @@ void CpuBackend::route(const RouterParams& p, const float* logits, int64_t rows,
       const float inv = static_cast<float>(1.0 / sum);
       for (size_t e = 0; e < E; ++e) probs[e] *= inv;
     }
-    for (size_t e = 0; e < E; ++e) score[e] = p.selection_bias ? probs[e] + p.selection_bias[e] : probs[e];
+    for (size_t e = 0; e < E; ++e) score[e] = selection_bias ? probs[e] + selection_bias[e] : probs[e];
 
     int32_t* id = ids + r * p.k;
     float* w = weights + r * p.k;
@@ -98,8 +104,11 @@ void CpuBackend::route(const RouterParams& p, const float* logits, int64_t rows,
   }
 }
 
-void CpuBackend::moe_combine(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
-                             float* out) {
+void CpuBackend::moe_combine(Buf<const float> expert_out_buf, Buf<const float> weights_buf, int64_t rows,
+                             int k, int64_t n, Buf<float> out_buf) {
+  const float* expert_out = detail::raw(expert_out_buf.first(static_cast<size_t>(rows * k * n)));
+  const float* weights = detail::raw(weights_buf.first(static_cast<size_t>(rows * k)));
+  float* out = detail::raw(out_buf.first(static_cast<size_t>(rows * n)));
   for (int64_t r = 0; r < rows; ++r) {
     const float* w = weights + r * k;
     const float* e = expert_out + r * k * n;

@@ -2,15 +2,20 @@
 #include <array>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/gemm_tiling.h"
 #include "util/error.h"
 
 namespace df::backend {
 
-void CpuBackend::short_conv(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache,
-                            float* state, float* y) {
+void CpuBackend::short_conv(Buf<const float> bcx_buf, int64_t rows, int64_t n, Buf<const float> conv_w_buf,
+                            int l_cache, Buf<float> state_buf, Buf<float> y_buf) {
   constexpr int kMaxTaps = 64;
   if (l_cache < 2 || l_cache > kMaxTaps)
     fail("short conv: {} taps is out of range (2..{})", l_cache, kMaxTaps);
+  const float* bcx = detail::raw(bcx_buf.first(static_cast<size_t>(rows * 3 * n)));
+  const float* conv_w = detail::raw(conv_w_buf.first(static_cast<size_t>(n * l_cache)));
+  float* state = detail::raw(state_buf.first(static_cast<size_t>((l_cache - 1) * n)));
+  float* y = detail::raw(y_buf.first(static_cast<size_t>(rows * n)));
   const int hist_len = l_cache - 1;
   for (int64_t ch = 0; ch < n; ++ch) {
     std::array<float, kMaxTaps> hist;  // the previous b⊙x values of this channel, oldest first
