@@ -7,6 +7,8 @@
 //
 // A test file includes this header and instantiates the suite:
 //   INSTANTIATE_TEST_SUITE_P(Models, MoeGolden, ::testing::Values("qwen3moe-tiny"), golden_test_name);
+// With DF_GOLDEN_DEVICE defined (a --device name) the models run on that backend, and every test is skipped,
+// with the reason, where that backend cannot be made (no such build, no GPU).
 // Each check prints its worst margin so that a run shows how close to the tolerance the engine is.
 #include <gtest/gtest.h>
 
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend_factory.h"
 #include "gguf/gguf.h"
 #include "golden_checks.h"
 #include "models/model.h"
@@ -49,7 +52,11 @@ inline Golden& golden(const std::string& name) {
     std::ifstream in(kGolden + "/" + name + ".json");
     slot->meta = json::parse(in);
     const auto file = gguf::File::open(kGolden + "/" + name + ".gguf");
-    slot->model = load_model(file, {});
+    LoadOptions options;
+#ifdef DF_GOLDEN_DEVICE
+    options.backend = backend::make_backend({DF_GOLDEN_DEVICE, 0});
+#endif
+    slot->model = load_model(file, options);
     const json& tol = slot->meta["tolerance"];
     slot->T = tol["logit_abs"];
     slot->M = tol["argmax_margin"];
@@ -59,7 +66,18 @@ inline Golden& golden(const std::string& name) {
   return *slot;
 }
 
-class MoeGolden : public ::testing::TestWithParam<std::string> {};
+class MoeGolden : public ::testing::TestWithParam<std::string> {
+#ifdef DF_GOLDEN_DEVICE
+ protected:
+  void SetUp() override {
+    try {
+      backend::make_backend({DF_GOLDEN_DEVICE, 0});
+    } catch (const std::exception& e) {
+      GTEST_SKIP() << "no " << DF_GOLDEN_DEVICE << " backend here: " << e.what();
+    }
+  }
+#endif
+};
 
 // Rules 1 and 2 on the `layers` prompt.
 TEST_P(MoeGolden, LayersPromptExpertChoicesAndResiduals) {
