@@ -31,6 +31,7 @@ class ForwardingBackend final : public backend::Backend {
 
   std::string_view name() const override { return "forwarding"; }
   int n_threads() const override { return inner_->n_threads(); }
+  bool reads_host_memory() const override { return inner_->reads_host_memory(); }
 
   backend::DeviceBuffer alloc(size_t bytes, const char* what) override {
     backend::DeviceBuffer b = inner_->alloc(bytes, what);

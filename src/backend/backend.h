@@ -155,6 +155,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
   virtual int n_threads() const = 0;
+  // Whether ops can read weights in plain host memory (the CPU backend's memory is host memory). The
+  // streaming expert cache hands out views of host slots, so a backend without this runs with every expert
+  // uploaded (--resident) until a device tier of the cache exists.
+  virtual bool reads_host_memory() const { return false; }
 
   // ---- Memory: every buffer an op reads or writes comes from here (backend/buffer.h).
   // `bytes` of zeroed memory; df::Error naming `what` and the size when it cannot be had.

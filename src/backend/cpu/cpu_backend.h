@@ -29,6 +29,7 @@ class CpuBackend : public Backend {
 
   std::string_view name() const override { return "cpu"; }
   int n_threads() const override { return pool_.size(); }
+  bool reads_host_memory() const override { return true; }
   kernels::SimdLevel simd_level() const { return level_; }
 
   // The CPU backend's memory is host memory: a view of n elements at p, for callers that hold host arrays
