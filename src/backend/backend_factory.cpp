@@ -17,7 +17,7 @@ namespace df::backend {
 namespace {
 
 // "cuda" is GPU 0, "cuda:N" GPU N; -1 for anything else.
-int cuda_index(const std::string& device) {
+[[maybe_unused]] int cuda_index(const std::string& device) {
   if (device == "cuda") return 0;
   if (device.rfind("cuda:", 0) != 0 || device.size() == 5) return -1;
   int n = -1;
