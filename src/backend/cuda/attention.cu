@@ -1,0 +1,116 @@
+// The f16 KV cache and llama.cpp's non-flash attention (the CPU backend's attention.cpp): one block of 4
+// warps per (query row, head). Scores: a warp per key, lanes over head_dim, f16 × f16 products (exact in
+// float) summed in double; softmax over the visible keys with the sink in max and denominator (double sum);
+// P rounded to f16; P·V: a warp per output dim, lanes over keys, double sums. Scores live in backend
+// scratch (rows × n_head × n_ctx floats per launch; the host splits long prefills into chunks).
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace df::backend::cuda {
+namespace {
+
+constexpr int kAttnWarps = 4;
+
+__global__ void kv_store_kernel(uint16_t* k_cache, uint16_t* v_cache, int n_ctx, int64_t row, const float* k,
+                                const float* v, int pos0) {
+  const int64_t r = blockIdx.y;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= row) return;
+  const int64_t p = pos0 + r;
+  k_cache[p * row + i] = f32_to_f16(k[r * row + i]);
+  v_cache[i * n_ctx + p] = f32_to_f16(v[r * row + i]);
+}
+
+__device__ float block_max(float v, float* red) {
+  v = warp_max(v);
+  if (threadIdx.x % kWarp == 0) red[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  float m = red[0];
+  for (int w = 1; w < kAttnWarps; ++w) m = fmaxf(m, red[w]);
+  __syncthreads();
+  return m;
+}
+__device__ double block_sum(double v, double* red) {
+  v = warp_sum(v);
+  if (threadIdx.x % kWarp == 0) red[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  double s = 0.0;
+  for (int w = 0; w < kAttnWarps; ++w) s += red[w];
+  __syncthreads();
+  return s;
+}
+
+__global__ void __launch_bounds__(kAttnWarps * kWarp)
+    attention_kernel(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int pos0, AttnArgs a,
+                     float* out, float* scores) {
+  extern __shared__ float s_q[];  // head_dim values of q rounded to f16
+  __shared__ float red_f[kAttnWarps];
+  __shared__ double red_d[kAttnWarps];
+  const int h = blockIdx.x;
+  const int64_t r = blockIdx.y;
+  const int hd = a.head_dim, kh = h / (a.n_head / a.n_head_kv);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t at = pos0 + r;
+  const int64_t first = a.window > 0 ? max(int64_t{0}, at - a.window + 1) : 0;
+  const int64_t n_kv = at - first + 1;
+  const float* qr = q + (r * a.n_head + h) * hd;
+  for (int d = threadIdx.x; d < hd; d += blockDim.x) s_q[d] = round_f16(qr[d]);
+  __syncthreads();
+  float* sc = scores + (r * a.n_head + h) * static_cast<int64_t>(a.n_ctx);
+  const int64_t k_row = static_cast<int64_t>(a.n_head_kv) * hd;
+
+  float local_max = a.sinks ? a.sinks[h] : -INFINITY;
+  for (int64_t j = warp; j < n_kv; j += kAttnWarps) {
+    const uint16_t* kr = k_cache + (first + j) * k_row + static_cast<int64_t>(kh) * hd;
+    double s = 0.0;
+    for (int d = lane; d < hd; d += kWarp) s += static_cast<double>(__fmul_rn(s_q[d], f16_to_f32(kr[d])));
+    s = warp_sum(s);
+    float v = static_cast<float>(s) * a.scale;
+    if (a.softcap > 0.0f) v = a.softcap * tanhf(v / a.softcap);
+    if (lane == 0) sc[j] = v;
+    local_max = fmaxf(local_max, v);
+  }
+  __syncthreads();
+  const float max = block_max(local_max, red_f);
+  double local_sum = 0.0;
+  for (int64_t j = threadIdx.x; j < n_kv; j += blockDim.x) {
+    const float e = expf(sc[j] - max);
+    sc[j] = e;
+    local_sum += static_cast<double>(e);
+  }
+  double sum = block_sum(local_sum, red_d);
+  if (a.sinks) sum += static_cast<double>(expf(a.sinks[h] - max));
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t j = threadIdx.x; j < n_kv; j += blockDim.x) sc[j] = round_f16(sc[j] * inv);
+  __syncthreads();
+
+  float* o = out + (r * a.n_head + h) * hd;
+  for (int d = warp; d < hd; d += kAttnWarps) {
+    const uint16_t* vr = v_cache + (static_cast<int64_t>(kh) * hd + d) * a.n_ctx + first;
+    double s = 0.0;
+    for (int64_t j = lane; j < n_kv; j += kWarp) s += static_cast<double>(__fmul_rn(sc[j], f16_to_f32(vr[j])));
+    s = warp_sum(s);
+    if (lane == 0) o[d] = static_cast<float>(s);
+  }
+}
+
+}  // namespace
+
+void launch_kv_store(uint16_t* k_cache, uint16_t* v_cache, int n_ctx, int64_t row, const float* k,
+                     const float* v, int64_t rows, int pos0, cudaStream_t stream) {
+  if (rows <= 0 || row <= 0) return;
+  kv_store_kernel<<<dim3(static_cast<unsigned>((row + 255) / 256), static_cast<unsigned>(rows)), 256, 0,
+                    stream>>>(k_cache, v_cache, n_ctx, row, k, v, pos0);
+  check_launch("kv_store kernel");
+}
+
+void launch_attention(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int64_t rows, int pos0,
+                      const AttnArgs& a, float* out, float* scores, cudaStream_t stream) {
+  if (rows <= 0) return;
+  attention_kernel<<<dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(rows)), kAttnWarps * kWarp,
+                     static_cast<size_t>(a.head_dim) * sizeof(float), stream>>>(k_cache, v_cache, q, pos0, a,
+                                                                                out, scores);
+  check_launch("attention kernel");
+}
+
+}  // namespace df::backend::cuda

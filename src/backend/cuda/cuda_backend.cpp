@@ -1,0 +1,229 @@
+// CudaBackend: construction, error reporting, memory, transfers and weights. The ops' host sides are in
+// ops.cpp and ops_matmul.cpp, their kernels in the .cu files.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/buffer_access.h"
+#include "backend/cuda/kernels.h"
+#include "util/error.h"
+#include "util/huge_page_buffer.h"
+
+namespace df::backend {
+namespace cuda {
+
+void check_cuda(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  (void)cudaGetLastError();  // clear a non-sticky error so that later calls are not blamed for it
+  fail("cuda backend: {} failed: {} ({})", what, cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+void check_launch(const char* what) { check_cuda(cudaGetLastError(), what); }
+
+}  // namespace cuda
+
+using cuda::check_cuda;
+
+namespace {
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+// Allocations are rounded up to this, so that the kernels' aligned 16-byte loads of a row's last partial
+// chunk never leave the allocation.
+constexpr size_t kAllocGranule = 256;
+
+}  // namespace
+
+int CudaBackend::device_count() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail("no CUDA device can be used: cudaGetDeviceCount failed: {} ({})", cudaGetErrorString(err),
+         cudaGetErrorName(err));
+  }
+  return n;
+}
+
+CudaBackend::CudaBackend(int device_index) : device_(device_index), name_(fmt::format("cuda:{}", device_index)) {
+  const int n = device_count();
+  if (n == 0) fail("no CUDA device can be used: the driver sees no GPU");
+  if (device_index < 0 || device_index >= n)
+    fail("cuda:{} does not exist: this machine has {} CUDA device{} (cuda:0{})", device_index, n,
+         n == 1 ? "" : "s", n == 1 ? "" : fmt::format("..cuda:{}", n - 1));
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  cudaStream_t s = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  stream_ = s;
+  staging_.resize(kStagingSlots);
+  for (StagingSlot& slot : staging_) {
+    check_cuda(cudaHostAlloc(&slot.host, kStagingSlotBytes, cudaHostAllocDefault), "cudaHostAlloc (staging)");
+    cudaEvent_t e = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    slot.event = e;
+  }
+  check_cuda(cudaHostAlloc(&error_word_host_, sizeof(cuda::DeviceError), cudaHostAllocMapped),
+             "cudaHostAlloc (error word)");
+  std::memset(error_word_host_, 0, sizeof(cuda::DeviceError));
+  check_cuda(cudaHostGetDevicePointer(&error_word_device_, error_word_host_, 0), "cudaHostGetDevicePointer");
+}
+
+CudaBackend::~CudaBackend() {
+  (void)cudaSetDevice(device_);
+  if (stream_) (void)cudaStreamSynchronize(as_stream(stream_));
+  for (Scratch* s : {&act_scratch_, &ffn_scratch_, &desc_scratch_, &attn_scratch_})
+    if (s->ptr) (void)cudaFree(s->ptr);
+  for (StagingSlot& slot : staging_) {
+    if (slot.event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(slot.event));
+    if (slot.host) (void)cudaFreeHost(slot.host);
+  }
+  if (error_word_host_) (void)cudaFreeHost(error_word_host_);
+  if (stream_) (void)cudaStreamDestroy(as_stream(stream_));
+}
+
+void* CudaBackend::raw_alloc(size_t bytes, const char* what) {
+  const size_t rounded = (bytes + kAllocGranule - 1) / kAllocGranule * kAllocGranule;
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, rounded);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    (void)cudaMemGetInfo(&free_b, &total_b);
+    fail("cuda backend: out of GPU memory: {} bytes for {} asked, {} free of {} on {}", bytes, what, free_b,
+         total_b, name_);
+  }
+  check_cuda(err, "cudaMalloc");
+  check_cuda(cudaMemsetAsync(p, 0, rounded, as_stream(stream_)), "cudaMemsetAsync (zeroing an allocation)");
+  return p;
+}
+
+DeviceBuffer CudaBackend::alloc(size_t bytes, const char* what) {
+  if (bytes == 0) return {};
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  return BufferAccess::adopt(this, raw_alloc(bytes, what), bytes);
+}
+
+void CudaBackend::free_memory(void* data, size_t) noexcept {
+  (void)cudaSetDevice(device_);
+  (void)cudaFree(data);  // waits for the work queued on the device
+}
+
+void* CudaBackend::grow(Scratch& s, size_t bytes, const char* what) {
+  if (s.bytes >= bytes && s.ptr) return s.ptr;
+  if (s.ptr) {
+    check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
+    check_cuda(cudaFree(s.ptr), "cudaFree");
+    s.ptr = nullptr;
+    s.bytes = 0;
+  }
+  const size_t want = std::max(bytes, s.bytes + s.bytes / 2);
+  s.ptr = raw_alloc(want, what);
+  s.bytes = want;
+  return s.ptr;
+}
+
+void CudaBackend::stage_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (bytes > kStagingSlotBytes) {
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream_)), "cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
+    return;
+  }
+  StagingSlot& slot = staging_[next_slot_];
+  next_slot_ = (next_slot_ + 1) % staging_.size();
+  // The slot's previous copy must have left it (it was queued kStagingSlots copies ago).
+  if (slot.used) check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(slot.event)), "cudaEventSynchronize");
+  std::memcpy(slot.host, src, bytes);
+  check_cuda(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, as_stream(stream_)),
+             "cudaMemcpyAsync (staged upload)");
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(slot.event), as_stream(stream_)), "cudaEventRecord");
+  slot.used = true;
+}
+
+void CudaBackend::check_error_word() {
+  // Read after a synchronisation: the kernels' writes to the mapped memory are visible by then.
+  auto* e = static_cast<volatile cuda::DeviceError*>(error_word_host_);
+  const cuda::DeviceError seen{e->code, e->value, e->limit};
+  if (seen.code == cuda::kErrNone) return;
+  std::memset(error_word_host_, 0, sizeof(cuda::DeviceError));
+  switch (seen.code) {
+    case cuda::kErrGetRowsId:
+      fail("token id {} is out of range (vocabulary of {}) (found by the cuda backend's get_rows)", seen.value,
+           seen.limit);
+    case cuda::kErrFfnInRow:
+      fail("ffn: a task reads input row {} of {} (found by the cuda backend)", seen.value, seen.limit);
+    case cuda::kErrFfnOutRow:
+      fail("ffn: a task writes output row {}, outside the output of {} rows (found by the cuda backend)",
+           seen.value, seen.limit);
+    default:
+      fail("cuda backend: a kernel reported error {} (value {}, limit {})", seen.code, seen.value, seen.limit);
+  }
+}
+
+void CudaBackend::synchronize() {
+  check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
+  check_error_word();
+}
+
+void CudaBackend::upload(Buf<uint8_t> dst, const void* src, size_t bytes) {
+  if (bytes > dst.size()) fail("cuda backend: upload of {} bytes into a buffer view of {}", bytes, dst.size());
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  // Stream-ordered: every later op sees the bytes, and `src` may be reused on return (it was copied into a
+  // pinned staging slot, or the copy was waited for).
+  stage_to_device(BufferAccess::raw(dst), src, bytes);
+}
+
+void CudaBackend::download(void* dst, Buf<const uint8_t> src, size_t bytes) {
+  if (bytes > src.size()) fail("cuda backend: download of {} bytes from a buffer view of {}", bytes, src.size());
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  if (bytes > 0)
+    check_cuda(cudaMemcpyAsync(dst, BufferAccess::raw(src), bytes, cudaMemcpyDeviceToHost, as_stream(stream_)),
+               "cudaMemcpyAsync (download)");
+  synchronize();
+}
+
+void CudaBackend::copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) {
+  if (bytes > dst.size() || bytes > src.size())
+    fail("cuda backend: copy of {} bytes between buffer views of {} and {}", bytes, src.size(), dst.size());
+  if (bytes == 0) return;
+  check_cuda(cudaMemcpyAsync(BufferAccess::raw(dst), BufferAccess::raw(src), bytes, cudaMemcpyDeviceToDevice,
+                             as_stream(stream_)),
+             "cudaMemcpyAsync (device copy)");
+}
+
+void CudaBackend::fill_zero(Buf<uint8_t> dst, size_t bytes) {
+  if (bytes > dst.size()) fail("cuda backend: fill_zero of {} bytes in a buffer view of {}", bytes, dst.size());
+  if (bytes == 0) return;
+  check_cuda(cudaMemsetAsync(BufferAccess::raw(dst), 0, bytes, as_stream(stream_)), "cudaMemsetAsync");
+}
+
+quant::RowPacking CudaBackend::preferred_packing(GgmlType, int64_t) const { return quant::RowPacking::kNone; }
+
+UploadedWeights CudaBackend::upload_weights(const WeightSource& src) {
+  const auto& tr = ggml_traits(src.type);
+  if (src.n_in <= 0 || src.n_in % tr.block_size != 0 || src.n_out < 0 || src.n_matrices < 1)
+    fail("cuda backend: cannot upload {} weights of {} x {} x {} (rows must be whole {}-value blocks)",
+         ggml_type_name(src.type), src.n_matrices, src.n_out, src.n_in, tr.block_size);
+  const size_t slab = ggml_row_bytes(src.type, src.n_in) * static_cast<size_t>(src.n_out);
+  const size_t bytes = slab * static_cast<size_t>(src.n_matrices);
+  UploadedWeights u;
+  u.memory = alloc(bytes, "weights");
+  if (bytes > 0) {
+    if (!src.read) fail("cuda backend: upload_weights without a source of bytes");
+    // The file is read into host memory of this call's own (freed on return: a model's load should not
+    // leave its largest tensor resident in RAM), then copied up.
+    HugePageBuffer staging(bytes, "weight upload staging");
+    src.read(staging.data());
+    check_cuda(cudaMemcpyAsync(BufferAccess::data(u.memory), staging.data(), bytes, cudaMemcpyHostToDevice,
+                               as_stream(stream_)),
+               "cudaMemcpyAsync (weights)");
+    check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
+  }
+  u.first = Weight{src.type, BufferAccess::data(u.memory), src.n_in, src.n_out, quant::RowPacking::kNone};
+  u.slab_bytes = slab;
+  return u;
+}
+
+}  // namespace df::backend

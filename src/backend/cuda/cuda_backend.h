@@ -1,0 +1,121 @@
+#pragma once
+// The CUDA backend (docs/ARCHITECTURE.md "CUDA backend"): every op of backend.h as kernels on one stream of
+// one GPU, with the CPU backend's numerics (activations quantized exactly as llama.cpp's CPU path, the same
+// per-block integer dot products and scalings; only float summation order differs).
+//
+// This header has no CUDA types in it, so that plain C++ (the factory, tests) can include it; the kernels and
+// their launchers live in the .cu files of this folder (kernels.h), the host-side checks and orchestration
+// in the .cpp files.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace df::backend {
+
+class CudaBackend final : public Backend {
+ public:
+  // The GPU of that index (cudaSetDevice); df::Error when it cannot be used.
+  explicit CudaBackend(int device_index);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string_view name() const override { return name_; }
+  int n_threads() const override { return 1; }
+  int device_index() const { return device_; }
+  // How many CUDA devices the driver sees; df::Error naming cudaGetDeviceCount's error when none can be had.
+  static int device_count();
+
+  DeviceBuffer alloc(size_t bytes, const char* what) override;
+  void upload(Buf<uint8_t> dst, const void* src, size_t bytes) override;
+  void download(void* dst, Buf<const uint8_t> src, size_t bytes) override;
+  void copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) override;
+  void fill_zero(Buf<uint8_t> dst, size_t bytes) override;
+  using Backend::copy;
+  using Backend::download;
+  using Backend::fill_zero;
+  using Backend::upload;
+
+  quant::RowPacking preferred_packing(GgmlType type, int64_t n_out) const override;
+  UploadedWeights upload_weights(const WeightSource& src) override;
+  bool supports_matmul(GgmlType w) const override;
+
+  size_t matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const override;
+  void matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<uint8_t> scratch) override;
+  size_t max_matmul_tasks() const override { return 1024; }
+  void matmul_many(std::span<const MatmulTask> tasks, int64_t rows) override;
+  void ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
+           Buf<float> out) override;
+  void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) override;
+
+  void rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
+                Buf<float> y) override;
+  void rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos,
+            const RopeParams& p) override;
+
+  void kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows, int pos0) override;
+  size_t attention_scratch_floats(int n_ctx, int head_dim) const override;
+  // What attention() wants from the caller, before a backend exists (memory planning): nothing to speak of,
+  // its scratch is its own (see attention.cu).
+  static size_t attention_scratch_floats_for(int n_ctx, int head_dim);
+  void attention(const KvCacheView& kv, Buf<const float> q, int64_t rows, int pos0, const AttentionParams& p,
+                 Buf<float> out, Buf<float> scratch) override;
+
+  void short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<const float> conv_w, int l_cache,
+                  Buf<float> state, Buf<float> y) override;
+
+  void swiglu(Buf<const float> gate, Buf<const float> up, int64_t n, Buf<float> y) override;
+  void add(Buf<float> x, Buf<const float> y, int64_t n) override;
+  void add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t rows, int64_t n) override;
+
+  void route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,
+             Buf<float> weights) override;
+  void moe_combine(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k, int64_t n,
+                   Buf<float> out) override;
+
+  // Waits for every op queued so far and reports a failure a kernel recorded (see DeviceError below).
+  void synchronize();
+
+ protected:
+  void free_memory(void* data, size_t bytes) noexcept override;
+
+ private:
+  // Device memory the backend keeps for itself (op scratch), grown on demand and never shrunk, so that a
+  // warm decode loop allocates nothing.
+  struct Scratch {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  void* grow(Scratch& s, size_t bytes, const char* what);
+  void* raw_alloc(size_t bytes, const char* what);
+  // Host bytes to the device, stream-ordered through a pinned staging slot (no wait for the GPU); returns
+  // the device copy (inside `dst`). Used for the small per-call tables (FFN task descriptors).
+  void stage_to_device(void* dst, const void* src, size_t bytes);
+  // Quantizes `rows` rows of x (n wide) to act format at dst (act_row_stride apart). Returns the stride.
+  void quantize_rows(GgmlType act, const float* x, int64_t rows, int64_t n, void* dst);
+  void check_error_word();
+
+  int device_ = 0;
+  std::string name_;
+  void* stream_ = nullptr;  // cudaStream_t
+  // Pinned staging ring for host-to-device copies that must not wait for the GPU.
+  struct StagingSlot {
+    void* host = nullptr;
+    void* event = nullptr;  // cudaEvent_t recorded after the slot's copy
+    bool used = false;
+  };
+  static constexpr size_t kStagingSlots = 8, kStagingSlotBytes = size_t{256} << 10;
+  std::vector<StagingSlot> staging_;
+  size_t next_slot_ = 0;
+  // A failure a kernel found (a token id out of range, ...): mapped pinned memory the kernels write and the
+  // host reads after each synchronisation, so that checking costs no transfer.
+  void* error_word_host_ = nullptr;
+  void* error_word_device_ = nullptr;
+  Scratch act_scratch_, ffn_scratch_, desc_scratch_, attn_scratch_;
+};
+
+}  // namespace df::backend

@@ -1,0 +1,86 @@
+#pragma once
+// Device-side helpers shared by the kernels: the exact f16/bf16 conversions of quant/fp16.cpp, warp
+// reductions, and unaligned word loads from shared memory.
+//
+// Every .cu file is compiled with --fmad=false (CMakeLists.txt): the CPU reference code is compiled without
+// FMA contraction, so a * b + c must round twice here too for the per-element results to agree bit for bit.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace df::backend::cuda {
+
+constexpr int kWarp = 32;
+
+// quant::fp16_to_fp32: every f16 value is exact in float, so the hardware conversion is the same function.
+__device__ __forceinline__ float f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+// quant::fp32_to_fp16, bit for bit (round to nearest even, NaN made the canonical quiet 0x7E00 | sign).
+__device__ __forceinline__ uint16_t f32_to_f16(float f) {
+  const uint32_t x = __float_as_uint(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t magnitude = x & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);
+  if (magnitude >= 0x38800000u) {
+    const uint32_t rebiased = magnitude - (112u << 23);
+    const uint32_t rounded = (rebiased + 0x0fffu + ((rebiased >> 13) & 1u)) >> 13;
+    return static_cast<uint16_t>(sign | (rounded >= 0x7c00u ? 0x7c00u : rounded));
+  }
+  const float scaled = __fmul_rn(__uint_as_float(magnitude), 16777216.0f);  // * 2^24, exact
+  const uint32_t mantissa = __float_as_uint(__fadd_rn(scaled, 8388608.0f)) - 0x4b000000u;
+  return static_cast<uint16_t>(sign | mantissa);
+}
+__device__ __forceinline__ float round_f16(float f) { return f16_to_f32(f32_to_f16(f)); }
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+__device__ __forceinline__ uint16_t f32_to_bf16(float f) {
+  const uint32_t x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+// quant::e8m0_to_fp32_half: 2^(e - 128).
+__device__ __forceinline__ float e8m0_half(uint32_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : (e - 1) << 23;
+  return __uint_as_float(bits);
+}
+
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// N 32-bit words starting at any byte offset of shared memory: N + 1 aligned loads and funnel shifts. The
+// buffer must have 4 readable bytes past the last one wanted.
+template <int N>
+__device__ __forceinline__ void lds_words(const uint8_t* s, int off, uint32_t (&w)[N]) {
+  const uint32_t* p = reinterpret_cast<const uint32_t*>(s + (off & ~3));
+  const uint32_t sh = static_cast<uint32_t>(off & 3) * 8;
+  uint32_t a = p[0];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const uint32_t b = p[i + 1];
+    w[i] = __funnelshift_r(a, b, sh);
+    a = b;
+  }
+}
+
+// Byte `i` (runtime) of a little-endian array of 32-bit words.
+template <int N>
+__device__ __forceinline__ uint32_t byte_of(const uint32_t (&w)[N], int i) {
+  uint32_t word = w[0];
+#pragma unroll
+  for (int k = 1; k < N; ++k)
+    if (i / 4 == k) word = w[k];
+  return (word >> (8 * (i & 3))) & 0xFFu;
+}
+
+}  // namespace df::backend::cuda

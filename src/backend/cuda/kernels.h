@@ -1,0 +1,161 @@
+#pragma once
+// Launchers of the CUDA kernels (the .cu files of this folder), callable from plain C++: raw device pointers,
+// sizes and the stream, no CUDA types beyond cudaStream_t and no fmt (nvcc cannot compile fmt's consteval
+// format strings, so every message is built on the host side, in the .cpp files). Each launcher enqueues
+// on `stream` and reports a launch failure through check_cuda.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gguf/ggml_types.h"
+
+#if defined(__CUDACC__)
+#define DF_HD __host__ __device__
+#else
+#define DF_HD
+#endif
+
+namespace df::backend::cuda {
+
+// Throws df::Error "<what>: <cudaGetErrorString>" unless err is cudaSuccess (cuda_backend.cpp).
+void check_cuda(cudaError_t err, const char* what);
+// check_cuda(cudaGetLastError(), what) after a launch.
+void check_launch(const char* what);
+
+// ---- A failure found by a kernel, recorded in mapped pinned memory and reported by the host after the
+// next synchronisation (CudaBackend::check_error_word).
+struct DeviceError {
+  int32_t code;   // 0: none
+  int32_t value;  // the offending value (a token id, a row index)
+  int32_t limit;  // what it had to be below
+};
+enum DeviceErrorCode : int32_t { kErrNone = 0, kErrGetRowsId = 1, kErrFfnInRow = 2, kErrFfnOutRow = 3 };
+
+// ---- Activation rows in the backend's own quantized layout (not ggml's blocks: the same values, arranged
+// so that the kernels load them with aligned vector loads): the quants of all n values first (int8 for the
+// Q8 formats, the 16-bit values for F16/BF16, floats for F32), then the block scales as floats (the f16
+// scale of Q8_0/Q8_1 converted exactly, Q8_K's f32 d), then Q8_1's s (floats) or Q8_K's 16-value sums
+// (int16). Rows are act_row_stride bytes apart (a multiple of 16).
+DF_HD inline size_t act_quants_bytes(GgmlType act, int64_t n) {
+  switch (act) {
+    case GgmlType::F32: return static_cast<size_t>(n) * 4;
+    case GgmlType::F16:
+    case GgmlType::BF16: return static_cast<size_t>(n) * 2;
+    default: return static_cast<size_t>(n);
+  }
+}
+DF_HD inline size_t act_row_stride(GgmlType act, int64_t n) {
+  size_t b = act_quants_bytes(act, n);
+  if (act == GgmlType::Q8_0) b += static_cast<size_t>(n / 32) * 4;
+  if (act == GgmlType::Q8_1) b += static_cast<size_t>(n / 32) * 8;
+  if (act == GgmlType::Q8_K) b += static_cast<size_t>(n / 256) * 4 + static_cast<size_t>(n / 16) * 2;
+  return (b + 15) / 16 * 16;
+}
+
+// Quantizes rows of x (rows × n floats; row r at x + r * x_stride, or row rows_map[r] of x when rows_map is
+// given) to the activation format act, row r at dst + r * act_row_stride(act, n). Byte-for-value identical
+// to quant::quantize_activation.
+void launch_quantize(GgmlType act, const float* x, int64_t x_stride, const int32_t* rows_map, int64_t rows,
+                     int64_t n, uint8_t* dst, cudaStream_t stream);
+
+// ---- Matrix products. y[c * y_stride + o] = W[o] · act row c, for o < n_out, c < cols (act rows act_stride
+// apart, quantized by launch_quantize to the weight's activation format).
+void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,
+                   const uint8_t* act, size_t act_stride, int64_t cols, float* y, int64_t y_stride,
+                   cudaStream_t stream);
+
+// ---- Grouped FFN (ffn.cu). One descriptor per FFN task; one work item per (task, up to 8 entries).
+struct FfnDesc {
+  const uint8_t* gate;
+  const uint8_t* up;
+  const uint8_t* down;
+  const float* gate_bias;
+  const float* up_bias;
+  const float* down_bias;
+  const int32_t* in_rows;   // null: entry index within the task
+  const int32_t* out_rows;  // null: entry index within the task
+  float out_scale;
+  int32_t entry0;  // the task's first entry (gathered input row)
+  int32_t n_rows;
+};
+struct FfnItem {
+  int32_t task;
+  int32_t local0;  // first row of the task
+  int32_t cols;    // 1..8
+};
+enum class FfnAct : int32_t { SwiGLU = 0, GeGLU = 1, OaiSwiGLU = 2 };
+struct FfnShape {
+  GgmlType gate_type, up_type, down_type;
+  int64_t n_in, n_ff, n_out;
+  size_t gate_row_bytes, up_row_bytes, down_row_bytes;
+  FfnAct act;
+  float alpha, limit;
+  int max_cols;  // the most rows of any item (picks the kernels' column tile)
+};
+// Gathers the input rows of every entry (entry e of task t = entry_task[e] reads x row in_rows[e - entry0],
+// or that index when the task has no in_rows; rows out of range are recorded in err and read as row 0) into
+// row_map, then quantizes them to `act` at dst (act_row_stride apart).
+void launch_ffn_gather_quantize(GgmlType act, const float* x, int64_t x_rows, int64_t n_in,
+                                const int32_t* entry_task, const FfnDesc* descs, int64_t entries,
+                                int32_t* row_map, uint8_t* dst, DeviceError* err, cudaStream_t stream);
+// h[entry][o] = act(gate · qg + gate_bias, up · qu + up_bias) for o < n_ff (qu may equal qg). When gate
+// and up differ in type, u_scratch (entries × n_ff floats) holds up's products between two launches.
+void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* items, int64_t n_items,
+                        const uint8_t* qg, size_t qg_stride, const uint8_t* qu, size_t qu_stride, float* h,
+                        float* u_scratch, int64_t entries, cudaStream_t stream);
+// out[out_row][o] = (down · qh[entry] + down_bias) · out_scale.
+void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* items, int64_t n_items,
+                     const uint8_t* qh, size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err,
+                     cudaStream_t stream);
+
+// ---- get_rows: out[i] = dequantized row ids[i] of the table (ids checked against n_rows).
+void launch_get_rows(GgmlType type, const uint8_t* table, size_t row_bytes, int64_t n_rows, int64_t n_in,
+                     const int32_t* ids, int64_t n, float* out, DeviceError* err, cudaStream_t stream);
+
+// ---- Norm and RoPE (norm_rope.cu).
+void launch_rms_norm(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y,
+                     cudaStream_t stream);
+struct RopeArgs {
+  int n_rot, neox;
+  float theta_scale, freq_scale, ext_factor, attn_factor, corr_lo, corr_hi, yarn_mag;
+  const float* freq_factors;
+};
+void launch_rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos, const RopeArgs& a,
+                 cudaStream_t stream);
+
+// ---- KV cache and attention (attention.cu).
+void launch_kv_store(uint16_t* k_cache, uint16_t* v_cache, int n_ctx, int64_t row, const float* k,
+                     const float* v, int64_t rows, int pos0, cudaStream_t stream);
+struct AttnArgs {
+  int n_head, n_head_kv, head_dim, n_ctx, window;
+  float scale, softcap;
+  const float* sinks;
+};
+// scores: rows × n_head × n_ctx floats of scratch.
+void launch_attention(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int64_t rows, int pos0,
+                      const AttnArgs& a, float* out, float* scores, cudaStream_t stream);
+
+// ---- Routing (routing.cu).
+struct RouteArgs {
+  int gating;  // Gating
+  int n_expert, k;
+  const float* selection_bias;
+  int normalize;
+  float scale;
+};
+void launch_route(const RouteArgs& a, const float* logits, int64_t rows, int32_t* ids, float* weights,
+                  cudaStream_t stream);
+void launch_moe_combine(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
+                        float* out, cudaStream_t stream);
+
+// ---- LFM2 short convolution (short_conv.cu).
+void launch_short_conv(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache,
+                       float* state, float* y, cudaStream_t stream);
+
+// ---- Elementwise (elementwise.cu).
+void launch_swiglu(const float* gate, const float* up, int64_t n, float* y, cudaStream_t stream);
+void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream);
+void launch_add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n, cudaStream_t stream);
+
+}  // namespace df::backend::cuda

@@ -1,0 +1,393 @@
+#pragma once
+// The dot products of one weight row against up to 8 activation rows, by one warp: the core of matmul and of
+// the grouped FFN. Decode (1-8 rows) is bound by reading the weights, so the row is streamed in chunks of
+// ~2 KB with 16-byte coalesced loads into the warp's slice of shared memory (the GGUF blocks are 17-210
+// bytes and only 1- or 2-byte aligned in a row, which rules out vector loads straight into registers), then
+// each lane takes whole blocks (or, for the 256-value K-quants, an eighth of a super-block, so that a short
+// row still keeps all 32 lanes busy) from shared memory, decodes them once into registers and meets each of
+// the NC activation rows with dp4a integer dot products. Activations are in the backend's aligned layout
+// (kernels.h), read with vector loads from L1/L2 (every warp of the launch reads the same few KB).
+//
+// Numerics: each block's integer sum and its float scaling are those of the quant/ scalar reference of the
+// type (the same operations in the same order, --fmad=false), so a block contributes the same float as on
+// the CPU; the blocks' contributions are then summed in a different order (per lane, then across the warp).
+// F32/F16/BF16 multiply in float and accumulate in double, as ggml's scalar dot products do.
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace df::backend::cuda {
+
+// Shared memory per warp: the largest chunk (64 Q8_0 or 128 MXFP4 blocks, 2176 bytes), 16 bytes of
+// alignment slack in front and 16 behind (lds_words reads one word past its last).
+constexpr int kChunkBytesMax = 2176;
+constexpr int kSmemPerWarp = kChunkBytesMax + 48;
+constexpr int kWarpsPerBlock = 4;
+
+__device__ __forceinline__ int4 ld_act16(const uint8_t* p) { return *reinterpret_cast<const int4*>(p); }
+__device__ __forceinline__ int2 ld_act8(const uint8_t* p) { return *reinterpret_cast<const int2*>(p); }
+__device__ __forceinline__ const float* act_scales(const uint8_t* act, int64_t n) {
+  return reinterpret_cast<const float*>(act + n);
+}
+__device__ __forceinline__ int dot4x4(const uint32_t (&q)[4], int4 a, int s) {
+  s = __dp4a(static_cast<int>(q[0]), a.x, s);
+  s = __dp4a(static_cast<int>(q[1]), a.y, s);
+  s = __dp4a(static_cast<int>(q[2]), a.z, s);
+  return __dp4a(static_cast<int>(q[3]), a.w, s);
+}
+
+// ---- Weight types. Each has: kBlockBytes, kBlockValues, kParts (lane units per block), kChunkBlocks (blocks
+// staged per step), Acc (accumulator type), Unit (a lane's decoded share of a block), load() from shared
+// memory and dot() with one activation row.
+
+struct TQ4_0 {
+  static constexpr int kBlockBytes = 18, kBlockValues = 32, kParts = 1, kChunkBlocks = 64;
+  using Acc = float;
+  struct Unit {
+    float d;
+    uint32_t lo[4], hi[4];  // q - 8 as signed bytes: elements 0..15 and 16..31
+  };
+  __device__ static Unit load(const uint8_t* s, int off, int) {
+    uint32_t w[5];
+    lds_words<5>(s, off, w);
+    Unit u;
+    u.d = f16_to_f32(static_cast<uint16_t>(w[0]));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t q = __funnelshift_r(w[k], w[k + 1], 16);
+      u.lo[k] = __vsub4(q & 0x0F0F0F0Fu, 0x08080808u);
+      u.hi[k] = __vsub4((q >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+    }
+    return u;
+  }
+  __device__ static float dot(const Unit& u, const uint8_t* act, int64_t n, int64_t b, int) {
+    const int s = dot4x4(u.hi, ld_act16(act + b * 32 + 16), dot4x4(u.lo, ld_act16(act + b * 32), 0));
+    return static_cast<float>(s) * u.d * act_scales(act, n)[b];  // (sumi * dx) * dy, as dot_q4_0_q8_0
+  }
+};
+
+struct TQ4_1 {
+  static constexpr int kBlockBytes = 20, kBlockValues = 32, kParts = 1, kChunkBlocks = 64;
+  using Acc = float;
+  struct Unit {
+    float d, m;
+    uint32_t lo[4], hi[4];
+  };
+  __device__ static Unit load(const uint8_t* s, int off, int) {
+    uint32_t w[5];
+    lds_words<5>(s, off, w);
+    Unit u;
+    u.d = f16_to_f32(static_cast<uint16_t>(w[0]));
+    u.m = f16_to_f32(static_cast<uint16_t>(w[0] >> 16));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      u.lo[k] = w[k + 1] & 0x0F0F0F0Fu;
+      u.hi[k] = (w[k + 1] >> 4) & 0x0F0F0F0Fu;
+    }
+    return u;
+  }
+  __device__ static float dot(const Unit& u, const uint8_t* act, int64_t n, int64_t b, int) {
+    const int s = dot4x4(u.hi, ld_act16(act + b * 32 + 16), dot4x4(u.lo, ld_act16(act + b * 32), 0));
+    const float* sc = act_scales(act, n);
+    return (u.d * sc[b]) * static_cast<float>(s) + u.m * sc[n / 32 + b];  // as dot_q4_1_q8_1
+  }
+};
+
+struct TQ8_0 {
+  static constexpr int kBlockBytes = 34, kBlockValues = 32, kParts = 1, kChunkBlocks = 64;
+  using Acc = float;
+  struct Unit {
+    float d;
+    uint32_t q[8];
+  };
+  __device__ static Unit load(const uint8_t* s, int off, int) {
+    uint32_t w[9];
+    lds_words<9>(s, off, w);
+    Unit u;
+    u.d = f16_to_f32(static_cast<uint16_t>(w[0]));
+#pragma unroll
+    for (int k = 0; k < 8; ++k) u.q[k] = __funnelshift_r(w[k], w[k + 1], 16);
+    return u;
+  }
+  __device__ static float dot(const Unit& u, const uint8_t* act, int64_t n, int64_t b, int) {
+    const int4 a0 = ld_act16(act + b * 32), a1 = ld_act16(act + b * 32 + 16);
+    int s = 0;
+    s = __dp4a(static_cast<int>(u.q[0]), a0.x, s);
+    s = __dp4a(static_cast<int>(u.q[1]), a0.y, s);
+    s = __dp4a(static_cast<int>(u.q[2]), a0.z, s);
+    s = __dp4a(static_cast<int>(u.q[3]), a0.w, s);
+    s = __dp4a(static_cast<int>(u.q[4]), a1.x, s);
+    s = __dp4a(static_cast<int>(u.q[5]), a1.y, s);
+    s = __dp4a(static_cast<int>(u.q[6]), a1.z, s);
+    s = __dp4a(static_cast<int>(u.q[7]), a1.w, s);
+    return static_cast<float>(s) * (u.d * act_scales(act, n)[b]);  // as dot_q8_0_q8_0
+  }
+};
+
+// The E2M1 code table (quant::kMxfp4Values, doubled values) as four words for __byte_perm lookups.
+__device__ __forceinline__ void mxfp4_lookup(uint32_t q, uint32_t& lo, uint32_t& hi) {
+  constexpr uint32_t t0 = 0x03020100u, t1 = 0x0C080604u, t2 = 0xFDFEFF00u, t3 = 0xF4F8FAFCu;
+  // Each nibble of q picks a byte of the 16-byte table: its low 3 bits within a half, bit 3 the half.
+  const uint32_t sel = 0x32103210u | ((q & 0x88888888u) >> 1);
+  uint32_t tmp[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t shift = 16 * i;
+    const uint32_t l = __byte_perm(t0, t1, q >> shift);
+    const uint32_t h = __byte_perm(t2, t3, q >> shift);
+    tmp[i] = __byte_perm(l, h, sel >> shift);
+  }
+  lo = __byte_perm(tmp[0], tmp[1], 0x6420);  // the values of the low nibbles, byte order kept
+  hi = __byte_perm(tmp[0], tmp[1], 0x7531);
+}
+
+struct TMXFP4 {
+  static constexpr int kBlockBytes = 17, kBlockValues = 32, kParts = 1, kChunkBlocks = 128;
+  using Acc = float;
+  struct Unit {
+    float d;
+    uint32_t lo[4], hi[4];
+  };
+  __device__ static Unit load(const uint8_t* s, int off, int) {
+    uint32_t w[5];
+    lds_words<5>(s, off, w);
+    Unit u;
+    u.d = e8m0_half(w[0] & 0xFFu);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) mxfp4_lookup(__funnelshift_r(w[k], w[k + 1], 8), u.lo[k], u.hi[k]);
+    return u;
+  }
+  __device__ static float dot(const Unit& u, const uint8_t* act, int64_t n, int64_t b, int) {
+    const int s = dot4x4(u.hi, ld_act16(act + b * 32 + 16), dot4x4(u.lo, ld_act16(act + b * 32), 0));
+    return (act_scales(act, n)[b] * u.d) * static_cast<float>(s);  // as dot_mxfp4_q8_0
+  }
+};
+
+// Q8_K activation pieces: d per 256 values, then the sums of 16 values.
+__device__ __forceinline__ const int16_t* q8k_bsums(const uint8_t* act, int64_t n) {
+  return reinterpret_cast<const int16_t*>(act + n + (n / 256) * 4);
+}
+
+// Q4_K / Q5_K 6-bit scale and min of sub-block j from the 12 scale bytes (quant::unpack_scale_min_k4).
+__device__ __forceinline__ void scale_min_k4(const uint32_t (&sw)[3], int j, int& sc, int& m) {
+  if (j < 4) {
+    sc = static_cast<int>(byte_of(sw, j) & 63);
+    m = static_cast<int>(byte_of(sw, j + 4) & 63);
+  } else {
+    sc = static_cast<int>((byte_of(sw, j + 4) & 0xF) | ((byte_of(sw, j - 4) >> 6) << 4));
+    m = static_cast<int>((byte_of(sw, j + 4) >> 4) | ((byte_of(sw, j) >> 6) << 4));
+  }
+}
+
+// Q4_K and Q5_K: part p of a super-block is chunk c = p / 2 (64 values), half hh = p % 2: 16 quant bytes
+// whose low nibbles are values 64c + 16hh + [0, 16) (sub-block 2c) and high nibbles the same + 32 (2c + 1).
+template <bool kQ5>
+struct TQxK {
+  static constexpr int kBlockBytes = kQ5 ? 176 : 144, kBlockValues = 256, kParts = 8, kChunkBlocks = 8;
+  using Acc = float;
+  struct Unit {
+    float d, dmin;
+    int sc_lo, sc_hi, m_lo, m_hi;
+    uint32_t lo[4], hi[4];
+  };
+  __device__ static Unit load(const uint8_t* s, int off, int p) {
+    const int c = p >> 1, hh = p & 1;
+    uint32_t head[4];  // d, dmin, 12 scale bytes
+    lds_words<4>(s, off, head);
+    Unit u;
+    u.d = f16_to_f32(static_cast<uint16_t>(head[0]));
+    u.dmin = f16_to_f32(static_cast<uint16_t>(head[0] >> 16));
+    const uint32_t sw[3] = {head[1], head[2], head[3]};
+    scale_min_k4(sw, 2 * c, u.sc_lo, u.m_lo);
+    scale_min_k4(sw, 2 * c + 1, u.sc_hi, u.m_hi);
+    uint32_t q[4];
+    lds_words<4>(s, off + (kQ5 ? 48 : 16) + 32 * c + 16 * hh, q);
+    uint32_t qh[4] = {0, 0, 0, 0};
+    if (kQ5) lds_words<4>(s, off + 16 + 16 * hh, qh);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      u.lo[k] = q[k] & 0x0F0F0F0Fu;
+      u.hi[k] = (q[k] >> 4) & 0x0F0F0F0Fu;
+      if (kQ5) {
+        u.lo[k] |= ((qh[k] >> (2 * c)) & 0x01010101u) << 4;
+        u.hi[k] |= ((qh[k] >> (2 * c + 1)) & 0x01010101u) << 4;
+      }
+    }
+    return u;
+  }
+  __device__ static float dot(const Unit& u, const uint8_t* act, int64_t n, int64_t b, int p) {
+    const int c = p >> 1, hh = p & 1;
+    const uint8_t* qa = act + b * 256 + 64 * c + 16 * hh;
+    const int dlo = dot4x4(u.lo, ld_act16(qa), 0), dhi = dot4x4(u.hi, ld_act16(qa + 32), 0);
+    const int16_t* bs = q8k_bsums(act, n) + b * 16;
+    const int acc = u.sc_lo * dlo + u.sc_hi * dhi;
+    const int mins = static_cast<int>(bs[4 * c + hh]) * u.m_lo + static_cast<int>(bs[4 * c + 2 + hh]) * u.m_hi;
+    const float yd = act_scales(act, n)[b];
+    return (u.d * yd) * static_cast<float>(acc) - (u.dmin * yd) * static_cast<float>(mins);
+  }
+};
+using TQ4_K = TQxK<false>;
+using TQ5_K = TQxK<true>;
+
+// Q6_K: part p is half h = p / 4 (128 values) and l0 = 8 (p % 4): the values l0 + [0, 8) + {0, 32, 64, 96}
+// of the half, from ql[l0..], ql[32 + l0..] and qh[l0..] of that half.
+struct TQ6_K {
+  static constexpr int kBlockBytes = 210, kBlockValues = 256, kParts = 8, kChunkBlocks = 8;
+  using Acc = float;
+  struct Unit {
+    float d;
+    int sc[4];
+    uint32_t v[4][2];  // q - 32 as signed bytes, for the four value groups
+  };
+  __device__ static Unit load(const uint8_t* s, int off, int p) {
+    const int h = p >> 2, l0 = 8 * (p & 3);
+    uint32_t a[2], b[2], qh[2], sw[4], dw[1];
+    lds_words<2>(s, off + 64 * h + l0, a);
+    lds_words<2>(s, off + 64 * h + 32 + l0, b);
+    lds_words<2>(s, off + 128 + 32 * h + l0, qh);
+    lds_words<4>(s, off + 192, sw);
+    lds_words<1>(s, off + 208, dw);
+    Unit u;
+    u.d = f16_to_f32(static_cast<uint16_t>(dw[0]));
+#pragma unroll
+    for (int g = 0; g < 4; ++g) u.sc[g] = static_cast<int>(static_cast<int8_t>(byte_of(sw, 8 * h + 2 * g + (l0 >> 4))));
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      u.v[0][k] = __vsub4((a[k] & 0x0F0F0F0Fu) | (((qh[k] >> 0) & 0x03030303u) << 4), 0x20202020u);
+      u.v[1][k] = __vsub4((b[k] & 0x0F0F0F0Fu) | (((qh[k] >> 2) & 0x03030303u) << 4), 0x20202020u);
+      u.v[2][k] = __vsub4(((a[k] >> 4) & 0x0F0F0F0Fu) | (((qh[k] >> 4) & 0x03030303u) << 4), 0x20202020u);
+      u.v[3][k] = __vsub4(((b[k] >> 4) & 0x0F0F0F0Fu) | (((qh[k] >> 6) & 0x03030303u) << 4), 0x20202020u);
+    }
+    return u;
+  }
+  __device__ static float dot(const Unit& u, const uint8_t* act, int64_t n, int64_t b, int p) {
+    const int h = p >> 2, l0 = 8 * (p & 3);
+    const uint8_t* qa = act + b * 256 + 128 * h + l0;
+    int acc = 0;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      const int2 a = ld_act8(qa + 32 * g);
+      acc += u.sc[g] * __dp4a(static_cast<int>(u.v[g][1]), a.y, __dp4a(static_cast<int>(u.v[g][0]), a.x, 0));
+    }
+    return (u.d * act_scales(act, n)[b]) * static_cast<float>(acc);  // d = dx * yd, as dot_q6_k_q8_k
+  }
+};
+
+// F16 / BF16: 8 values (16 bytes) per block; float products (exact for 16-bit inputs), double sums.
+template <bool kBF16>
+struct THalf {
+  static constexpr int kBlockBytes = 16, kBlockValues = 8, kParts = 1, kChunkBlocks = 128;
+  using Acc = double;
+  struct Unit {
+    uint32_t w[4];
+  };
+  __device__ static Unit load(const uint8_t* s, int off, int) {
+    Unit u;
+    lds_words<4>(s, off, u.w);
+    return u;
+  }
+  __device__ static float cvt(uint32_t h) {
+    return kBF16 ? bf16_to_f32(static_cast<uint16_t>(h)) : f16_to_f32(static_cast<uint16_t>(h));
+  }
+  __device__ static double dot(const Unit& u, const uint8_t* act, int64_t, int64_t b, int) {
+    const int4 a = ld_act16(act + b * 16);
+    const uint32_t av[4] = {static_cast<uint32_t>(a.x), static_cast<uint32_t>(a.y), static_cast<uint32_t>(a.z),
+                            static_cast<uint32_t>(a.w)};
+    double s = 0.0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      s += static_cast<double>(__fmul_rn(cvt(u.w[k] & 0xFFFFu), cvt(av[k] & 0xFFFFu)));
+      s += static_cast<double>(__fmul_rn(cvt(u.w[k] >> 16), cvt(av[k] >> 16)));
+    }
+    return s;
+  }
+};
+using TF16 = THalf<false>;
+using TBF16 = THalf<true>;
+
+struct TF32 {
+  static constexpr int kBlockBytes = 16, kBlockValues = 4, kParts = 1, kChunkBlocks = 128;
+  using Acc = double;
+  struct Unit {
+    uint32_t w[4];
+  };
+  __device__ static Unit load(const uint8_t* s, int off, int) {
+    Unit u;
+    lds_words<4>(s, off, u.w);
+    return u;
+  }
+  __device__ static double dot(const Unit& u, const uint8_t* act, int64_t, int64_t b, int) {
+    const float4 a = *reinterpret_cast<const float4*>(act + b * 16);
+    double s = static_cast<double>(__fmul_rn(__uint_as_float(u.w[0]), a.x));
+    s += static_cast<double>(__fmul_rn(__uint_as_float(u.w[1]), a.y));
+    s += static_cast<double>(__fmul_rn(__uint_as_float(u.w[2]), a.z));
+    s += static_cast<double>(__fmul_rn(__uint_as_float(u.w[3]), a.w));
+    return s;
+  }
+};
+
+// One warp: acc[c] (this lane's share) = W row · activation row c for c < cols (<= NC). `act` is the first
+// activation row, rows act_stride apart; smem the warp's kSmemPerWarp bytes. Every lane of the warp must
+// call it (it synchronises the warp).
+template <class T, int NC>
+__device__ __forceinline__ void row_dot(const uint8_t* wrow, int64_t n_in, const uint8_t* act, size_t act_stride,
+                                        int cols, uint8_t* smem, typename T::Acc (&acc)[NC]) {
+  static_assert(T::kChunkBlocks * T::kBlockBytes <= kChunkBytesMax, "chunk larger than the staging buffer");
+  const int lane = threadIdx.x % kWarp;
+  const int64_t nb = n_in / T::kBlockValues;
+#pragma unroll
+  for (int c = 0; c < NC; ++c) acc[c] = 0;
+  for (int64_t cb = 0; cb < nb; cb += T::kChunkBlocks) {
+    const int blocks = static_cast<int>((nb - cb < T::kChunkBlocks ? nb - cb : int64_t{T::kChunkBlocks}));
+    const uint8_t* g0 = wrow + cb * T::kBlockBytes;
+    const uint8_t* g1 = g0 + blocks * T::kBlockBytes;
+    const uint4* a0 = reinterpret_cast<const uint4*>(reinterpret_cast<uintptr_t>(g0) & ~uintptr_t{15});
+    const int n16 = static_cast<int>((g1 - reinterpret_cast<const uint8_t*>(a0) + 15) / 16);
+    const int pad = static_cast<int>(g0 - reinterpret_cast<const uint8_t*>(a0));
+    __syncwarp();  // the previous chunk's reads are done
+    for (int i = lane; i < n16; i += kWarp) reinterpret_cast<uint4*>(smem)[i] = __ldg(a0 + i);
+    __syncwarp();
+    const int units = blocks * T::kParts;
+    for (int un = lane; un < units; un += kWarp) {
+      const int blk = un / T::kParts, part = un % T::kParts;
+      const typename T::Unit u = T::load(smem, pad + blk * T::kBlockBytes, part);
+#pragma unroll
+      for (int c = 0; c < NC; ++c)
+        if (c < cols) acc[c] += T::dot(u, act + c * act_stride, n_in, cb + blk, part);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < NC; ++c) acc[c] = warp_sum(acc[c]);
+}
+
+// Calls f.template operator()<T>() for the traits of weight type t (false for a type without traits).
+template <class F>
+bool with_weight_traits(GgmlType t, F&& f) {
+  switch (t) {
+    case GgmlType::F32: f.template operator()<TF32>(); return true;
+    case GgmlType::F16: f.template operator()<TF16>(); return true;
+    case GgmlType::BF16: f.template operator()<TBF16>(); return true;
+    case GgmlType::Q4_0: f.template operator()<TQ4_0>(); return true;
+    case GgmlType::Q4_1: f.template operator()<TQ4_1>(); return true;
+    case GgmlType::Q8_0: f.template operator()<TQ8_0>(); return true;
+    case GgmlType::MXFP4: f.template operator()<TMXFP4>(); return true;
+    case GgmlType::Q4_K: f.template operator()<TQ4_K>(); return true;
+    case GgmlType::Q5_K: f.template operator()<TQ5_K>(); return true;
+    case GgmlType::Q6_K: f.template operator()<TQ6_K>(); return true;
+    default: return false;
+  }
+}
+
+// The column tile for `cols` activation rows: 1, 2, 4 or 8.
+inline int col_tile(int64_t cols) { return cols >= 8 ? 8 : cols >= 4 ? (cols == 4 ? 4 : 8) : cols >= 2 ? (cols == 2 ? 2 : 4) : 1; }
+
+template <class F>
+void with_col_tile(int nc, F&& f) {
+  switch (nc) {
+    case 1: f.template operator()<1>(); break;
+    case 2: f.template operator()<2>(); break;
+    case 4: f.template operator()<4>(); break;
+    default: f.template operator()<8>(); break;
+  }
+}
+
+}  // namespace df::backend::cuda

@@ -1,0 +1,95 @@
+// RMS norm and RoPE with ggml's CPU numerics (the CPU backend's norm_rope.cpp, operation for operation).
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace df::backend::cuda {
+namespace {
+
+constexpr int kNormThreads = 256;
+
+// One block per row. The sum of squares (float squares, double sum) is reduced as a tree rather than in
+// index order; its float mean is the CPU's except in the rare case where the double sums differ in the
+// last bit and that difference survives rounding to float.
+__global__ void rms_norm_kernel(const float* x, int64_t n, const float* weight, float eps, float* y) {
+  __shared__ double partial[kNormThreads / kWarp];
+  __shared__ float s_scale;
+  const float* xr = x + blockIdx.x * n;
+  float* yr = y + blockIdx.x * n;
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(__fmul_rn(xr[i], xr[i]));
+  sum = warp_sum(sum);
+  if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int w = 0; w < kNormThreads / kWarp; ++w) t += partial[w];
+    const float mean = static_cast<float>(t / static_cast<double>(n));
+    s_scale = 1.0f / sqrtf(mean + eps);
+  }
+  __syncthreads();
+  const float scale = s_scale;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = xr[i] * scale;
+    yr[i] = weight ? v * weight[i] : v;  // two roundings, as ggml's rms_norm then mul
+  }
+}
+
+constexpr int kMaxPairs = 512;
+
+// One block per row: the angles by ggml's float recurrence θ_{i+1} = θ_i · theta_scale (sequential, on one
+// thread, so bit-identical), then cos/sin per pair, then every head rotated.
+__global__ void rope_kernel(float* x, int n_head, int head_dim, const int32_t* pos, RopeArgs a) {
+  __shared__ float s_theta[kMaxPairs], s_cos[kMaxPairs], s_sin[kMaxPairs];
+  const int half = a.n_rot / 2;
+  const int64_t r = blockIdx.x;
+  if (threadIdx.x == 0) {
+    float t = static_cast<float>(pos[r]);
+    for (int i = 0; i < half; ++i) {
+      s_theta[i] = t;
+      t *= a.theta_scale;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float theta_extrap = s_theta[i];
+    const float base = a.freq_factors ? theta_extrap / a.freq_factors[i] : theta_extrap;
+    const float theta_interp = a.freq_scale * base;
+    float theta = theta_interp, m = a.attn_factor;
+    if (a.ext_factor != 0.0f) {
+      const float y = (static_cast<float>(i) - a.corr_lo) / fmaxf(0.001f, a.corr_hi - a.corr_lo);
+      const float ramp_mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * a.ext_factor;
+      theta = theta_interp * (1.0f - ramp_mix) + base * ramp_mix;
+      m *= a.yarn_mag;
+    }
+    s_cos[i] = cosf(theta) * m;
+    s_sin[i] = sinf(theta) * m;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < n_head * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    float* v = x + (r * n_head + h) * static_cast<int64_t>(head_dim);
+    const int i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
+    const float c = s_cos[i], s = s_sin[i];
+    const float x0 = v[i0], x1 = v[i1];
+    v[i0] = x0 * c - x1 * s;
+    v[i1] = x0 * s + x1 * c;
+  }
+}
+
+}  // namespace
+
+void launch_rms_norm(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y,
+                     cudaStream_t stream) {
+  if (rows <= 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(x, n, weight, eps, y);
+  check_launch("rms_norm kernel");
+}
+
+void launch_rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos, const RopeArgs& a,
+                 cudaStream_t stream) {
+  if (rows <= 0) return;
+  rope_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, n_head, head_dim, pos, a);
+  check_launch("rope kernel");
+}
+
+}  // namespace df::backend::cuda

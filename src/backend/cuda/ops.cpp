@@ -1,0 +1,219 @@
+// Host side of the non-matmul ops: the CPU backend's checks, the scalar parameters computed on the host
+// exactly as the CPU computes them (RoPE's theta_scale and YaRN band), then one launch each.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "backend/buffer_access.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels.h"
+#include "util/error.h"
+
+namespace df::backend {
+namespace {
+
+using BA = BufferAccess;
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+template <class T>
+void need(Buf<T> b, int64_t count, const char* what) {
+  if (count < 0 || static_cast<size_t>(count) > b.size())
+    fail("cuda backend: {} needs {} elements, its buffer view has {}", what, count, b.size());
+}
+
+template <class T>
+const T* raw_or_null(Buf<T> b) {
+  return b ? BA::raw(b) : nullptr;
+}
+
+float yarn_corr_dim(int n_dims, int n_ctx_orig, float beta, float base) {
+  return static_cast<float>(n_dims) *
+         std::log(static_cast<float>(n_ctx_orig) / (beta * 2.0f * std::numbers::pi_v<float>)) /
+         (2.0f * std::log(base));
+}
+
+// Score rows (n_head × n_ctx floats per query row) one attention launch may keep in scratch.
+constexpr size_t kMaxScoreFloats = size_t{64} << 20;
+
+}  // namespace
+
+void CudaBackend::get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) {
+  if (n <= 0) return;
+  if (table.packed())
+    fail("cuda backend: get_rows on a {} table: row lookups need the unpacked layout",
+         quant::row_packing_name(table.packing));
+  switch (table.type) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0: case GgmlType::Q4_1:
+    case GgmlType::Q8_0: case GgmlType::Q8_1: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::Q8_K: case GgmlType::MXFP4:
+      break;
+    default:
+      fail("cuda backend: get_rows of a {} table is not supported", ggml_type_name(table.type));
+  }
+  need(ids, n, "get_rows ids");
+  need(out, n * table.n_in, "get_rows output");
+  // Ids are checked on the device; one out of range is reported at the next synchronisation (download).
+  cuda::launch_get_rows(table.type, static_cast<const uint8_t*>(table.data), table.row_bytes(), table.n_out,
+                        table.n_in, BA::raw(ids), n, BA::raw(out),
+                        static_cast<cuda::DeviceError*>(error_word_device_), as_stream(stream_));
+}
+
+void CudaBackend::rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
+                           Buf<float> y) {
+  if (rows <= 0 || n <= 0) return;
+  need(x, rows * n, "rms_norm input");
+  need(y, rows * n, "rms_norm output");
+  if (weight) need(weight, n, "rms_norm weight");
+  cuda::launch_rms_norm(BA::raw(x), rows, n, raw_or_null(weight), eps, BA::raw(y), as_stream(stream_));
+}
+
+void CudaBackend::rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos,
+                       const RopeParams& p) {
+  const int n = p.n_rot, half = n / 2;
+  if (n <= 0 || n % 2 != 0 || n > head_dim || half > 512)
+    fail("rope: rotated dims {} must be even, positive and at most the head dim {} (and {})", n, head_dim, 1024);
+  if (p.ext_factor != 0.0f && p.n_ctx_orig <= 0)
+    fail("rope: YaRN needs the original context length (got {})", p.n_ctx_orig);
+  if (rows <= 0) return;
+  need(x, rows * n_head * head_dim, "rope input");
+  need(pos, rows, "rope positions");
+  if (p.freq_factors) need(p.freq_factors, half, "rope freq_factors");
+  cuda::RopeArgs a{};
+  a.n_rot = n;
+  a.neox = p.mode == RopeMode::NeoX ? 1 : 0;
+  a.theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(n));
+  a.freq_scale = p.freq_scale;
+  a.ext_factor = p.ext_factor;
+  a.attn_factor = p.attn_factor;
+  if (p.ext_factor != 0.0f) {
+    a.corr_lo = std::max(0.0f, std::floor(yarn_corr_dim(n, p.n_ctx_orig, p.beta_fast, p.freq_base)));
+    a.corr_hi = std::min(static_cast<float>(n - 1), std::ceil(yarn_corr_dim(n, p.n_ctx_orig, p.beta_slow, p.freq_base)));
+    a.yarn_mag = 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
+  }
+  a.freq_factors = raw_or_null(p.freq_factors);
+  cuda::launch_rope(BA::raw(x), rows, n_head, head_dim, BA::raw(pos), a, as_stream(stream_));
+}
+
+void CudaBackend::kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows, int pos0) {
+  if (pos0 < 0 || pos0 + rows > kv.n_ctx)
+    fail("kv cache: positions {}..{} do not fit in a context of {}", pos0, pos0 + rows - 1, kv.n_ctx);
+  if (rows <= 0) return;
+  const int64_t row = static_cast<int64_t>(kv.n_head_kv) * kv.head_dim;
+  need(k, rows * row, "kv_store k");
+  need(v, rows * row, "kv_store v");
+  need(kv.k, static_cast<int64_t>(kv.n_ctx) * row, "kv cache K");
+  need(kv.v, static_cast<int64_t>(kv.n_ctx) * row, "kv cache V");
+  cuda::launch_kv_store(BA::raw(kv.k), BA::raw(kv.v), kv.n_ctx, row, BA::raw(k), BA::raw(v), rows, pos0,
+                        as_stream(stream_));
+}
+
+size_t CudaBackend::attention_scratch_floats(int n_ctx, int head_dim) const {
+  return attention_scratch_floats_for(n_ctx, head_dim);
+}
+
+// The scores live in the backend's own scratch (their size depends on the rows of the call, which memory
+// planning does not know); the caller's scratch view is not read.
+size_t CudaBackend::attention_scratch_floats_for(int, int) { return 1; }
+
+void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t rows, int pos0,
+                            const AttentionParams& p, Buf<float> out, Buf<float>) {
+  if (rows <= 0) return;
+  const int n_head = p.n_head;
+  if (pos0 < 0 || pos0 + rows > kv.n_ctx)
+    fail("attention: positions {}..{} do not fit in a context of {}", pos0, pos0 + rows - 1, kv.n_ctx);
+  if (kv.n_head_kv <= 0 || n_head <= 0 || n_head % kv.n_head_kv != 0)
+    fail("attention: {} query heads cannot share {} KV heads", n_head, kv.n_head_kv);
+  if (p.window < 0) fail("attention: window {} must not be negative", p.window);
+  if (kv.head_dim <= 0 || kv.head_dim > 4096) fail("attention: head dim {} is out of range", kv.head_dim);
+  const int64_t hrow = static_cast<int64_t>(n_head) * kv.head_dim;
+  need(q, rows * hrow, "attention q");
+  need(out, rows * hrow, "attention output");
+  const int64_t kv_row = static_cast<int64_t>(kv.n_head_kv) * kv.head_dim;
+  need(kv.k, static_cast<int64_t>(kv.n_ctx) * kv_row, "kv cache K");
+  need(kv.v, static_cast<int64_t>(kv.n_ctx) * kv_row, "kv cache V");
+  if (p.sinks) need(p.sinks, n_head, "attention sinks");
+  const size_t per_row = static_cast<size_t>(n_head) * static_cast<size_t>(kv.n_ctx);
+  const int64_t chunk = std::clamp<int64_t>(static_cast<int64_t>(kMaxScoreFloats / per_row), 1, 65535);
+  const int64_t chunk_rows = std::min(rows, chunk);
+  auto* scores = static_cast<float*>(grow(attn_scratch_, static_cast<size_t>(chunk_rows) * per_row * sizeof(float),
+                                          "attention scores"));
+  cuda::AttnArgs a{};
+  a.n_head = n_head;
+  a.n_head_kv = kv.n_head_kv;
+  a.head_dim = kv.head_dim;
+  a.n_ctx = kv.n_ctx;
+  a.window = p.window;
+  a.scale = p.scale;
+  a.softcap = p.softcap;
+  a.sinks = raw_or_null(p.sinks);
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, rows - r0);
+    cuda::launch_attention(BA::raw(kv.k), BA::raw(kv.v), BA::raw(q) + r0 * hrow, n, pos0 + static_cast<int>(r0), a,
+                           BA::raw(out) + r0 * hrow, scores, as_stream(stream_));
+  }
+}
+
+void CudaBackend::short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<const float> conv_w, int l_cache,
+                             Buf<float> state, Buf<float> y) {
+  if (l_cache < 2 || l_cache > 64) fail("short conv: {} taps is out of range (2..{})", l_cache, 64);
+  if (n <= 0) return;
+  need(bcx, rows * 3 * n, "short_conv input");
+  need(conv_w, n * l_cache, "short_conv weights");
+  need(state, (l_cache - 1) * n, "short_conv state");
+  need(y, rows * n, "short_conv output");
+  cuda::launch_short_conv(BA::raw(bcx), rows, n, BA::raw(conv_w), l_cache, BA::raw(state), BA::raw(y),
+                          as_stream(stream_));
+}
+
+void CudaBackend::swiglu(Buf<const float> gate, Buf<const float> up, int64_t n, Buf<float> y) {
+  need(gate, n, "swiglu gate");
+  need(up, n, "swiglu up");
+  need(y, n, "swiglu output");
+  cuda::launch_swiglu(BA::raw(gate), BA::raw(up), n, BA::raw(y), as_stream(stream_));
+}
+
+void CudaBackend::add(Buf<float> x, Buf<const float> y, int64_t n) {
+  need(x, n, "add x");
+  need(y, n, "add y");
+  cuda::launch_add(BA::raw(x), BA::raw(y), n, as_stream(stream_));
+}
+
+void CudaBackend::add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t rows, int64_t n) {
+  need(x, rows * n, "add_bias_rows x");
+  need(bias, n, "add_bias_rows bias");
+  cuda::launch_add_bias_rows(BA::raw(x), BA::raw(bias), rows, n, as_stream(stream_));
+}
+
+void CudaBackend::route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,
+                        Buf<float> weights) {
+  constexpr int kMaxExperts = 4096;
+  if (p.n_expert <= 0 || p.n_expert > kMaxExperts || p.k <= 0 || p.k > p.n_expert)
+    fail("router: cannot choose {} of {} experts (at most {})", p.k, p.n_expert, kMaxExperts);
+  if (rows <= 0) return;
+  need(logits, rows * p.n_expert, "route logits");
+  need(ids, rows * p.k, "route ids");
+  need(weights, rows * p.k, "route weights");
+  if (p.selection_bias) need(p.selection_bias, p.n_expert, "route selection bias");
+  cuda::RouteArgs a{};
+  a.gating = static_cast<int>(p.gating);
+  a.n_expert = p.n_expert;
+  a.k = p.k;
+  a.selection_bias = raw_or_null(p.selection_bias);
+  a.normalize = p.normalize ? 1 : 0;
+  a.scale = p.scale;
+  cuda::launch_route(a, BA::raw(logits), rows, BA::raw(ids), BA::raw(weights), as_stream(stream_));
+}
+
+void CudaBackend::moe_combine(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k, int64_t n,
+                              Buf<float> out) {
+  if (rows <= 0) return;
+  need(expert_out, rows * k * n, "moe_combine expert outputs");
+  need(weights, rows * k, "moe_combine weights");
+  need(out, rows * n, "moe_combine output");
+  cuda::launch_moe_combine(BA::raw(expert_out), BA::raw(weights), rows, k, n, BA::raw(out), as_stream(stream_));
+}
+
+}  // namespace df::backend

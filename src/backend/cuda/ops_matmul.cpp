@@ -1,0 +1,257 @@
+// Host side of the matrix products: checks, activation quantization into scratch, the launches, and the
+// grouped FFN's task tables (staged to the device once per call through a pinned slot).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/buffer_access.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace df::backend {
+namespace {
+
+using BA = BufferAccess;
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+bool is_matmul_type(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::MXFP4:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The kernels' unit of a row: a block, or 8 (F16/BF16) / 4 (F32) values.
+int64_t row_unit(GgmlType t) {
+  if (t == GgmlType::F16 || t == GgmlType::BF16) return 8;
+  if (t == GgmlType::F32) return 4;
+  return ggml_traits(t).block_size;
+}
+
+void check_weight(const Weight& w, const char* what) {
+  if (!is_matmul_type(w.type)) fail("cuda backend: {}: no matmul for weight type {}", what, ggml_type_name(w.type));
+  if (w.packed())
+    fail("cuda backend: {}: a {}-packed weight; this backend reads the GGUF row layout only", what,
+         quant::row_packing_name(w.packing));
+  if (w.n_in <= 0 || w.n_in % row_unit(w.type) != 0)
+    fail("cuda backend: {}: a {} row of {} values is not a whole number of {}-value units", what,
+         ggml_type_name(w.type), w.n_in, row_unit(w.type));
+  if (!w.data && w.n_out > 0) fail("cuda backend: {}: weight without data", what);
+}
+
+template <class T>
+void need(Buf<T> b, int64_t count, const char* what) {
+  if (count < 0 || static_cast<size_t>(count) > b.size())
+    fail("cuda backend: {} needs {} elements, its buffer view has {}", what, count, b.size());
+}
+
+}  // namespace
+
+bool CudaBackend::supports_matmul(GgmlType w) const { return is_matmul_type(w); }
+
+size_t CudaBackend::matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const {
+  if (!is_matmul_type(w)) fail("cuda backend: no matmul for weight type {}", ggml_type_name(w));
+  return cuda::act_row_stride(quant::vec_dot_type(w), n_in) * static_cast<size_t>(std::max<int64_t>(rows, 0));
+}
+
+void CudaBackend::quantize_rows(GgmlType act, const float* x, int64_t rows, int64_t n, void* dst) {
+  cuda::launch_quantize(act, x, n, nullptr, rows, n, static_cast<uint8_t*>(dst), as_stream(stream_));
+}
+
+void CudaBackend::matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<uint8_t> scratch) {
+  if (rows <= 0 || w.n_out <= 0) return;
+  check_weight(w, "matmul");
+  need(x, rows * w.n_in, "matmul input");
+  need(y, rows * w.n_out, "matmul output");
+  const size_t bytes = matmul_scratch_bytes(w.type, w.n_in, rows);
+  if (scratch.size() < bytes)
+    fail("cuda backend: matmul scratch of {} bytes, {} needed ({} rows of {} {} values)", scratch.size(), bytes,
+         rows, w.n_in, ggml_type_name(w.type));
+  const GgmlType act = quant::vec_dot_type(w.type);
+  quantize_rows(act, BA::raw(x), rows, w.n_in, BA::raw(scratch));
+  cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in,
+                      BA::raw(scratch), cuda::act_row_stride(act, w.n_in), rows, BA::raw(y), w.n_out,
+                      as_stream(stream_));
+}
+
+void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
+  if (tasks.size() > max_matmul_tasks())
+    fail("cuda backend: matmul_many takes at most {} products, got {}", max_matmul_tasks(), tasks.size());
+  if (rows <= 0 || tasks.empty()) return;
+  // Products reading the same x in the same activation format share its quantization, as on the CPU.
+  struct Quantized {
+    const float* x;
+    int64_t n_in;
+    GgmlType act;
+    size_t offset;
+  };
+  std::vector<Quantized> done;
+  std::vector<size_t> offset_of(tasks.size());
+  size_t bytes = 0;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Weight& w = tasks[i].w;
+    check_weight(w, "matmul_many");
+    need(tasks[i].x, rows * w.n_in, "matmul_many input");
+    need(tasks[i].y, rows * w.n_out, "matmul_many output");
+    const GgmlType act = quant::vec_dot_type(w.type);
+    const float* x = BA::raw(tasks[i].x);
+    auto it = std::find_if(done.begin(), done.end(),
+                           [&](const Quantized& q) { return q.x == x && q.n_in == w.n_in && q.act == act; });
+    if (it == done.end()) {
+      done.push_back({x, w.n_in, act, bytes});
+      offset_of[i] = bytes;
+      bytes += cuda::act_row_stride(act, w.n_in) * static_cast<size_t>(rows);
+    } else {
+      offset_of[i] = it->offset;
+    }
+  }
+  auto* base = static_cast<uint8_t*>(grow(act_scratch_, bytes, "matmul_many activation scratch"));
+  for (const Quantized& q : done) quantize_rows(q.act, q.x, rows, q.n_in, base + q.offset);
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Weight& w = tasks[i].w;
+    if (w.n_out <= 0) continue;
+    const GgmlType act = quant::vec_dot_type(w.type);
+    cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in,
+                        base + offset_of[i], cuda::act_row_stride(act, w.n_in), rows, BA::raw(tasks[i].y), w.n_out,
+                        as_stream(stream_));
+  }
+}
+
+void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x,
+                      int64_t x_rows, Buf<float> out) {
+  if (ffns.empty()) return;
+  const FfnTask& a = ffns[0];
+  check_weight(a.gate, "ffn gate");
+  check_weight(a.up, "ffn up");
+  check_weight(a.down, "ffn down");
+  const int64_t n_in = a.gate.n_in, n_ff = a.gate.n_out, n_out = a.down.n_out;
+  need(x, x_rows * n_in, "ffn input");
+  const int64_t out_rows_total = n_out > 0 ? static_cast<int64_t>(out.size()) / n_out : 0;
+
+  std::vector<cuda::FfnDesc> descs(ffns.size());
+  std::vector<cuda::FfnItem> items;
+  std::vector<int32_t> entry_task;
+  int max_cols = 1;
+  for (size_t f = 0; f < ffns.size(); ++f) {
+    const FfnTask& b = ffns[f];
+    const bool same = b.gate.type == a.gate.type && b.up.type == a.up.type && b.down.type == a.down.type &&
+                      b.gate.packing == a.gate.packing && b.up.packing == a.up.packing &&
+                      b.down.packing == a.down.packing && b.gate.n_in == n_in && b.gate.n_out == n_ff &&
+                      b.up.n_in == n_in && b.up.n_out == n_ff && b.down.n_in == n_ff && b.down.n_out == n_out;
+    if (!same)
+      fail("ffn: FFN {} (gate {} {}x{}, up {} {}x{}, down {} {}x{}) does not match the shapes and types of FFN 0 "
+           "(gate {} {}x{}, down {} {}x{})",
+           f, ggml_type_name(b.gate.type), b.gate.n_out, b.gate.n_in, ggml_type_name(b.up.type), b.up.n_out,
+           b.up.n_in, ggml_type_name(b.down.type), b.down.n_out, b.down.n_in, ggml_type_name(a.gate.type), n_ff,
+           n_in, ggml_type_name(a.down.type), n_out, n_ff);
+    if (b.n_rows < 0) fail("ffn: FFN {} has {} rows", f, b.n_rows);
+    if (b.in_rows) need(b.in_rows, b.n_rows, "ffn in_rows");
+    if (b.out_rows) need(b.out_rows, b.n_rows, "ffn out_rows");
+    if (b.gate_bias) need(b.gate_bias, n_ff, "ffn gate bias");
+    if (b.up_bias) need(b.up_bias, n_ff, "ffn up bias");
+    if (b.down_bias) need(b.down_bias, n_out, "ffn down bias");
+    if (!b.out_rows && b.n_rows > out_rows_total)
+      fail("ffn: FFN {} writes {} rows into an output of {}", f, b.n_rows, out_rows_total);
+    cuda::FfnDesc& d = descs[f];
+    d.gate = static_cast<const uint8_t*>(b.gate.data);
+    d.up = static_cast<const uint8_t*>(b.up.data);
+    d.down = static_cast<const uint8_t*>(b.down.data);
+    d.gate_bias = b.gate_bias ? BA::raw(b.gate_bias) : nullptr;
+    d.up_bias = b.up_bias ? BA::raw(b.up_bias) : nullptr;
+    d.down_bias = b.down_bias ? BA::raw(b.down_bias) : nullptr;
+    d.in_rows = b.in_rows ? BA::raw(b.in_rows) : nullptr;
+    d.out_rows = b.out_rows ? BA::raw(b.out_rows) : nullptr;
+    d.out_scale = b.out_scale;
+    d.entry0 = static_cast<int32_t>(entry_task.size());
+    d.n_rows = static_cast<int32_t>(b.n_rows);
+    for (int64_t i = 0; i < b.n_rows; i += 8) {
+      const int cols = static_cast<int>(std::min<int64_t>(8, b.n_rows - i));
+      items.push_back({static_cast<int32_t>(f), static_cast<int32_t>(i), cols});
+      max_cols = std::max(max_cols, cols);
+    }
+    entry_task.insert(entry_task.end(), static_cast<size_t>(b.n_rows), static_cast<int32_t>(f));
+  }
+  const int64_t entries = static_cast<int64_t>(entry_task.size());
+  if (entries == 0 || n_out <= 0) return;
+  if (items.size() > 65535) fail("cuda backend: ffn of {} row groups (at most 65535 per call)", items.size());
+
+  // The task tables, one staged copy: descs | items | entry_task, then the device-only row map.
+  const size_t descs_bytes = descs.size() * sizeof(cuda::FfnDesc);
+  const size_t items_off = (descs_bytes + 15) / 16 * 16;
+  const size_t items_bytes = items.size() * sizeof(cuda::FfnItem);
+  const size_t task_off = (items_off + items_bytes + 15) / 16 * 16;
+  const size_t table_bytes = task_off + static_cast<size_t>(entries) * sizeof(int32_t);
+  const size_t map_off = (table_bytes + 15) / 16 * 16;
+  std::vector<uint8_t> host(table_bytes);
+  std::memcpy(host.data(), descs.data(), descs_bytes);
+  std::memcpy(host.data() + items_off, items.data(), items_bytes);
+  std::memcpy(host.data() + task_off, entry_task.data(), static_cast<size_t>(entries) * sizeof(int32_t));
+  auto* table = static_cast<uint8_t*>(
+      grow(desc_scratch_, map_off + static_cast<size_t>(entries) * sizeof(int32_t), "ffn task tables"));
+
+  const GgmlType act_g = quant::vec_dot_type(a.gate.type), act_u = quant::vec_dot_type(a.up.type),
+                 act_h = quant::vec_dot_type(a.down.type);
+  const bool shared_input = act_g == act_u;
+  const size_t sg = cuda::act_row_stride(act_g, n_in), su = cuda::act_row_stride(act_u, n_in),
+               sh = cuda::act_row_stride(act_h, n_ff);
+  const size_t E = static_cast<size_t>(entries);
+  const size_t qg_bytes = sg * E, qu_bytes = shared_input ? 0 : su * E;
+  const size_t h_bytes = E * static_cast<size_t>(n_ff) * sizeof(float);
+  const size_t u_bytes = a.gate.type == a.up.type ? 0 : h_bytes;
+  const size_t total = qg_bytes + qu_bytes + h_bytes + u_bytes + sh * E;
+  auto* base = static_cast<uint8_t*>(grow(ffn_scratch_, total, "ffn scratch"));
+  uint8_t* qg = base;
+  uint8_t* qu = shared_input ? qg : qg + qg_bytes;
+  auto* h = reinterpret_cast<float*>(base + qg_bytes + qu_bytes);
+  auto* u_scratch = u_bytes ? reinterpret_cast<float*>(base + qg_bytes + qu_bytes + h_bytes) : nullptr;
+  uint8_t* qh = base + qg_bytes + qu_bytes + h_bytes + u_bytes;
+  stage_to_device(table, host.data(), table_bytes);
+
+  const auto* d_descs = reinterpret_cast<const cuda::FfnDesc*>(table);
+  const auto* d_items = reinterpret_cast<const cuda::FfnItem*>(table + items_off);
+  const auto* d_task = reinterpret_cast<const int32_t*>(table + task_off);
+  auto* d_map = reinterpret_cast<int32_t*>(table + map_off);
+  auto* err = static_cast<cuda::DeviceError*>(error_word_device_);
+  const cudaStream_t s = as_stream(stream_);
+
+  cuda::launch_ffn_gather_quantize(act_g, BA::raw(x), x_rows, n_in, d_task, d_descs, entries, d_map, qg, err, s);
+  if (!shared_input) cuda::launch_quantize(act_u, BA::raw(x), n_in, d_map, entries, n_in, qu, s);
+  cuda::FfnShape shape{};
+  shape.gate_type = a.gate.type;
+  shape.up_type = a.up.type;
+  shape.down_type = a.down.type;
+  shape.n_in = n_in;
+  shape.n_ff = n_ff;
+  shape.n_out = n_out;
+  shape.gate_row_bytes = a.gate.row_bytes();
+  shape.up_row_bytes = a.up.row_bytes();
+  shape.down_row_bytes = a.down.row_bytes();
+  shape.act = act.kind == Activation::SwiGLU  ? cuda::FfnAct::SwiGLU
+              : act.kind == Activation::GeGLU ? cuda::FfnAct::GeGLU
+                                              : cuda::FfnAct::OaiSwiGLU;
+  shape.alpha = act.alpha;
+  shape.limit = act.limit;
+  shape.max_cols = max_cols;
+  const auto n_items = static_cast<int64_t>(items.size());
+  cuda::launch_ffn_gate_up(shape, d_descs, d_items, n_items, qg, sg, qu, su, h, u_scratch, entries, s);
+  cuda::launch_quantize(act_h, h, n_ff, nullptr, entries, n_ff, qh, s);
+  cuda::launch_ffn_down(shape, d_descs, d_items, n_items, qh, sh, BA::raw(out), out_rows_total, err, s);
+}
+
+}  // namespace df::backend

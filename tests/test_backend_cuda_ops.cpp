@@ -1,0 +1,449 @@
+// The CUDA backend against the CPU backend, op by op and weight type by weight type, on random inputs.
+// Every test skips (GTEST_SKIP, with the reason) where no CUDA device can be used, so ctest passes on a
+// machine without a GPU. Tolerances: relative L2 error; the quantized products see the same quantized
+// activations on both backends, so only the float summation order of the blocks differs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/backend_factory.h"
+#include "backend/cpu/cpu_backend.h"
+#include "quant/quant.h"
+#include "util/error.h"
+
+namespace df::backend {
+namespace {
+
+std::shared_ptr<Backend> cuda_backend(std::string& why) {
+  try {
+    return make_backend({"cuda", 1});
+  } catch (const df::Error& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
+#define NEED_GPU()                                                             \
+  std::string why_;                                                            \
+  auto gpu_ = cuda_backend(why_);                                              \
+  if (!gpu_) GTEST_SKIP() << "no CUDA device to test on: " << why_;            \
+  Backend& gpu = *gpu_;                                                        \
+  CpuBackend cpu_backend_(2);                                                  \
+  Backend& cpu = cpu_backend_;                                                \
+  (void)cpu
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+template <class T>
+DeviceBuffer put(Backend& b, const std::vector<T>& v) {
+  DeviceBuffer buf = b.alloc_array<T>(std::max<size_t>(v.size(), 1), "test input");
+  if (!v.empty()) b.upload<T>(buf.as<T>(), v.data(), v.size());
+  return buf;
+}
+
+template <class T>
+std::vector<T> get(Backend& b, const DeviceBuffer& buf, size_t n) {
+  std::vector<T> v(n);
+  b.download<T>(v.data(), buf.as<const T>(), n);
+  return v;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// The GGUF bytes of n_matrices × n_out rows of random values quantized to t.
+std::vector<uint8_t> weight_bytes(GgmlType t, int64_t n_in, int64_t rows, uint32_t seed) {
+  const auto x = random_floats(static_cast<size_t>(n_in * rows), seed, 0.5f);
+  std::vector<uint8_t> bytes(ggml_row_bytes(t, n_in) * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    quant::quantize_row(t, x.data() + r * n_in, bytes.data() + static_cast<size_t>(r) * ggml_row_bytes(t, n_in),
+                        n_in);
+  return bytes;
+}
+
+UploadedWeights upload(Backend& b, GgmlType t, const std::vector<uint8_t>& bytes, int64_t n_in, int64_t n_out,
+                       int64_t n_matrices = 1, bool table = false) {
+  WeightSource src;
+  src.type = t;
+  src.read = [&](uint8_t* dst) { std::memcpy(dst, bytes.data(), bytes.size()); };
+  src.n_in = n_in;
+  src.n_out = n_out;
+  src.n_matrices = n_matrices;
+  src.rows_looked_up = table;
+  return b.upload_weights(src);
+}
+
+const GgmlType kMatmulTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
+                                 GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
+
+std::vector<float> run_matmul(Backend& b, GgmlType t, const std::vector<uint8_t>& wb, int64_t n_in, int64_t n_out,
+                              const std::vector<float>& x, int64_t rows) {
+  // CPU weights in its preferred layout are not the GGUF rows; upload_weights lays them out as it likes.
+  UploadedWeights w = upload(b, t, wb, n_in, n_out);
+  DeviceBuffer dx = put(b, x);
+  DeviceBuffer dy = b.alloc_array<float>(static_cast<size_t>(rows * n_out), "y");
+  DeviceBuffer scratch = b.alloc(std::max<size_t>(b.matmul_scratch_bytes(t, n_in, rows), 1), "scratch");
+  b.matmul(w.first, dx.as<const float>(), rows, dy.as<float>(), scratch.as<uint8_t>());
+  return get<float>(b, dy, static_cast<size_t>(rows * n_out));
+}
+
+TEST(CudaOps, MatmulOfEveryWeightTypeMatchesTheCpu) {
+  NEED_GPU();
+  for (GgmlType t : kMatmulTypes) {
+    ASSERT_TRUE(gpu.supports_matmul(t)) << ggml_type_name(t);
+    const bool k_quant = ggml_traits(t).block_size == 256;
+    // 2880 (gpt-oss's hidden size) leaves rows only 1- or 2-byte aligned for the 32-value blocks.
+    for (int64_t n_in : {int64_t{512}, k_quant ? int64_t{1024} : int64_t{2880}}) {
+      for (int64_t rows : {1, 2, 3, 8, 13}) {
+        const int64_t n_out = 70;
+        const auto wb = weight_bytes(t, n_in, n_out, 7 + static_cast<uint32_t>(t));
+        const auto x = random_floats(static_cast<size_t>(rows * n_in), 100 + static_cast<uint32_t>(rows));
+        const auto yc = run_matmul(cpu, t, wb, n_in, n_out, x, rows);
+        const auto yg = run_matmul(gpu, t, wb, n_in, n_out, x, rows);
+        EXPECT_LT(rel_l2(yg, yc), 1e-5) << ggml_type_name(t) << " n_in " << n_in << " rows " << rows;
+      }
+    }
+  }
+}
+
+TEST(CudaOps, MatmulManyEqualsMatmulBitForBit) {
+  NEED_GPU();
+  const int64_t n_in = 256, rows = 3;
+  const auto x = random_floats(static_cast<size_t>(rows * n_in), 5);
+  DeviceBuffer dx = put(gpu, x);
+  std::vector<UploadedWeights> ws;
+  std::vector<DeviceBuffer> ys;
+  std::vector<MatmulTask> tasks;
+  const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::F16};
+  for (GgmlType t : types) {
+    ws.push_back(upload(gpu, t, weight_bytes(t, n_in, 40, 9), n_in, 40));
+    ys.push_back(gpu.alloc_array<float>(rows * 40, "y"));
+  }
+  for (size_t i = 0; i < ws.size(); ++i) tasks.push_back({ws[i].first, dx.as<const float>(), ys[i].as<float>()});
+  gpu.matmul_many(tasks, rows);
+  for (size_t i = 0; i < ws.size(); ++i) {
+    DeviceBuffer y1 = gpu.alloc_array<float>(rows * 40, "y1");
+    DeviceBuffer scratch = gpu.alloc(gpu.matmul_scratch_bytes(types[i], n_in, rows), "scratch");
+    gpu.matmul(ws[i].first, dx.as<const float>(), rows, y1.as<float>(), scratch.as<uint8_t>());
+    EXPECT_EQ(get<float>(gpu, ys[i], rows * 40), get<float>(gpu, y1, rows * 40)) << ggml_type_name(types[i]);
+  }
+}
+
+struct FfnCase {
+  GgmlType gate, up, down;
+  Activation act;
+  bool biases;
+};
+
+std::vector<float> run_ffn(Backend& b, const FfnCase& c, int64_t n_in, int64_t n_ff, int64_t n_out, int n_experts,
+                           const std::vector<float>& x, int64_t x_rows) {
+  UploadedWeights gate = upload(b, c.gate, weight_bytes(c.gate, n_in, n_ff * n_experts, 11), n_in, n_ff, n_experts);
+  UploadedWeights up = upload(b, c.up, weight_bytes(c.up, n_in, n_ff * n_experts, 12), n_in, n_ff, n_experts);
+  UploadedWeights down =
+      upload(b, c.down, weight_bytes(c.down, n_ff, n_out * n_experts, 13), n_ff, n_out, n_experts);
+  DeviceBuffer dx = put(b, x);
+  DeviceBuffer gb = put(b, random_floats(static_cast<size_t>(n_ff), 21, 0.1f));
+  DeviceBuffer ub = put(b, random_floats(static_cast<size_t>(n_ff), 22, 0.1f));
+  DeviceBuffer db = put(b, random_floats(static_cast<size_t>(n_out), 23, 0.1f));
+  // Experts 0..n_experts-2 take one row each (a decode step's k experts, rows scattered), the last takes
+  // every row (a dense FFN or a prefill expert): out rows are distinct per FFN call, so two calls.
+  std::vector<int32_t> in_rows, out_rows;
+  for (int e = 0; e + 1 < n_experts; ++e) {
+    in_rows.push_back(static_cast<int32_t>((e * 5) % x_rows));
+    out_rows.push_back(static_cast<int32_t>(n_experts - 2 - e));
+  }
+  DeviceBuffer din = put(b, in_rows), dout_rows = put(b, out_rows);
+  DeviceBuffer out1 = b.alloc_array<float>(static_cast<size_t>((n_experts - 1) * n_out), "out");
+  DeviceBuffer out2 = b.alloc_array<float>(static_cast<size_t>(x_rows * n_out), "out");
+  std::vector<FfnTask> tasks;
+  for (int e = 0; e + 1 < n_experts; ++e) {
+    FfnTask t;
+    t.gate = gate.matrix(e);
+    t.up = up.matrix(e);
+    t.down = down.matrix(e);
+    if (c.biases) {
+      t.gate_bias = gb.as<const float>();
+      t.up_bias = ub.as<const float>();
+      t.down_bias = db.as<const float>();
+      t.out_scale = 0.75f;
+    }
+    t.in_rows = din.as<const int32_t>().sub(static_cast<size_t>(e), 1);
+    t.out_rows = dout_rows.as<const int32_t>().sub(static_cast<size_t>(e), 1);
+    t.n_rows = 1;
+    tasks.push_back(t);
+  }
+  ActivationParams act;
+  act.kind = c.act;
+  b.ffn(tasks, act, dx.as<const float>(), x_rows, out1.as<float>());
+  FfnTask dense;
+  dense.gate = gate.matrix(n_experts - 1);
+  dense.up = up.matrix(n_experts - 1);
+  dense.down = down.matrix(n_experts - 1);
+  dense.n_rows = x_rows;
+  b.ffn(std::span<const FfnTask>(&dense, 1), act, dx.as<const float>(), x_rows, out2.as<float>());
+  auto r = get<float>(b, out1, static_cast<size_t>((n_experts - 1) * n_out));
+  const auto r2 = get<float>(b, out2, static_cast<size_t>(x_rows * n_out));
+  r.insert(r.end(), r2.begin(), r2.end());
+  return r;
+}
+
+TEST(CudaOps, GroupedFfnMatchesTheCpu) {
+  NEED_GPU();
+  const FfnCase cases[] = {
+      {GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, Activation::SwiGLU, false},
+      {GgmlType::MXFP4, GgmlType::MXFP4, GgmlType::MXFP4, Activation::OaiSwiGLU, true},
+      {GgmlType::F16, GgmlType::F16, GgmlType::F16, Activation::GeGLU, false},
+      {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K, Activation::SwiGLU, true},
+      {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K, Activation::SwiGLU, false},  // gate and up differ
+      {GgmlType::Q8_0, GgmlType::Q5_K, GgmlType::Q8_0, Activation::SwiGLU, false},  // and their formats
+  };
+  const int64_t n_in = 512, n_ff = 256, n_out = 256, x_rows = 11;
+  const auto x = random_floats(static_cast<size_t>(x_rows * n_in), 3);
+  for (const FfnCase& c : cases) {
+    const auto oc = run_ffn(cpu, c, n_in, n_ff, n_out, 6, x, x_rows);
+    const auto og = run_ffn(gpu, c, n_in, n_ff, n_out, 6, x, x_rows);
+    // The activation is re-quantized (Q8) before down: a product differing in its last bit can move one
+    // value to the next quantization step, hence a looser bound than a single matmul's.
+    EXPECT_LT(rel_l2(og, oc), 2e-4) << ggml_type_name(c.gate) << "/" << ggml_type_name(c.up) << "/"
+                                    << ggml_type_name(c.down);
+  }
+}
+
+TEST(CudaOps, GetRowsDequantizesEveryTableTypeExactly) {
+  NEED_GPU();
+  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
+                            GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
+                            GgmlType::Q6_K, GgmlType::MXFP4, GgmlType::Q8_K, GgmlType::Q8_1};
+  const int64_t n_in = 512, n_rows = 9;
+  const std::vector<int32_t> ids = {3, 0, 8, 3};
+  for (GgmlType t : types) {
+    const auto wb = weight_bytes(t, n_in, n_rows, 31);
+    std::vector<float> res[2];
+    int i = 0;
+    for (Backend* b : {&cpu, &gpu}) {
+      UploadedWeights w = upload(*b, t, wb, n_in, n_rows, 1, true);
+      DeviceBuffer did = put(*b, ids);
+      DeviceBuffer out = b->alloc_array<float>(ids.size() * n_in, "rows");
+      b->get_rows(w.first, did.as<const int32_t>(), static_cast<int64_t>(ids.size()), out.as<float>());
+      res[i++] = get<float>(*b, out, ids.size() * n_in);
+    }
+    EXPECT_EQ(res[1], res[0]) << ggml_type_name(t);
+  }
+  // An id out of range is found on the device and reported at the next synchronisation.
+  UploadedWeights w = upload(gpu, GgmlType::F32, weight_bytes(GgmlType::F32, 32, 4, 1), 32, 4, 1, true);
+  DeviceBuffer bad = put(gpu, std::vector<int32_t>{7});
+  DeviceBuffer out = gpu.alloc_array<float>(32, "rows");
+  gpu.get_rows(w.first, bad.as<const int32_t>(), 1, out.as<float>());
+  try {
+    get<float>(gpu, out, 32);
+    ADD_FAILURE() << "an out-of-range id was not reported";
+  } catch (const df::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token id 7 is out of range (vocabulary of 4)"), std::string::npos)
+        << e.what();
+  }
+}
+
+template <class F>
+std::vector<float> on_both(Backend& cpu, Backend& gpu, F&& f, std::vector<float>* cpu_out) {
+  *cpu_out = f(cpu);
+  return f(gpu);
+}
+
+TEST(CudaOps, RmsNormAndRopeMatchTheCpu) {
+  NEED_GPU();
+  const int64_t rows = 5, n = 384;
+  const auto x = random_floats(static_cast<size_t>(rows * n), 41, 2.0f);
+  const auto w = random_floats(static_cast<size_t>(n), 42);
+  for (bool with_weight : {false, true}) {
+    std::vector<float> c;
+    const auto g = on_both(cpu, gpu, [&](Backend& b) {
+      DeviceBuffer dx = put(b, x), dw = put(b, w);
+      DeviceBuffer dy = b.alloc_array<float>(rows * n, "y");
+      b.rms_norm(dx.as<const float>(), rows, n, with_weight ? dw.as<const float>() : Buf<const float>(), 1e-5f,
+                 dy.as<float>());
+      return get<float>(b, dy, rows * n);
+    }, &c);
+    EXPECT_LT(rel_l2(g, c), 1e-6);
+  }
+  const int n_head = 3, head_dim = 128;
+  const auto q = random_floats(static_cast<size_t>(rows * n_head * head_dim), 43);
+  const std::vector<int32_t> pos = {0, 1, 17, 500, 40000};
+  const auto ff = std::vector<float>(64, 1.0f);
+  for (int variant = 0; variant < 4; ++variant) {
+    RopeParams p;
+    p.mode = variant % 2 ? RopeMode::Normal : RopeMode::NeoX;
+    p.n_rot = variant == 3 ? 64 : 128;
+    p.freq_base = 1000000.0f;
+    if (variant == 2) {
+      p.ext_factor = 1.0f;
+      p.freq_scale = 0.25f;
+      p.n_ctx_orig = 4096;
+      p.attn_factor = 1.1f;
+    }
+    std::vector<float> c;
+    const auto g = on_both(cpu, gpu, [&](Backend& b) {
+      DeviceBuffer dq = put(b, q), dp = put(b, pos);
+      std::vector<float> factors(static_cast<size_t>(p.n_rot / 2));
+      for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.05f * static_cast<float>(i);
+      DeviceBuffer dff = put(b, factors);
+      RopeParams pp = p;
+      if (variant == 3) pp.freq_factors = dff.as<const float>();
+      b.rope(dq.as<float>(), rows, n_head, head_dim, dp.as<const int32_t>(), pp);
+      return get<float>(b, dq, q.size());
+    }, &c);
+    EXPECT_LT(rel_l2(g, c), 1e-5) << "variant " << variant;
+  }
+}
+
+TEST(CudaOps, KvStoreAndAttentionMatchTheCpu) {
+  NEED_GPU();
+  const int n_ctx = 40, n_head = 4, n_head_kv = 2, head_dim = 64;
+  const int64_t kv_row = n_head_kv * head_dim;
+  const auto k = random_floats(static_cast<size_t>(n_ctx * kv_row), 51);
+  const auto v = random_floats(static_cast<size_t>(n_ctx * kv_row), 52);
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+  for (int variant = 0; variant < 3; ++variant) {
+    AttentionParams p;
+    p.n_head = n_head;
+    p.scale = 0.125f;
+    if (variant == 1) p.window = 7;
+    if (variant == 2) p.softcap = 30.0f;
+    const int pos0 = 29;
+    const int64_t rows = 6;  // a prompt chunk that ends 5 positions before the context does
+    const auto q = random_floats(static_cast<size_t>(rows * n_head * head_dim), 53);
+    std::vector<uint16_t> caches[2];
+    std::vector<float> outs[2];
+    int i = 0;
+    for (Backend* b : {&cpu, &gpu}) {
+      DeviceBuffer kc = b->alloc_array<uint16_t>(n_ctx * kv_row, "k"), vc = b->alloc_array<uint16_t>(n_ctx * kv_row, "v");
+      KvCacheView kv{kc.as<uint16_t>(), vc.as<uint16_t>(), n_ctx, n_head_kv, head_dim};
+      DeviceBuffer dk = put(*b, k), dv = put(*b, v), dq = put(*b, q), ds = put(*b, sinks);
+      b->kv_store(kv, dk.as<const float>(), dv.as<const float>(), pos0 + rows, 0);
+      if (variant == 1) p.sinks = ds.as<const float>();
+      DeviceBuffer out = b->alloc_array<float>(rows * n_head * head_dim, "out");
+      DeviceBuffer scratch = b->alloc_array<float>(b->attention_scratch_floats(n_ctx, head_dim), "scratch");
+      b->attention(kv, dq.as<const float>(), rows, pos0, p, out.as<float>(), scratch.as<float>());
+      outs[i] = get<float>(*b, out, static_cast<size_t>(rows * n_head * head_dim));
+      caches[i] = get<uint16_t>(*b, kc, static_cast<size_t>(n_ctx * kv_row));
+      auto vbits = get<uint16_t>(*b, vc, static_cast<size_t>(n_ctx * kv_row));
+      caches[i].insert(caches[i].end(), vbits.begin(), vbits.end());
+      p.sinks = {};
+      ++i;
+    }
+    EXPECT_EQ(caches[1], caches[0]) << "the f16 cache bits, variant " << variant;
+    // P is rounded to f16: an exp one ulp apart can land on the next f16 value, hence 1e-4.
+    EXPECT_LT(rel_l2(outs[1], outs[0]), 1e-4) << "variant " << variant;
+  }
+}
+
+TEST(CudaOps, RoutingChoosesTheSameExpertsWithTheSameWeights) {
+  NEED_GPU();
+  const int64_t rows = 7;
+  for (int E : {16, 64, 129}) {
+    for (Gating g : {Gating::Softmax, Gating::Sigmoid, Gating::SoftmaxWeight}) {
+      for (bool bias : {false, true}) {
+        const int k = 4;
+        const auto logits = random_floats(static_cast<size_t>(rows * E), 61 + E, 2.0f);
+        const auto sel = random_floats(static_cast<size_t>(E), 62, 0.01f);
+        std::vector<int32_t> ids[2];
+        std::vector<float> ws[2];
+        int i = 0;
+        for (Backend* b : {&cpu, &gpu}) {
+          DeviceBuffer dl = put(*b, logits), dsel = put(*b, sel);
+          DeviceBuffer di = b->alloc_array<int32_t>(rows * k, "ids"), dw = b->alloc_array<float>(rows * k, "w");
+          RouterParams p;
+          p.gating = g;
+          p.n_expert = E;
+          p.k = k;
+          if (bias && g != Gating::SoftmaxWeight) p.selection_bias = dsel.as<const float>();
+          p.scale = 2.5f;
+          b->route(p, dl.as<const float>(), rows, di.as<int32_t>(), dw.as<float>());
+          ids[i] = get<int32_t>(*b, di, rows * k);
+          ws[i] = get<float>(*b, dw, rows * k);
+          ++i;
+        }
+        EXPECT_EQ(ids[1], ids[0]) << "E " << E << " gating " << static_cast<int>(g);
+        EXPECT_LT(rel_l2(ws[1], ws[0]), 1e-5) << "E " << E << " gating " << static_cast<int>(g);
+      }
+    }
+  }
+}
+
+TEST(CudaOps, ShortConvAndElementwiseOpsMatchTheCpu) {
+  NEED_GPU();
+  const int64_t rows = 5, n = 200;
+  const int l_cache = 3;
+  const auto bcx = random_floats(static_cast<size_t>(rows * 3 * n), 71);
+  const auto w = random_floats(static_cast<size_t>(n * l_cache), 72);
+  const auto st = random_floats(static_cast<size_t>((l_cache - 1) * n), 73);
+  std::vector<float> c;
+  auto g = on_both(cpu, gpu, [&](Backend& b) {
+    DeviceBuffer dbcx = put(b, bcx), dw = put(b, w), ds = put(b, st);
+    DeviceBuffer dy = b.alloc_array<float>(rows * n, "y");
+    b.short_conv(dbcx.as<const float>(), rows, n, dw.as<const float>(), l_cache, ds.as<float>(), dy.as<float>());
+    auto y = get<float>(b, dy, rows * n);
+    auto s = get<float>(b, ds, st.size());
+    y.insert(y.end(), s.begin(), s.end());
+    return y;
+  }, &c);
+  EXPECT_LT(rel_l2(g, c), 1e-6);
+
+  const auto a = random_floats(1000, 74), bb = random_floats(1000, 75), bias = random_floats(100, 76);
+  g = on_both(cpu, gpu, [&](Backend& b) {
+    DeviceBuffer da = put(b, a), db = put(b, bb), dbias = put(b, bias);
+    DeviceBuffer y = b.alloc_array<float>(1000, "y");
+    b.swiglu(da.as<const float>(), db.as<const float>(), 1000, y.as<float>());
+    b.add(y.as<float>(), da.as<const float>(), 1000);
+    b.add_bias_rows(y.as<float>(), dbias.as<const float>(), 10, 100);
+    return get<float>(b, y, 1000);
+  }, &c);
+  EXPECT_LT(rel_l2(g, c), 1e-6);
+
+  const int k = 4;
+  const auto eo = random_floats(static_cast<size_t>(rows * k * n), 77), ew = random_floats(static_cast<size_t>(rows * k), 78);
+  g = on_both(cpu, gpu, [&](Backend& b) {
+    DeviceBuffer de = put(b, eo), dw2 = put(b, ew);
+    DeviceBuffer out = b.alloc_array<float>(rows * n, "out");
+    b.moe_combine(de.as<const float>(), dw2.as<const float>(), rows, k, n, out.as<float>());
+    return get<float>(b, out, rows * n);
+  }, &c);
+  EXPECT_EQ(g, c);  // the same float operations in the same order
+}
+
+TEST(CudaOps, TransfersRoundTrip) {
+  NEED_GPU();
+
+  std::vector<int32_t> v(1 << 20);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(i * 7);
+  DeviceBuffer a = put(gpu, v);  // larger than a staging slot
+  DeviceBuffer b = gpu.alloc_array<int32_t>(v.size(), "b");
+  EXPECT_EQ(get<int32_t>(gpu, b, 4), std::vector<int32_t>(4, 0)) << "alloc zeroes";
+  gpu.copy<int32_t>(b.as<int32_t>(), a.as<const int32_t>(), v.size());
+  EXPECT_EQ(get<int32_t>(gpu, b, v.size()), v);
+  gpu.fill_zero(b.as<int32_t>().sub(10, 5));
+  auto back = get<int32_t>(gpu, b, 20);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(back[i], i >= 10 && i < 15 ? 0 : i * 7);
+  const std::vector<int32_t> small = {1, 2, 3};
+  for (int round = 0; round < 20; ++round) gpu.upload<int32_t>(b.as<int32_t>(), small.data(), 3);  // staged
+  EXPECT_EQ(get<int32_t>(gpu, b, 3), small);
+}
+
+}  // namespace
+}  // namespace df::backend
