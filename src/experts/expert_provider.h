@@ -70,6 +70,9 @@ class ExpertProvider {
   virtual ~ExpertProvider() = default;
   // Guessed ids of a later MoE layer: start fetching them if that helps. Never required for correctness.
   virtual void prefetch(int moe_layer, std::span<const int32_t> guessed_ids) = 0;
+  // False when prefetch() does nothing (every expert already in place): the model then skips computing the
+  // guesses (the next layers' routers), which costs a decode step a router pass per MoE layer.
+  virtual bool uses_prefetch() const { return true; }
   // The ids the model is about to acquire for this layer (each once), so that a disk provider can issue
   // every read at once before the first acquire() waits. Optional.
   virtual void will_acquire(int /*moe_layer*/, std::span<const int32_t> /*ids*/) {}

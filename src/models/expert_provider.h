@@ -25,6 +25,7 @@ class ResidentExpertProvider final : public ExpertProvider {
   ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout, backend::Backend& backend);
 
   void prefetch(int, std::span<const int32_t>) override {}
+  bool uses_prefetch() const override { return false; }
   ExpertView acquire(int moe_layer, int expert) override;
   void release(int, int) override {}
   size_t bytes() const;

@@ -77,6 +77,7 @@ template <class RouteGuess>
 void prefetch_next_layers(backend::Backend& be, ExpertProvider& experts, MoeBuffers& b, int moe_index,
                           int n_moe, int lookahead, int64_t T, int k, int n_expert,
                           RouteGuess&& route_guess) {
+  if (!experts.uses_prefetch()) return;
   for (int ahead = 1; ahead <= lookahead && moe_index + ahead < n_moe; ++ahead) {
     const int target = moe_index + ahead;
     route_guess(target);

@@ -168,6 +168,7 @@ void CudaBackend::synchronize() {
 }
 
 void CudaBackend::upload(Buf<uint8_t> dst, const void* src, size_t bytes) {
+  const auto timer = timed({"upload"});
   if (bytes > dst.size()) fail("cuda backend: upload of {} bytes into a buffer view of {}", bytes, dst.size());
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   // Stream-ordered: every later op sees the bytes, and `src` may be reused on return (it was copied into a
@@ -176,6 +177,7 @@ void CudaBackend::upload(Buf<uint8_t> dst, const void* src, size_t bytes) {
 }
 
 void CudaBackend::download(void* dst, Buf<const uint8_t> src, size_t bytes) {
+  const auto timer = timed({"download"});
   if (bytes > src.size()) fail("cuda backend: download of {} bytes from a buffer view of {}", bytes, src.size());
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   if (bytes > 0)

@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include <memory>
+
+#include "backend/cuda/op_profile.h"
 
 namespace df::backend {
 
@@ -98,6 +101,10 @@ class CudaBackend final : public Backend {
   // Quantizes `rows` rows of x (n wide) to act format at dst (act_row_stride apart). Returns the stride.
   void quantize_rows(GgmlType act, const float* x, int64_t rows, int64_t n, void* dst);
   void check_error_word();
+  // Times the op in scope when DF_CUDA_PROFILE is set (op_profile.h).
+  auto timed(const cuda::OpKey& key) {
+    return cuda::OpTimer(profile_, [this] { synchronize(); }, key);
+  }
 
   int device_ = 0;
   std::string name_;
@@ -116,6 +123,23 @@ class CudaBackend final : public Backend {
   void* error_word_host_ = nullptr;
   void* error_word_device_ = nullptr;
   Scratch act_scratch_, ffn_scratch_, desc_scratch_, attn_scratch_;
+  cuda::OpProfile profile_;
+  // Host-side tables of the grouped ops, kept between calls so that a warm decode loop allocates nothing.
+  struct MatmulManyHost {
+    struct Quantized {
+      const float* x;
+      int64_t n_in;
+      GgmlType act;
+      size_t offset;
+    };
+    std::vector<Quantized> done;
+    std::vector<size_t> offset_of;
+  } matmul_many_host_;
+  struct FfnHost;  // ops_matmul.cpp (it holds kernel-side types)
+  struct FfnHostDeleter {
+    void operator()(FfnHost* p) const;
+  };
+  std::unique_ptr<FfnHost, FfnHostDeleter> ffn_host_;
 };
 
 }  // namespace df::backend

@@ -41,6 +41,7 @@ constexpr size_t kMaxScoreFloats = size_t{64} << 20;
 }  // namespace
 
 void CudaBackend::get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) {
+  const auto timer = timed({"get_rows"});
   if (n <= 0) return;
   if (table.packed())
     fail("cuda backend: get_rows on a {} table: row lookups need the unpacked layout",
@@ -63,6 +64,7 @@ void CudaBackend::get_rows(const Weight& table, Buf<const int32_t> ids, int64_t 
 
 void CudaBackend::rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
                            Buf<float> y) {
+  const auto timer = timed({"rms_norm"});
   if (rows <= 0 || n <= 0) return;
   need(x, rows * n, "rms_norm input");
   need(y, rows * n, "rms_norm output");
@@ -72,6 +74,7 @@ void CudaBackend::rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<cons
 
 void CudaBackend::rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos,
                        const RopeParams& p) {
+  const auto timer = timed({"rope"});
   const int n = p.n_rot, half = n / 2;
   if (n <= 0 || n % 2 != 0 || n > head_dim || half > 512)
     fail("rope: rotated dims {} must be even, positive and at most the head dim {} (and {})", n, head_dim, 1024);
@@ -98,6 +101,7 @@ void CudaBackend::rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf
 }
 
 void CudaBackend::kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows, int pos0) {
+  const auto timer = timed({"kv_store"});
   if (pos0 < 0 || pos0 + rows > kv.n_ctx)
     fail("kv cache: positions {}..{} do not fit in a context of {}", pos0, pos0 + rows - 1, kv.n_ctx);
   if (rows <= 0) return;
@@ -120,6 +124,7 @@ size_t CudaBackend::attention_scratch_floats_for(int, int) { return 1; }
 
 void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t rows, int pos0,
                             const AttentionParams& p, Buf<float> out, Buf<float>) {
+  const auto timer = timed({"attention"});
   if (rows <= 0) return;
   const int n_head = p.n_head;
   if (pos0 < 0 || pos0 + rows > kv.n_ctx)
@@ -158,6 +163,7 @@ void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t r
 
 void CudaBackend::short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<const float> conv_w, int l_cache,
                              Buf<float> state, Buf<float> y) {
+  const auto timer = timed({"short_conv"});
   if (l_cache < 2 || l_cache > 64) fail("short conv: {} taps is out of range (2..{})", l_cache, 64);
   if (n <= 0) return;
   need(bcx, rows * 3 * n, "short_conv input");
@@ -169,6 +175,7 @@ void CudaBackend::short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<
 }
 
 void CudaBackend::swiglu(Buf<const float> gate, Buf<const float> up, int64_t n, Buf<float> y) {
+  const auto timer = timed({"swiglu"});
   need(gate, n, "swiglu gate");
   need(up, n, "swiglu up");
   need(y, n, "swiglu output");
@@ -176,12 +183,14 @@ void CudaBackend::swiglu(Buf<const float> gate, Buf<const float> up, int64_t n, 
 }
 
 void CudaBackend::add(Buf<float> x, Buf<const float> y, int64_t n) {
+  const auto timer = timed({"add"});
   need(x, n, "add x");
   need(y, n, "add y");
   cuda::launch_add(BA::raw(x), BA::raw(y), n, as_stream(stream_));
 }
 
 void CudaBackend::add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t rows, int64_t n) {
+  const auto timer = timed({"add_bias_rows"});
   need(x, rows * n, "add_bias_rows x");
   need(bias, n, "add_bias_rows bias");
   cuda::launch_add_bias_rows(BA::raw(x), BA::raw(bias), rows, n, as_stream(stream_));
@@ -189,6 +198,7 @@ void CudaBackend::add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t row
 
 void CudaBackend::route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,
                         Buf<float> weights) {
+  const auto timer = timed({"route"});
   constexpr int kMaxExperts = 4096;
   if (p.n_expert <= 0 || p.n_expert > kMaxExperts || p.k <= 0 || p.k > p.n_expert)
     fail("router: cannot choose {} of {} experts (at most {})", p.k, p.n_expert, kMaxExperts);
@@ -209,6 +219,7 @@ void CudaBackend::route(const RouterParams& p, Buf<const float> logits, int64_t 
 
 void CudaBackend::moe_combine(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k, int64_t n,
                               Buf<float> out) {
+  const auto timer = timed({"moe_combine"});
   if (rows <= 0) return;
   need(expert_out, rows * k * n, "moe_combine expert outputs");
   need(weights, rows * k, "moe_combine weights");

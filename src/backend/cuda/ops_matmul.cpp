@@ -75,6 +75,7 @@ void CudaBackend::quantize_rows(GgmlType act, const float* x, int64_t rows, int6
 }
 
 void CudaBackend::matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<uint8_t> scratch) {
+  const auto timer = timed({"matmul", ggml_type_name(w.type).data(), w.n_out, w.n_in, rows});
   if (rows <= 0 || w.n_out <= 0) return;
   check_weight(w, "matmul");
   need(x, rows * w.n_in, "matmul input");
@@ -91,18 +92,16 @@ void CudaBackend::matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<
 }
 
 void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
+  const auto timer = timed({"matmul_many", nullptr, 0, 0, rows});
   if (tasks.size() > max_matmul_tasks())
     fail("cuda backend: matmul_many takes at most {} products, got {}", max_matmul_tasks(), tasks.size());
   if (rows <= 0 || tasks.empty()) return;
   // Products reading the same x in the same activation format share its quantization, as on the CPU.
-  struct Quantized {
-    const float* x;
-    int64_t n_in;
-    GgmlType act;
-    size_t offset;
-  };
-  std::vector<Quantized> done;
-  std::vector<size_t> offset_of(tasks.size());
+  using Quantized = MatmulManyHost::Quantized;
+  auto& done = matmul_many_host_.done;
+  auto& offset_of = matmul_many_host_.offset_of;
+  done.clear();
+  offset_of.resize(tasks.size());
   size_t bytes = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Weight& w = tasks[i].w;
@@ -133,8 +132,18 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
   }
 }
 
+struct CudaBackend::FfnHost {
+  std::vector<cuda::FfnDesc> descs;
+  std::vector<cuda::FfnItem> items;
+  std::vector<int32_t> entry_task;
+  std::vector<uint8_t> table;
+};
+
+void CudaBackend::FfnHostDeleter::operator()(FfnHost* p) const { delete p; }
+
 void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x,
                       int64_t x_rows, Buf<float> out) {
+  const auto timer = timed({"ffn", ggml_type_name(ffns.empty() ? GgmlType::F32 : ffns[0].gate.type).data(), ffns.empty() ? 0 : ffns[0].gate.n_out, ffns.empty() ? 0 : ffns[0].gate.n_in, static_cast<int64_t>(ffns.size())});
   if (ffns.empty()) return;
   const FfnTask& a = ffns[0];
   check_weight(a.gate, "ffn gate");
@@ -144,9 +153,14 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
   need(x, x_rows * n_in, "ffn input");
   const int64_t out_rows_total = n_out > 0 ? static_cast<int64_t>(out.size()) / n_out : 0;
 
-  std::vector<cuda::FfnDesc> descs(ffns.size());
-  std::vector<cuda::FfnItem> items;
-  std::vector<int32_t> entry_task;
+  // The host tables are members, cleared and refilled: a warm decode loop allocates nothing.
+  if (!ffn_host_) ffn_host_.reset(new FfnHost);
+  auto& descs = ffn_host_->descs;
+  auto& items = ffn_host_->items;
+  auto& entry_task = ffn_host_->entry_task;
+  descs.resize(ffns.size());
+  items.clear();
+  entry_task.clear();
   int max_cols = 1;
   for (size_t f = 0; f < ffns.size(); ++f) {
     const FfnTask& b = ffns[f];
@@ -198,7 +212,8 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
   const size_t task_off = (items_off + items_bytes + 15) / 16 * 16;
   const size_t table_bytes = task_off + static_cast<size_t>(entries) * sizeof(int32_t);
   const size_t map_off = (table_bytes + 15) / 16 * 16;
-  std::vector<uint8_t> host(table_bytes);
+  auto& host = ffn_host_->table;
+  host.resize(table_bytes);
   std::memcpy(host.data(), descs.data(), descs_bytes);
   std::memcpy(host.data() + items_off, items.data(), items_bytes);
   std::memcpy(host.data() + task_off, entry_task.data(), static_cast<size_t>(entries) * sizeof(int32_t));

@@ -1,0 +1,66 @@
+// The ceiling a decode figure is compared with: how fast this GPU reads its memory, measured the way a
+// matrix-vector product reads weights (every byte once, 16-byte loads, a reduction so nothing is optimised
+// away), plus cudaMemcpy device-to-device for reference. Prints one JSON line.
+//   df_cuda_bandwidth [GiB=4] [repeats=20]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace {
+
+__global__ void read_all(const uint4* __restrict__ p, size_t n, unsigned* out) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *out = acc;  // almost never: keeps the loads
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double gib = argc > 1 ? std::atof(argv[1]) : 4.0;
+  const int repeats = argc > 2 ? std::atoi(argv[2]) : 20;
+  const size_t bytes = static_cast<size_t>(gib * (1ull << 30)) / 16 * 16;
+  void *a = nullptr, *b = nullptr;
+  unsigned* out = nullptr;
+  check(cudaMalloc(&a, bytes), "cudaMalloc");
+  check(cudaMalloc(&b, bytes), "cudaMalloc");
+  check(cudaMalloc(&out, sizeof(unsigned)), "cudaMalloc");
+  check(cudaMemset(a, 1, bytes), "cudaMemset");
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
+  cudaEvent_t t0, t1;
+  cudaEventCreate(&t0);
+  cudaEventCreate(&t1);
+  read_all<<<sms * 8, 512>>>(static_cast<const uint4*>(a), bytes / 16, out);  // warm
+  check(cudaDeviceSynchronize(), "warm-up");
+  cudaEventRecord(t0);
+  for (int r = 0; r < repeats; ++r) read_all<<<sms * 8, 512>>>(static_cast<const uint4*>(a), bytes / 16, out);
+  cudaEventRecord(t1);
+  check(cudaEventSynchronize(t1), "read kernel");
+  float read_ms = 0;
+  cudaEventElapsedTime(&read_ms, t0, t1);
+  cudaEventRecord(t0);
+  for (int r = 0; r < repeats; ++r) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(t1);
+  check(cudaEventSynchronize(t1), "copy");
+  float copy_ms = 0;
+  cudaEventElapsedTime(&copy_ms, t0, t1);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  const double read_gbs = double(bytes) * repeats / (read_ms * 1e-3) / 1e9;
+  const double copy_gbs = 2.0 * double(bytes) * repeats / (copy_ms * 1e-3) / 1e9;  // read + write
+  std::printf("{\"gpu\":\"%s\",\"bytes\":%zu,\"read_GBps\":%.1f,\"copy_GBps\":%.1f}\n", prop.name, bytes, read_gbs,
+              copy_gbs);
+  return 0;
+}
