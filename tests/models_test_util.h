@@ -67,7 +67,7 @@ class RecordingProvider final : public ExpertProvider {
  public:
   // The layout of the default (CPU) backend, which the models of these tests run on.
   RecordingProvider(const gguf::File& f, const ExpertLayout& l)
-      : inner_(f, l, *backend::make_backend(backend::BackendOptions{})), layout(l) {}
+      : backend_(backend::make_backend(backend::BackendOptions{})), inner_(f, l, *backend_), layout(l) {}
   void prefetch(int layer, std::span<const int32_t> ids) override {
     prefetches.push_back({layer, std::vector<int32_t>(ids.begin(), ids.end())});
   }
@@ -95,6 +95,7 @@ class RecordingProvider final : public ExpertProvider {
   int outstanding = 0;
 
  private:
+  std::shared_ptr<backend::Backend> backend_;  // holds the experts' memory: it outlives inner_
   ResidentExpertProvider inner_;
 
  public:

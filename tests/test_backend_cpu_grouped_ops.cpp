@@ -11,6 +11,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "cpu_host_backend.h"
+#include "error_matchers.h"
 #include "quant/q4_0x16.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -394,6 +395,63 @@ TEST(Ffn, ActivationsFollowTheirDefinitions) {
           << "activation " << static_cast<int>(act.kind) << " g " << g << " u " << u;
     }
   }
+}
+
+// routed_ffn: every (token, slot) row is the ffn() of its expert on its token, bit for bit, with per-expert
+// biases taken from the stacks' tables; an id out of range is an error naming it.
+TEST(RoutedFfn, EveryRowIsItsExpertsFfnBitForBit) {
+  const int64_t n_in = 64, n_ff = 96, n_out = 40, T = 5, E = 6;
+  const int k = 3;
+  const size_t gate_slab = ggml_row_bytes(GgmlType::Q8_0, n_in) * n_ff,
+               down_slab = ggml_row_bytes(GgmlType::Q4_0, n_ff) * n_out;
+  std::vector<Matrix> g, u, d;
+  std::vector<uint8_t> gs, us, ds;
+  for (int e = 0; e < E; ++e) {
+    g.emplace_back(GgmlType::Q8_0, n_in, n_ff, 10 + e);
+    u.emplace_back(GgmlType::Q8_0, n_in, n_ff, 20 + e);
+    d.emplace_back(GgmlType::Q4_0, n_ff, n_out, 30 + e);
+    gs.insert(gs.end(), g.back().bytes.begin(), g.back().bytes.end());
+    us.insert(us.end(), u.back().bytes.begin(), u.back().bytes.end());
+    ds.insert(ds.end(), d.back().bytes.begin(), d.back().bytes.end());
+  }
+  const auto x = random_floats(static_cast<size_t>(T * n_in), 4, 2.0f);
+  const auto gb = random_floats(static_cast<size_t>(E * n_ff), 5), ub = random_floats(static_cast<size_t>(E * n_ff), 6),
+             db = random_floats(static_cast<size_t>(E * n_out), 7);
+  const std::vector<int32_t> ids = {5, 0, 2, 2, 5, 1, 0, 3, 4, 4, 1, 5, 3, 2, 0};  // T x k
+  RoutedExperts ex;
+  ex.gate = {Weight{GgmlType::Q8_0, gs.data(), n_in, n_ff}, gate_slab};
+  ex.up = {Weight{GgmlType::Q8_0, us.data(), n_in, n_ff}, gate_slab};
+  ex.down = {Weight{GgmlType::Q4_0, ds.data(), n_ff, n_out}, down_slab};
+  ex.n_expert = static_cast<int>(E);
+  ex.gate_bias = HostCpuBackend::h(gb.data());
+  ex.up_bias = HostCpuBackend::h(ub.data());
+  ex.down_bias = HostCpuBackend::h(db.data());
+  const ActivationParams act{Activation::OaiSwiGLU, 1.702f, 7.0f};
+  HostCpuBackend be(2);
+  std::vector<float> got(static_cast<size_t>(T * k * n_out), -1.0f);
+  be.routed_ffn(ex, act, HostCpuBackend::h(ids.data()), T, k, HostCpuBackend::h(x.data()), HostCpuBackend::h(got.data()));
+  for (int64_t i = 0; i < T * k; ++i) {
+    const int e = ids[static_cast<size_t>(i)];
+    const int32_t token = static_cast<int32_t>(i / k);
+    FfnTask f;
+    f.gate = g[static_cast<size_t>(e)].w;
+    f.up = u[static_cast<size_t>(e)].w;
+    f.down = d[static_cast<size_t>(e)].w;
+    f.gate_bias = HostCpuBackend::h(gb.data() + e * n_ff);
+    f.up_bias = HostCpuBackend::h(ub.data() + e * n_ff);
+    f.down_bias = HostCpuBackend::h(db.data() + e * n_out);
+    f.in_rows = HostCpuBackend::h(&token);
+    f.n_rows = 1;
+    std::vector<float> want(static_cast<size_t>(n_out));
+    be.ffn(std::span(&f, 1), act, x.data(), T, want.data());
+    EXPECT_EQ(std::vector<float>(got.begin() + i * n_out, got.begin() + (i + 1) * n_out), want) << "entry " << i;
+  }
+  std::vector<int32_t> bad = ids;
+  bad[7] = static_cast<int32_t>(E);
+  df::testing::expect_error([&] {
+    be.routed_ffn(ex, act, HostCpuBackend::h(bad.data()), T, k, HostCpuBackend::h(x.data()),
+                  HostCpuBackend::h(got.data()));
+  }, {"expert id 6 is out of range (6 experts)"});
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
+#include "error_matchers.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -224,6 +225,56 @@ TEST(CudaOps, GroupedFfnMatchesTheCpu) {
     EXPECT_LT(rel_l2(og, oc), 2e-4) << ggml_type_name(c.gate) << "/" << ggml_type_name(c.up) << "/"
                                     << ggml_type_name(c.down);
   }
+}
+
+// routed_ffn (the decode path with every expert resident: tables built on the device from the ids) against
+// the CPU's, and its error for an id out of range.
+std::vector<float> run_routed(Backend& b, const FfnCase& c, int64_t n_in, int64_t n_ff, int64_t n_out, int E,
+                              const std::vector<float>& x, int64_t T, int k, const std::vector<int32_t>& ids) {
+  UploadedWeights gate = upload(b, c.gate, weight_bytes(c.gate, n_in, n_ff * E, 11), n_in, n_ff, E);
+  UploadedWeights up = upload(b, c.up, weight_bytes(c.up, n_in, n_ff * E, 12), n_in, n_ff, E);
+  UploadedWeights down = upload(b, c.down, weight_bytes(c.down, n_ff, n_out * E, 13), n_ff, n_out, E);
+  DeviceBuffer dx = put(b, x), did = put(b, ids);
+  DeviceBuffer gb = put(b, random_floats(static_cast<size_t>(E * n_ff), 21, 0.1f));
+  DeviceBuffer ub = put(b, random_floats(static_cast<size_t>(E * n_ff), 22, 0.1f));
+  DeviceBuffer db = put(b, random_floats(static_cast<size_t>(E * n_out), 23, 0.1f));
+  RoutedExperts ex;
+  ex.gate = {gate.first, gate.slab_bytes};
+  ex.up = {up.first, up.slab_bytes};
+  ex.down = {down.first, down.slab_bytes};
+  ex.n_expert = E;
+  if (c.biases) {
+    ex.gate_bias = gb.as<const float>();
+    ex.up_bias = ub.as<const float>();
+    ex.down_bias = db.as<const float>();
+  }
+  DeviceBuffer out = b.alloc_array<float>(static_cast<size_t>(T * k * n_out), "out");
+  ActivationParams act;
+  act.kind = c.act;
+  b.routed_ffn(ex, act, did.as<const int32_t>(), T, k, dx.as<const float>(), out.as<float>());
+  return get<float>(b, out, static_cast<size_t>(T * k * n_out));
+}
+
+TEST(CudaOps, RoutedFfnMatchesTheCpu) {
+  NEED_GPU();
+  const FfnCase cases[] = {
+      {GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, Activation::SwiGLU, false},
+      {GgmlType::MXFP4, GgmlType::MXFP4, GgmlType::MXFP4, Activation::OaiSwiGLU, true},
+      {GgmlType::F16, GgmlType::F16, GgmlType::F16, Activation::GeGLU, false},
+  };
+  const int64_t n_in = 512, n_ff = 256, n_out = 256, T = 3;
+  const int k = 4, E = 8;
+  const auto x = random_floats(static_cast<size_t>(T * n_in), 3);
+  const std::vector<int32_t> ids = {7, 0, 3, 5, 1, 1, 6, 2, 4, 0, 7, 3};
+  for (const FfnCase& c : cases) {
+    const auto oc = run_routed(cpu, c, n_in, n_ff, n_out, E, x, T, k, ids);
+    const auto og = run_routed(gpu, c, n_in, n_ff, n_out, E, x, T, k, ids);
+    EXPECT_LT(rel_l2(og, oc), 2e-4) << ggml_type_name(c.gate);
+  }
+  std::vector<int32_t> bad = ids;
+  bad[5] = 9;
+  df::testing::expect_error([&] { run_routed(gpu, cases[0], n_in, n_ff, n_out, E, x, T, k, bad); },
+                            {"expert id 9 is out of range (8 experts)"});
 }
 
 TEST(CudaOps, GetRowsDequantizesEveryTableTypeExactly) {

@@ -106,6 +106,19 @@ class ForwardingBackend final : public backend::Backend {
     owned(out, "ffn");
     inner_->ffn(ffns, act, x, x_rows, out);
   }
+  // Claims the device-routed expert path for decode-sized batches (as the CUDA backend does), so that the
+  // models take it here and its bits are compared with the default backend's host-grouped path.
+  int64_t max_routed_tokens() const override { return 8; }
+  void routed_ffn(const backend::RoutedExperts& ex, const backend::ActivationParams& act,
+                  backend::Buf<const int32_t> ids, int64_t T, int k, backend::Buf<const float> x,
+                  backend::Buf<float> out) override {
+    ++calls["routed_ffn"];
+    for (const auto* s : {&ex.gate, &ex.up, &ex.down}) owned(s->first, "routed_ffn");
+    owned(ids, "routed_ffn");
+    owned(x, "routed_ffn");
+    owned(out, "routed_ffn");
+    inner_->routed_ffn(ex, act, ids, T, k, x, out);
+  }
   void get_rows(const backend::Weight& table, backend::Buf<const int32_t> ids, int64_t n,
                 backend::Buf<float> out) override {
     ++calls["get_rows"];
@@ -264,6 +277,7 @@ TEST_P(SecondBackend, AForwardingBackendGivesTheSameBitsAndSeesEveryOp) {
                                        "moe_combine", "attention", "kv_store", "rope",  "matmul_many"};
   if (name.rfind("lfm2moe", 0) == 0) expected.push_back("short_conv");
   if (name == "gpt-oss-tiny") expected.push_back("add_bias_rows");
+  expected.push_back("routed_ffn");  // the decode steps (the prompt chunks of 16 take the grouped ffn)
   expected.push_back("upload");    // token ids, positions, the experts' row lists
   expected.push_back("download");  // routing ids, logits
   for (const auto& op : expected)

@@ -125,6 +125,19 @@ struct FfnTask {
   int64_t n_rows = 0;
 };
 
+// Every expert of one MoE layer where the backend holds them all (resident experts): expert e's gate, up and
+// down are the e-th matrices of three stacks (matrix e at first.data + e · stride), its biases (optional) the
+// e-th rows of n_expert × n_ff (gate, up) and n_expert × n_out (down) tables.
+struct ExpertStack {
+  Weight first;
+  size_t stride = 0;
+};
+struct RoutedExperts {
+  ExpertStack gate, up, down;
+  int n_expert = 0;
+  Buf<const float> gate_bias{}, up_bias{}, down_bias{};
+};
+
 // The bytes of one or more weight matrices of the same type and shape as the GGUF stores them (n_matrices
 // consecutive slabs of n_out rows: a dense matrix, or every expert of a MoE tensor), for upload_weights().
 struct WeightSource {
@@ -213,6 +226,14 @@ class Backend {
   // row, bit for bit.
   virtual void ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x,
                    int64_t x_rows, Buf<float> out) = 0;
+  // The experts of a MoE layer chosen on the device, applied without the routing ids crossing to the host:
+  // out row (t · k + j) = the gated FFN of expert ids[t · k + j] on x row t (t < T, j < k), each row bit for
+  // bit what ffn() gives for that expert and row. A decode step with every expert resident then needs no
+  // host round trip. Up to max_routed_tokens() tokens per call (0: the backend does not do this op faster
+  // than the host-grouped ffn, and the models do not call it).
+  virtual int64_t max_routed_tokens() const = 0;
+  virtual void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
+                          int64_t T, int k, Buf<const float> x, Buf<float> out) = 0;
   // out[i] = row ids[i] of the table for i < n, dequantized exactly (no activation rounding).
   virtual void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) = 0;
 

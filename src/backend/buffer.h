@@ -56,7 +56,8 @@ class Buf {
   size_t n_ = 0;
 };
 
-// An allocation made by Backend::alloc, freed by the backend that made it. Move-only.
+// An allocation made by Backend::alloc, freed by the backend that made it: that backend must outlive it.
+// Move-only.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

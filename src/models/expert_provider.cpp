@@ -29,11 +29,23 @@ backend::UploadedWeights upload_all(const gguf::File& file, backend::Backend& ba
 ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout,
                                                backend::Backend& backend) {
   layers_.reserve(layout.layers.size());
-  for (const auto& l : layout.layers)
-    layers_.push_back(
-        Layer{l, upload_all(file, backend, l.gate_name, l.gate_type, l.n_embd, l.n_ff, l.n_expert),
-              upload_all(file, backend, l.up_name, l.up_type, l.n_embd, l.n_ff, l.n_expert),
-              upload_all(file, backend, l.down_name, l.down_type, l.n_ff, l.n_embd, l.n_expert)});
+  for (const auto& l : layout.layers) {
+    Layer& layer = layers_.emplace_back();
+    layer.layout = l;
+    layer.gate = upload_all(file, backend, l.gate_name, l.gate_type, l.n_embd, l.n_ff, l.n_expert);
+    layer.up = upload_all(file, backend, l.up_name, l.up_type, l.n_embd, l.n_ff, l.n_expert);
+    layer.down = upload_all(file, backend, l.down_name, l.down_type, l.n_ff, l.n_embd, l.n_expert);
+    layer.stacks.gate = {layer.gate.first, layer.gate.slab_bytes};
+    layer.stacks.up = {layer.up.first, layer.up.slab_bytes};
+    layer.stacks.down = {layer.down.first, layer.down.slab_bytes};
+    layer.stacks.n_expert = l.n_expert;
+  }
+}
+
+const backend::RoutedExperts* ResidentExpertProvider::resident_stacks(int moe_layer) const {
+  if (moe_layer < 0 || moe_layer >= static_cast<int>(layers_.size()))
+    fail("expert provider: MoE layer {} out of range ({} layers)", moe_layer, layers_.size());
+  return &layers_[static_cast<size_t>(moe_layer)].stacks;
 }
 
 ExpertView ResidentExpertProvider::acquire(int moe_layer, int expert) {

@@ -137,9 +137,9 @@ void GptOssModel::run_moe(State& st, int il, int64_t T, ForwardCapture* capture)
   const Layer& l = layers_[static_cast<size_t>(il)];
   route(st, l, ws.x.view(), T,
         {ws.xn.view(), m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
-  const size_t n_used = fetch_and_group(*backend_, m, T, cfg_.n_expert_used, cfg_.n_expert);
-  run_experts(*backend_, *experts_, il, m, n_used, st.wave, kOaiSwiglu,
-              ExpertBiases{l.gate_bias, l.up_bias, l.down_bias}, ws.xn.view(), T, H, cfg_.n_ff_exp);
+  const ExpertBiases biases{l.gate_bias, l.up_bias, l.down_bias};
+  compute_experts(*backend_, *experts_, il, m, st.wave,
+                  {kOaiSwiglu, biases, cfg_.n_expert_used, cfg_.n_expert, H, cfg_.n_ff_exp}, ws.xn.view(), T);
   add_expert_outputs(*backend_, m, ws.x.view(), T, cfg_.n_expert_used, H);
   capture_routing(*backend_, capture, il, T, cfg_.n_expert_used, m);
 }

@@ -133,6 +133,21 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
   }
 }
 
+void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b,
+                     ExpertWave& wave, const ExpertFfn& f, backend::Buf<const float> xn, int64_t T) {
+  const backend::RoutedExperts* stacks = experts.resident_stacks(moe_index);
+  if (stacks && T <= be.max_routed_tokens()) {
+    backend::RoutedExperts ex = *stacks;
+    ex.gate_bias = f.biases.gate;
+    ex.up_bias = f.biases.up;
+    ex.down_bias = f.biases.down;
+    be.routed_ffn(ex, f.act, b.expert_ids.view(), T, f.k, xn, b.expert_out.view());
+    return;
+  }
+  const size_t n_used = fetch_and_group(be, b, T, f.k, f.n_expert);
+  run_experts(be, experts, moe_index, b, n_used, wave, f.act, f.biases, xn, T, f.n_embd, f.n_ff);
+}
+
 void add_expert_outputs(backend::Backend& be, MoeBuffers& b, backend::Buf<float> x, int64_t T, int k,
                         int64_t n_embd) {
   be.moe_combine(b.expert_out.view(), b.expert_weights.view(), T, k, n_embd, b.moe.view());
@@ -143,7 +158,7 @@ void capture_routing(backend::Backend& be, ForwardCapture* capture, int moe_inde
                      const MoeBuffers& b) {
   if (!capture) return;
   const size_t off = static_cast<size_t>(moe_index) * static_cast<size_t>(T * k);
-  std::copy_n(b.expert_ids_host.data(), T * k, capture->expert_ids.data() + off);
+  be.download(capture->expert_ids.data() + off, b.expert_ids.view(), static_cast<size_t>(T * k));
   be.download(capture->expert_weights.data() + off, b.expert_weights.view(), static_cast<size_t>(T * k));
 }
 

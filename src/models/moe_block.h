@@ -154,6 +154,19 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
                  ExpertWave& wave, const backend::ActivationParams& act, const ExpertBiases& biases,
                  backend::Buf<const float> xn, int64_t T, int64_t n_embd, int64_t n_ff);
 
+// The chosen experts' outputs into b.expert_out (row token · k + slot) for the routing in b.expert_ids:
+// on the device from the ids (Backend::routed_ffn) when the provider holds every expert in the backend's
+// memory and the batch is one the backend routes that way (a decode step: no host round trip), else the ids
+// read back, grouped by expert and run in waves (fetch_and_group, run_experts).
+struct ExpertFfn {
+  const backend::ActivationParams& act;
+  const ExpertBiases& biases;
+  int k, n_expert;
+  int64_t n_embd, n_ff;
+};
+void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b,
+                     ExpertWave& wave, const ExpertFfn& f, backend::Buf<const float> xn, int64_t T);
+
 // x += the weighted sum of each token's k expert outputs (expert_out in (token, slot) order).
 void add_expert_outputs(backend::Backend& be, MoeBuffers& b, backend::Buf<float> x, int64_t T, int k,
                         int64_t n_embd);

@@ -105,9 +105,10 @@ void Qwen3MoeModel::run_moe(State& st, int il, int64_t T, ForwardCapture* captur
       });
   route(st, il, T,
         {st.trunk.xn.view(), m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
-  const size_t n_used = fetch_and_group(*backend_, m, T, K, cfg_.n_expert);
-  run_experts(*backend_, *experts_, il, m, n_used, st.wave, backend::ActivationParams{}, ExpertBiases{},
-              st.trunk.xn.view(), T, cfg_.n_embd, cfg_.n_ff_exp);
+  const backend::ActivationParams swiglu;
+  const ExpertBiases none;
+  compute_experts(*backend_, *experts_, il, m, st.wave, {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp},
+                  st.trunk.xn.view(), T);
   add_expert_outputs(*backend_, m, st.trunk.x.view(), T, K, cfg_.n_embd);
   capture_routing(*backend_, capture, il, T, K, m);
 }

@@ -69,6 +69,12 @@ class CpuBackend : public Backend {
   void ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
            Buf<float> out) override;
 
+  // The host-grouped ffn() is the CPU's fastest way (the ids are host memory anyway), so the models never
+  // call routed_ffn here (0); it exists, the same bits as the grouped path, for the interface's sake.
+  int64_t max_routed_tokens() const override { return 0; }
+  void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids, int64_t T,
+                  int k, Buf<const float> x, Buf<float> out) override;
+
   void rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
                 Buf<float> y) override;
   void rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos,
@@ -104,6 +110,9 @@ class CpuBackend : public Backend {
   std::vector<uint8_t> act_scratch_;
   std::vector<float> thread_scratch_;
   std::vector<int64_t> task_offsets_;
+  // routed_ffn's grouping by expert.
+  std::vector<int32_t> routed_count_, routed_in_, routed_out_;
+  std::vector<FfnTask> routed_tasks_;
 };
 
 }  // namespace df::backend

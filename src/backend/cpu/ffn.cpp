@@ -232,4 +232,51 @@ void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act,
   });
 }
 
+// Groups the T·k entries by expert (ascending ids, tokens in order within an expert), one FFN task per used
+// expert, then the grouped ffn(): each row is computed as ffn() computes it, whatever the grouping.
+void CpuBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& act, Buf<const int32_t> ids_buf,
+                            int64_t T, int k, Buf<const float> x, Buf<float> out) {
+  const size_t n = static_cast<size_t>(T * k), E = static_cast<size_t>(ex.n_expert);
+  if (n == 0) return;
+  const int32_t* ids = detail::raw(ids_buf.first(n));
+  routed_count_.assign(E + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || static_cast<size_t>(ids[i]) >= E)
+      fail("routed ffn: expert id {} is out of range ({} experts)", ids[i], E);
+    ++routed_count_[static_cast<size_t>(ids[i]) + 1];
+  }
+  for (size_t e = 0; e < E; ++e) routed_count_[e + 1] += routed_count_[e];  // starts
+  routed_in_.resize(n);
+  routed_out_.resize(n);
+  routed_tasks_.clear();
+  for (size_t e = 0; e < E; ++e) {
+    const size_t start = static_cast<size_t>(routed_count_[e]);
+    size_t at = start;
+    for (size_t i = 0; i < n; ++i)
+      if (static_cast<size_t>(ids[i]) == e) {
+        routed_in_[at] = static_cast<int32_t>(i / static_cast<size_t>(k));
+        routed_out_[at++] = static_cast<int32_t>(i);
+      }
+    if (at == start) continue;
+    const auto matrix = [e](const ExpertStack& s) {
+      Weight w = s.first;
+      w.data = static_cast<const uint8_t*>(s.first.data) + e * s.stride;
+      return w;
+    };
+    FfnTask t;
+    t.gate = matrix(ex.gate);
+    t.up = matrix(ex.up);
+    t.down = matrix(ex.down);
+    const size_t ff = static_cast<size_t>(ex.gate.first.n_out), no = static_cast<size_t>(ex.down.first.n_out);
+    if (ex.gate_bias) t.gate_bias = ex.gate_bias.sub(e * ff, ff);
+    if (ex.up_bias) t.up_bias = ex.up_bias.sub(e * ff, ff);
+    if (ex.down_bias) t.down_bias = ex.down_bias.sub(e * no, no);
+    t.in_rows = host(routed_in_.data() + start, at - start);
+    t.out_rows = host(routed_out_.data() + start, at - start);
+    t.n_rows = static_cast<int64_t>(at - start);
+    routed_tasks_.push_back(t);
+  }
+  ffn(routed_tasks_, act, x, T, out);
+}
+
 }  // namespace df::backend

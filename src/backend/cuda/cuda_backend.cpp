@@ -157,6 +157,9 @@ void CudaBackend::check_error_word() {
     case cuda::kErrFfnOutRow:
       fail("ffn: a task writes output row {}, outside the output of {} rows (found by the cuda backend)",
            seen.value, seen.limit);
+    case cuda::kErrExpertId:
+      fail("routed ffn: expert id {} is out of range ({} experts) (found by the cuda backend)", seen.value,
+           seen.limit);
     default:
       fail("cuda backend: a kernel reported error {} (value {}, limit {})", seen.code, seen.value, seen.limit);
   }

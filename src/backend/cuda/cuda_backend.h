@@ -53,6 +53,10 @@ class CudaBackend final : public Backend {
   void matmul_many(std::span<const MatmulTask> tasks, int64_t rows) override;
   void ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
            Buf<float> out) override;
+  // Decode-sized batches: the FFN tables are built on the device from the routing ids (no host round trip).
+  int64_t max_routed_tokens() const override { return 16; }
+  void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids, int64_t T,
+                  int k, Buf<const float> x, Buf<float> out) override;
   void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) override;
 
   void rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
@@ -101,6 +105,9 @@ class CudaBackend final : public Backend {
   // Quantizes `rows` rows of x (n wide) to act format at dst (act_row_stride apart). Returns the stride.
   void quantize_rows(GgmlType act, const float* x, int64_t rows, int64_t n, void* dst);
   void check_error_word();
+  void ffn_launches(const FfnTask& a, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
+                    Buf<float> out, int64_t out_rows_total, uint8_t* table, size_t items_off, size_t task_off,
+                    size_t map_off, int64_t entries, int64_t n_items, int max_cols);
   // Times the op in scope when DF_CUDA_PROFILE is set (op_profile.h).
   auto timed(const cuda::OpKey& key) {
     return cuda::OpTimer(profile_, [this] { synchronize(); }, key);
@@ -122,7 +129,7 @@ class CudaBackend final : public Backend {
   // host reads after each synchronisation, so that checking costs no transfer.
   void* error_word_host_ = nullptr;
   void* error_word_device_ = nullptr;
-  Scratch act_scratch_, ffn_scratch_, desc_scratch_, attn_scratch_;
+  Scratch act_scratch_, ffn_scratch_, desc_scratch_, attn_scratch_, routed_scratch_;
   cuda::OpProfile profile_;
   // Host-side tables of the grouped ops, kept between calls so that a warm decode loop allocates nothing.
   struct MatmulManyHost {

@@ -28,6 +28,36 @@ __global__ void ffn_row_map_kernel(const int32_t* entry_task, const FfnDesc* des
   row_map[e] = row;
 }
 
+__global__ void routed_tables_kernel(ExpertStacks st, const int32_t* ids, int64_t entries, int k,
+                                     FfnDesc* descs, FfnItem* items, int32_t* entry_task, int32_t* rows,
+                                     DeviceError* err) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= entries) return;
+  int32_t e = ids[i];
+  if (e < 0 || e >= st.n_expert) {
+    record(err, kErrExpertId, e, st.n_expert);
+    e = 0;
+  }
+  const size_t ue = static_cast<size_t>(e);
+  rows[2 * i] = static_cast<int32_t>(i / k);  // x row: the token
+  rows[2 * i + 1] = static_cast<int32_t>(i);  // out row: the entry
+  FfnDesc d;
+  d.gate = st.gate + ue * st.gate_stride;
+  d.up = st.up + ue * st.up_stride;
+  d.down = st.down + ue * st.down_stride;
+  d.gate_bias = st.gate_bias ? st.gate_bias + ue * st.n_ff : nullptr;
+  d.up_bias = st.up_bias ? st.up_bias + ue * st.n_ff : nullptr;
+  d.down_bias = st.down_bias ? st.down_bias + ue * st.n_out : nullptr;
+  d.in_rows = rows + 2 * i;
+  d.out_rows = rows + 2 * i + 1;
+  d.out_scale = 1.0f;
+  d.entry0 = static_cast<int32_t>(i);
+  d.n_rows = 1;
+  descs[i] = d;
+  items[i] = FfnItem{static_cast<int32_t>(i), 0, 1};
+  entry_task[i] = static_cast<int32_t>(i);
+}
+
 // The activations exactly as the CPU's ffn.cpp evaluates them (same operations, same order).
 __device__ __forceinline__ float gelu_ggml(float x) {
   if (x <= -10.0f) return 0.0f;
@@ -176,6 +206,15 @@ void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* ite
     });
   });
   check_launch("ffn down kernel");
+}
+
+void launch_routed_tables(const ExpertStacks& st, const int32_t* ids, int64_t entries, int k, FfnDesc* descs,
+                          FfnItem* items, int32_t* entry_task, int32_t* rows, DeviceError* err,
+                          cudaStream_t stream) {
+  if (entries <= 0) return;
+  const int threads = 128;
+  routed_tables_kernel<<<static_cast<unsigned>((entries + threads - 1) / threads), threads, 0, stream>>>(
+      st, ids, entries, k, descs, items, entry_task, rows, err);
 }
 
 }  // namespace df::backend::cuda

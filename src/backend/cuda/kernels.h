@@ -30,7 +30,13 @@ struct DeviceError {
   int32_t value;  // the offending value (a token id, a row index)
   int32_t limit;  // what it had to be below
 };
-enum DeviceErrorCode : int32_t { kErrNone = 0, kErrGetRowsId = 1, kErrFfnInRow = 2, kErrFfnOutRow = 3 };
+enum DeviceErrorCode : int32_t {
+  kErrNone = 0,
+  kErrGetRowsId = 1,
+  kErrFfnInRow = 2,
+  kErrFfnOutRow = 3,
+  kErrExpertId = 4
+};
 
 // ---- Activation rows in the backend's own quantized layout (not ggml's blocks: the same values, arranged
 // so that the kernels load them with aligned vector loads): the quants of all n values first (int8 for the
@@ -108,6 +114,20 @@ void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* 
 void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* items, int64_t n_items,
                      const uint8_t* qh, size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err,
                      cudaStream_t stream);
+
+// routed_ffn's tables, built on the device from the routing ids (no host round trip): entry i = t · k + j is
+// task i, one row (x row t, out row i) of expert ids[i], whose matrices are the stacks' ids[i]-th and whose
+// biases are the tables' ids[i]-th rows (null tables: none). Ids out of range are recorded and read as 0.
+struct ExpertStacks {
+  const uint8_t *gate, *up, *down;
+  size_t gate_stride, up_stride, down_stride;
+  const float *gate_bias, *up_bias, *down_bias;
+  int n_expert;
+  int64_t n_ff, n_out;
+};
+void launch_routed_tables(const ExpertStacks& st, const int32_t* ids, int64_t entries, int k, FfnDesc* descs,
+                          FfnItem* items, int32_t* entry_task, int32_t* rows, DeviceError* err,
+                          cudaStream_t stream);
 
 // ---- get_rows: out[i] = dequantized row ids[i] of the table (ids checked against n_rows).
 void launch_get_rows(GgmlType type, const uint8_t* table, size_t row_bytes, int64_t n_rows, int64_t n_in,

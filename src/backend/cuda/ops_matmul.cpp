@@ -220,6 +220,18 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
   auto* table = static_cast<uint8_t*>(
       grow(desc_scratch_, map_off + static_cast<size_t>(entries) * sizeof(int32_t), "ffn task tables"));
 
+  stage_to_device(table, host.data(), table_bytes);
+  ffn_launches(a, act, x, x_rows, out, out_rows_total, table, items_off, task_off, map_off, entries,
+               static_cast<int64_t>(items.size()), max_cols);
+}
+
+// The four launches of a grouped FFN over device task tables (descs | items | entry_task | row map at the
+// given offsets of `table`), whoever built them: ffn() stages them from the host, routed_ffn() builds them
+// on the device.
+void CudaBackend::ffn_launches(const FfnTask& a, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
+                               Buf<float> out, int64_t out_rows_total, uint8_t* table, size_t items_off,
+                               size_t task_off, size_t map_off, int64_t entries, int64_t n_items, int max_cols) {
+  const int64_t n_in = a.gate.n_in, n_ff = a.gate.n_out, n_out = a.down.n_out;
   const GgmlType act_g = quant::vec_dot_type(a.gate.type), act_u = quant::vec_dot_type(a.up.type),
                  act_h = quant::vec_dot_type(a.down.type);
   const bool shared_input = act_g == act_u;
@@ -236,7 +248,6 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
   auto* h = reinterpret_cast<float*>(base + qg_bytes + qu_bytes);
   auto* u_scratch = u_bytes ? reinterpret_cast<float*>(base + qg_bytes + qu_bytes + h_bytes) : nullptr;
   uint8_t* qh = base + qg_bytes + qu_bytes + h_bytes + u_bytes;
-  stage_to_device(table, host.data(), table_bytes);
 
   const auto* d_descs = reinterpret_cast<const cuda::FfnDesc*>(table);
   const auto* d_items = reinterpret_cast<const cuda::FfnItem*>(table + items_off);
@@ -263,10 +274,59 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
   shape.alpha = act.alpha;
   shape.limit = act.limit;
   shape.max_cols = max_cols;
-  const auto n_items = static_cast<int64_t>(items.size());
   cuda::launch_ffn_gate_up(shape, d_descs, d_items, n_items, qg, sg, qu, su, h, u_scratch, entries, s);
   cuda::launch_quantize(act_h, h, n_ff, nullptr, entries, n_ff, qh, s);
   cuda::launch_ffn_down(shape, d_descs, d_items, n_items, qh, sh, BA::raw(out), out_rows_total, err, s);
+}
+
+void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& act, Buf<const int32_t> ids,
+                             int64_t T, int k, Buf<const float> x, Buf<float> out) {
+  const auto timer = timed({"routed_ffn", ggml_type_name(ex.gate.first.type).data(), ex.gate.first.n_out,
+                            ex.gate.first.n_in, T});
+  const int64_t entries = T * k;
+  if (entries <= 0) return;
+  FfnTask a;
+  a.gate = ex.gate.first;
+  a.up = ex.up.first;
+  a.down = ex.down.first;
+  check_weight(a.gate, "routed_ffn gate");
+  check_weight(a.up, "routed_ffn up");
+  check_weight(a.down, "routed_ffn down");
+  const int64_t n_in = a.gate.n_in, n_ff = a.gate.n_out, n_out = a.down.n_out;
+  if (a.up.n_in != n_in || a.up.n_out != n_ff || a.down.n_in != n_ff)
+    fail("routed_ffn: gate {}x{}, up {}x{}, down {}x{} do not make one FFN", n_ff, n_in, a.up.n_out, a.up.n_in,
+         n_out, a.down.n_in);
+  need(ids, entries, "routed_ffn ids");
+  need(x, T * n_in, "routed_ffn input");
+  need(out, entries * n_out, "routed_ffn output");
+  if (ex.gate_bias) need(ex.gate_bias, ex.n_expert * n_ff, "routed_ffn gate biases");
+  if (ex.up_bias) need(ex.up_bias, ex.n_expert * n_ff, "routed_ffn up biases");
+  if (ex.down_bias) need(ex.down_bias, ex.n_expert * n_out, "routed_ffn down biases");
+  // Tables: descs | items | entry_task | row map, then the (in, out) row pairs the descs point into.
+  const size_t E = static_cast<size_t>(entries);
+  const size_t items_off = (E * sizeof(cuda::FfnDesc) + 15) / 16 * 16;
+  const size_t task_off = (items_off + E * sizeof(cuda::FfnItem) + 15) / 16 * 16;
+  const size_t map_off = (task_off + E * sizeof(int32_t) + 15) / 16 * 16;
+  const size_t rows_off = (map_off + E * sizeof(int32_t) + 15) / 16 * 16;
+  auto* table = static_cast<uint8_t*>(grow(routed_scratch_, rows_off + 2 * E * sizeof(int32_t), "routed ffn tables"));
+  cuda::ExpertStacks st{};
+  st.gate = static_cast<const uint8_t*>(ex.gate.first.data);
+  st.up = static_cast<const uint8_t*>(ex.up.first.data);
+  st.down = static_cast<const uint8_t*>(ex.down.first.data);
+  st.gate_stride = ex.gate.stride;
+  st.up_stride = ex.up.stride;
+  st.down_stride = ex.down.stride;
+  st.gate_bias = ex.gate_bias ? BA::raw(ex.gate_bias) : nullptr;
+  st.up_bias = ex.up_bias ? BA::raw(ex.up_bias) : nullptr;
+  st.down_bias = ex.down_bias ? BA::raw(ex.down_bias) : nullptr;
+  st.n_expert = ex.n_expert;
+  st.n_ff = n_ff;
+  st.n_out = n_out;
+  cuda::launch_routed_tables(st, BA::raw(ids), entries, k, reinterpret_cast<cuda::FfnDesc*>(table),
+                             reinterpret_cast<cuda::FfnItem*>(table + items_off),
+                             reinterpret_cast<int32_t*>(table + task_off), reinterpret_cast<int32_t*>(table + rows_off),
+                             static_cast<cuda::DeviceError*>(error_word_device_), as_stream(stream_));
+  ffn_launches(a, act, x, T, out, entries, table, items_off, task_off, map_off, entries, entries, 1);
 }
 
 }  // namespace df::backend
