@@ -415,7 +415,8 @@ TEST(RoutedFfn, EveryRowIsItsExpertsFfnBitForBit) {
     ds.insert(ds.end(), d.back().bytes.begin(), d.back().bytes.end());
   }
   const auto x = random_floats(static_cast<size_t>(T * n_in), 4, 2.0f);
-  const auto gb = random_floats(static_cast<size_t>(E * n_ff), 5), ub = random_floats(static_cast<size_t>(E * n_ff), 6),
+  const auto gb = random_floats(static_cast<size_t>(E * n_ff), 5),
+             ub = random_floats(static_cast<size_t>(E * n_ff), 6),
              db = random_floats(static_cast<size_t>(E * n_out), 7);
   const std::vector<int32_t> ids = {5, 0, 2, 2, 5, 1, 0, 3, 4, 4, 1, 5, 3, 2, 0};  // T x k
   RoutedExperts ex;
@@ -429,7 +430,8 @@ TEST(RoutedFfn, EveryRowIsItsExpertsFfnBitForBit) {
   const ActivationParams act{Activation::OaiSwiGLU, 1.702f, 7.0f};
   HostCpuBackend be(2);
   std::vector<float> got(static_cast<size_t>(T * k * n_out), -1.0f);
-  be.routed_ffn(ex, act, HostCpuBackend::h(ids.data()), T, k, HostCpuBackend::h(x.data()), HostCpuBackend::h(got.data()));
+  be.routed_ffn(ex, act, HostCpuBackend::h(ids.data()), T, k, HostCpuBackend::h(x.data()),
+                HostCpuBackend::h(got.data()));
   for (int64_t i = 0; i < T * k; ++i) {
     const int e = ids[static_cast<size_t>(i)];
     const int32_t token = static_cast<int32_t>(i / k);
@@ -444,14 +446,17 @@ TEST(RoutedFfn, EveryRowIsItsExpertsFfnBitForBit) {
     f.n_rows = 1;
     std::vector<float> want(static_cast<size_t>(n_out));
     be.ffn(std::span(&f, 1), act, x.data(), T, want.data());
-    EXPECT_EQ(std::vector<float>(got.begin() + i * n_out, got.begin() + (i + 1) * n_out), want) << "entry " << i;
+    EXPECT_EQ(std::vector<float>(got.begin() + i * n_out, got.begin() + (i + 1) * n_out), want)
+        << "entry " << i;
   }
   std::vector<int32_t> bad = ids;
   bad[7] = static_cast<int32_t>(E);
-  df::testing::expect_error([&] {
-    be.routed_ffn(ex, act, HostCpuBackend::h(bad.data()), T, k, HostCpuBackend::h(x.data()),
-                  HostCpuBackend::h(got.data()));
-  }, {"expert id 6 is out of range (6 experts)"});
+  df::testing::expect_error(
+      [&] {
+        be.routed_ffn(ex, act, HostCpuBackend::h(bad.data()), T, k, HostCpuBackend::h(x.data()),
+                      HostCpuBackend::h(got.data()));
+      },
+      {"expert id 6 is out of range (6 experts)"});
 }
 
 }  // namespace

@@ -28,13 +28,13 @@ std::shared_ptr<Backend> cuda_backend(std::string& why) {
   }
 }
 
-#define NEED_GPU()                                                             \
-  std::string why_;                                                            \
-  auto gpu_ = cuda_backend(why_);                                              \
-  if (!gpu_) GTEST_SKIP() << "no CUDA device to test on: " << why_;            \
-  Backend& gpu = *gpu_;                                                        \
-  CpuBackend cpu_backend_(2);                                                  \
-  Backend& cpu = cpu_backend_;                                                \
+#define NEED_GPU()                                                  \
+  std::string why_;                                                 \
+  auto gpu_ = cuda_backend(why_);                                   \
+  if (!gpu_) GTEST_SKIP() << "no CUDA device to test on: " << why_; \
+  Backend& gpu = *gpu_;                                             \
+  CpuBackend cpu_backend_(2);                                       \
+  Backend& cpu = cpu_backend_;                                      \
   (void)cpu
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -74,8 +74,8 @@ std::vector<uint8_t> weight_bytes(GgmlType t, int64_t n_in, int64_t rows, uint32
   const auto x = random_floats(static_cast<size_t>(n_in * rows), seed, 0.5f);
   std::vector<uint8_t> bytes(ggml_row_bytes(t, n_in) * static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r)
-    quant::quantize_row(t, x.data() + r * n_in, bytes.data() + static_cast<size_t>(r) * ggml_row_bytes(t, n_in),
-                        n_in);
+    quant::quantize_row(t, x.data() + r * n_in,
+                        bytes.data() + static_cast<size_t>(r) * ggml_row_bytes(t, n_in), n_in);
   return bytes;
 }
 
@@ -91,11 +91,12 @@ UploadedWeights upload(Backend& b, GgmlType t, const std::vector<uint8_t>& bytes
   return b.upload_weights(src);
 }
 
-const GgmlType kMatmulTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
-                                 GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
+const GgmlType kMatmulTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
+                                 GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
+                                 GgmlType::Q6_K, GgmlType::MXFP4};
 
-std::vector<float> run_matmul(Backend& b, GgmlType t, const std::vector<uint8_t>& wb, int64_t n_in, int64_t n_out,
-                              const std::vector<float>& x, int64_t rows) {
+std::vector<float> run_matmul(Backend& b, GgmlType t, const std::vector<uint8_t>& wb, int64_t n_in,
+                              int64_t n_out, const std::vector<float>& x, int64_t rows) {
   // CPU weights in its preferred layout are not the GGUF rows; upload_weights lays them out as it likes.
   UploadedWeights w = upload(b, t, wb, n_in, n_out);
   DeviceBuffer dx = put(b, x);
@@ -137,7 +138,8 @@ TEST(CudaOps, MatmulManyEqualsMatmulBitForBit) {
     ws.push_back(upload(gpu, t, weight_bytes(t, n_in, 40, 9), n_in, 40));
     ys.push_back(gpu.alloc_array<float>(rows * 40, "y"));
   }
-  for (size_t i = 0; i < ws.size(); ++i) tasks.push_back({ws[i].first, dx.as<const float>(), ys[i].as<float>()});
+  for (size_t i = 0; i < ws.size(); ++i)
+    tasks.push_back({ws[i].first, dx.as<const float>(), ys[i].as<float>()});
   gpu.matmul_many(tasks, rows);
   for (size_t i = 0; i < ws.size(); ++i) {
     DeviceBuffer y1 = gpu.alloc_array<float>(rows * 40, "y1");
@@ -153,9 +155,10 @@ struct FfnCase {
   bool biases;
 };
 
-std::vector<float> run_ffn(Backend& b, const FfnCase& c, int64_t n_in, int64_t n_ff, int64_t n_out, int n_experts,
-                           const std::vector<float>& x, int64_t x_rows) {
-  UploadedWeights gate = upload(b, c.gate, weight_bytes(c.gate, n_in, n_ff * n_experts, 11), n_in, n_ff, n_experts);
+std::vector<float> run_ffn(Backend& b, const FfnCase& c, int64_t n_in, int64_t n_ff, int64_t n_out,
+                           int n_experts, const std::vector<float>& x, int64_t x_rows) {
+  UploadedWeights gate =
+      upload(b, c.gate, weight_bytes(c.gate, n_in, n_ff * n_experts, 11), n_in, n_ff, n_experts);
   UploadedWeights up = upload(b, c.up, weight_bytes(c.up, n_in, n_ff * n_experts, 12), n_in, n_ff, n_experts);
   UploadedWeights down =
       upload(b, c.down, weight_bytes(c.down, n_ff, n_out * n_experts, 13), n_ff, n_out, n_experts);
@@ -230,7 +233,8 @@ TEST(CudaOps, GroupedFfnMatchesTheCpu) {
 // routed_ffn (the decode path with every expert resident: tables built on the device from the ids) against
 // the CPU's, and its error for an id out of range.
 std::vector<float> run_routed(Backend& b, const FfnCase& c, int64_t n_in, int64_t n_ff, int64_t n_out, int E,
-                              const std::vector<float>& x, int64_t T, int k, const std::vector<int32_t>& ids) {
+                              const std::vector<float>& x, int64_t T, int k,
+                              const std::vector<int32_t>& ids) {
   UploadedWeights gate = upload(b, c.gate, weight_bytes(c.gate, n_in, n_ff * E, 11), n_in, n_ff, E);
   UploadedWeights up = upload(b, c.up, weight_bytes(c.up, n_in, n_ff * E, 12), n_in, n_ff, E);
   UploadedWeights down = upload(b, c.down, weight_bytes(c.down, n_ff, n_out * E, 13), n_ff, n_out, E);
@@ -279,8 +283,8 @@ TEST(CudaOps, RoutedFfnMatchesTheCpu) {
 
 TEST(CudaOps, GetRowsDequantizesEveryTableTypeExactly) {
   NEED_GPU();
-  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0,
-                            GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K,
+  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,   GgmlType::BF16, GgmlType::Q4_0,
+                            GgmlType::Q4_1, GgmlType::Q8_0,  GgmlType::Q4_K, GgmlType::Q5_K,
                             GgmlType::Q6_K, GgmlType::MXFP4, GgmlType::Q8_K, GgmlType::Q8_1};
   const int64_t n_in = 512, n_rows = 9;
   const std::vector<int32_t> ids = {3, 0, 8, 3};
@@ -324,13 +328,16 @@ TEST(CudaOps, RmsNormAndRopeMatchTheCpu) {
   const auto w = random_floats(static_cast<size_t>(n), 42);
   for (bool with_weight : {false, true}) {
     std::vector<float> c;
-    const auto g = on_both(cpu, gpu, [&](Backend& b) {
-      DeviceBuffer dx = put(b, x), dw = put(b, w);
-      DeviceBuffer dy = b.alloc_array<float>(rows * n, "y");
-      b.rms_norm(dx.as<const float>(), rows, n, with_weight ? dw.as<const float>() : Buf<const float>(), 1e-5f,
-                 dy.as<float>());
-      return get<float>(b, dy, rows * n);
-    }, &c);
+    const auto g = on_both(
+        cpu, gpu,
+        [&](Backend& b) {
+          DeviceBuffer dx = put(b, x), dw = put(b, w);
+          DeviceBuffer dy = b.alloc_array<float>(rows * n, "y");
+          b.rms_norm(dx.as<const float>(), rows, n, with_weight ? dw.as<const float>() : Buf<const float>(),
+                     1e-5f, dy.as<float>());
+          return get<float>(b, dy, rows * n);
+        },
+        &c);
     EXPECT_LT(rel_l2(g, c), 1e-6);
   }
   const int n_head = 3, head_dim = 128;
@@ -349,16 +356,19 @@ TEST(CudaOps, RmsNormAndRopeMatchTheCpu) {
       p.attn_factor = 1.1f;
     }
     std::vector<float> c;
-    const auto g = on_both(cpu, gpu, [&](Backend& b) {
-      DeviceBuffer dq = put(b, q), dp = put(b, pos);
-      std::vector<float> factors(static_cast<size_t>(p.n_rot / 2));
-      for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.05f * static_cast<float>(i);
-      DeviceBuffer dff = put(b, factors);
-      RopeParams pp = p;
-      if (variant == 3) pp.freq_factors = dff.as<const float>();
-      b.rope(dq.as<float>(), rows, n_head, head_dim, dp.as<const int32_t>(), pp);
-      return get<float>(b, dq, q.size());
-    }, &c);
+    const auto g = on_both(
+        cpu, gpu,
+        [&](Backend& b) {
+          DeviceBuffer dq = put(b, q), dp = put(b, pos);
+          std::vector<float> factors(static_cast<size_t>(p.n_rot / 2));
+          for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.05f * static_cast<float>(i);
+          DeviceBuffer dff = put(b, factors);
+          RopeParams pp = p;
+          if (variant == 3) pp.freq_factors = dff.as<const float>();
+          b.rope(dq.as<float>(), rows, n_head, head_dim, dp.as<const int32_t>(), pp);
+          return get<float>(b, dq, q.size());
+        },
+        &c);
     EXPECT_LT(rel_l2(g, c), 1e-5) << "variant " << variant;
   }
 }
@@ -383,7 +393,8 @@ TEST(CudaOps, KvStoreAndAttentionMatchTheCpu) {
     std::vector<float> outs[2];
     int i = 0;
     for (Backend* b : {&cpu, &gpu}) {
-      DeviceBuffer kc = b->alloc_array<uint16_t>(n_ctx * kv_row, "k"), vc = b->alloc_array<uint16_t>(n_ctx * kv_row, "v");
+      DeviceBuffer kc = b->alloc_array<uint16_t>(n_ctx * kv_row, "k"),
+                   vc = b->alloc_array<uint16_t>(n_ctx * kv_row, "v");
       KvCacheView kv{kc.as<uint16_t>(), vc.as<uint16_t>(), n_ctx, n_head_kv, head_dim};
       DeviceBuffer dk = put(*b, k), dv = put(*b, v), dq = put(*b, q), ds = put(*b, sinks);
       b->kv_store(kv, dk.as<const float>(), dv.as<const float>(), pos0 + rows, 0);
@@ -418,7 +429,8 @@ TEST(CudaOps, RoutingChoosesTheSameExpertsWithTheSameWeights) {
         int i = 0;
         for (Backend* b : {&cpu, &gpu}) {
           DeviceBuffer dl = put(*b, logits), dsel = put(*b, sel);
-          DeviceBuffer di = b->alloc_array<int32_t>(rows * k, "ids"), dw = b->alloc_array<float>(rows * k, "w");
+          DeviceBuffer di = b->alloc_array<int32_t>(rows * k, "ids"),
+                       dw = b->alloc_array<float>(rows * k, "w");
           RouterParams p;
           p.gating = g;
           p.n_expert = E;
@@ -445,36 +457,47 @@ TEST(CudaOps, ShortConvAndElementwiseOpsMatchTheCpu) {
   const auto w = random_floats(static_cast<size_t>(n * l_cache), 72);
   const auto st = random_floats(static_cast<size_t>((l_cache - 1) * n), 73);
   std::vector<float> c;
-  auto g = on_both(cpu, gpu, [&](Backend& b) {
-    DeviceBuffer dbcx = put(b, bcx), dw = put(b, w), ds = put(b, st);
-    DeviceBuffer dy = b.alloc_array<float>(rows * n, "y");
-    b.short_conv(dbcx.as<const float>(), rows, n, dw.as<const float>(), l_cache, ds.as<float>(), dy.as<float>());
-    auto y = get<float>(b, dy, rows * n);
-    auto s = get<float>(b, ds, st.size());
-    y.insert(y.end(), s.begin(), s.end());
-    return y;
-  }, &c);
+  auto g = on_both(
+      cpu, gpu,
+      [&](Backend& b) {
+        DeviceBuffer dbcx = put(b, bcx), dw = put(b, w), ds = put(b, st);
+        DeviceBuffer dy = b.alloc_array<float>(rows * n, "y");
+        b.short_conv(dbcx.as<const float>(), rows, n, dw.as<const float>(), l_cache, ds.as<float>(),
+                     dy.as<float>());
+        auto y = get<float>(b, dy, rows * n);
+        auto s = get<float>(b, ds, st.size());
+        y.insert(y.end(), s.begin(), s.end());
+        return y;
+      },
+      &c);
   EXPECT_LT(rel_l2(g, c), 1e-6);
 
   const auto a = random_floats(1000, 74), bb = random_floats(1000, 75), bias = random_floats(100, 76);
-  g = on_both(cpu, gpu, [&](Backend& b) {
-    DeviceBuffer da = put(b, a), db = put(b, bb), dbias = put(b, bias);
-    DeviceBuffer y = b.alloc_array<float>(1000, "y");
-    b.swiglu(da.as<const float>(), db.as<const float>(), 1000, y.as<float>());
-    b.add(y.as<float>(), da.as<const float>(), 1000);
-    b.add_bias_rows(y.as<float>(), dbias.as<const float>(), 10, 100);
-    return get<float>(b, y, 1000);
-  }, &c);
+  g = on_both(
+      cpu, gpu,
+      [&](Backend& b) {
+        DeviceBuffer da = put(b, a), db = put(b, bb), dbias = put(b, bias);
+        DeviceBuffer y = b.alloc_array<float>(1000, "y");
+        b.swiglu(da.as<const float>(), db.as<const float>(), 1000, y.as<float>());
+        b.add(y.as<float>(), da.as<const float>(), 1000);
+        b.add_bias_rows(y.as<float>(), dbias.as<const float>(), 10, 100);
+        return get<float>(b, y, 1000);
+      },
+      &c);
   EXPECT_LT(rel_l2(g, c), 1e-6);
 
   const int k = 4;
-  const auto eo = random_floats(static_cast<size_t>(rows * k * n), 77), ew = random_floats(static_cast<size_t>(rows * k), 78);
-  g = on_both(cpu, gpu, [&](Backend& b) {
-    DeviceBuffer de = put(b, eo), dw2 = put(b, ew);
-    DeviceBuffer out = b.alloc_array<float>(rows * n, "out");
-    b.moe_combine(de.as<const float>(), dw2.as<const float>(), rows, k, n, out.as<float>());
-    return get<float>(b, out, rows * n);
-  }, &c);
+  const auto eo = random_floats(static_cast<size_t>(rows * k * n), 77),
+             ew = random_floats(static_cast<size_t>(rows * k), 78);
+  g = on_both(
+      cpu, gpu,
+      [&](Backend& b) {
+        DeviceBuffer de = put(b, eo), dw2 = put(b, ew);
+        DeviceBuffer out = b.alloc_array<float>(rows * n, "out");
+        b.moe_combine(de.as<const float>(), dw2.as<const float>(), rows, k, n, out.as<float>());
+        return get<float>(b, out, rows * n);
+      },
+      &c);
   EXPECT_EQ(g, c);  // the same float operations in the same order
 }
 

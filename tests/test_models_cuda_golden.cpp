@@ -12,8 +12,8 @@ namespace df::models::golden {
 namespace {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, MoeGolden,
-                         ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "lfm2moe-medium", "qwen3moe-tiny",
-                                           "gpt-oss-tiny"),
+                         ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "lfm2moe-medium",
+                                           "qwen3moe-tiny", "gpt-oss-tiny"),
                          golden_test_name);
 
 class CudaRepeat : public MoeGolden {};
@@ -42,7 +42,8 @@ TEST_P(CudaRepeat, TheSameRunTwiceGivesTheSameBits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaRepeat,
-                         ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny", "gpt-oss-tiny"),
+                         ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny",
+                                           "gpt-oss-tiny"),
                          golden_test_name);
 
 }  // namespace

@@ -278,8 +278,8 @@ TEST_P(SecondBackend, AForwardingBackendGivesTheSameBitsAndSeesEveryOp) {
   if (name.rfind("lfm2moe", 0) == 0) expected.push_back("short_conv");
   if (name == "gpt-oss-tiny") expected.push_back("add_bias_rows");
   expected.push_back("routed_ffn");  // the decode steps (the prompt chunks of 16 take the grouped ffn)
-  expected.push_back("upload");    // token ids, positions, the experts' row lists
-  expected.push_back("download");  // routing ids, logits
+  expected.push_back("upload");      // token ids, positions, the experts' row lists
+  expected.push_back("download");    // routing ids, logits
   for (const auto& op : expected)
     EXPECT_GT(forwarding->calls[op], 0) << op << " never went through the interface";
   for (const auto& [op, n] : forwarding->foreign)

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
   cudaGetDeviceProperties(&prop, 0);
   const double read_gbs = double(bytes) * repeats / (read_ms * 1e-3) / 1e9;
   const double copy_gbs = 2.0 * double(bytes) * repeats / (copy_ms * 1e-3) / 1e9;  // read + write
-  std::printf("{\"gpu\":\"%s\",\"bytes\":%zu,\"read_GBps\":%.1f,\"copy_GBps\":%.1f}\n", prop.name, bytes, read_gbs,
-              copy_gbs);
+  std::printf("{\"gpu\":\"%s\",\"bytes\":%zu,\"read_GBps\":%.1f,\"copy_GBps\":%.1f}\n", prop.name, bytes,
+              read_gbs, copy_gbs);
   return 0;
 }

@@ -116,12 +116,12 @@ struct ActivationParams {
 // of n_in values, down n_out rows of n_ff values; biases and the scale are optional (an expert's own).
 struct FfnTask {
   Weight gate, up, down;
-  Buf<const float> gate_bias{};    // n_ff
-  Buf<const float> up_bias{};      // n_ff
-  Buf<const float> down_bias{};    // n_out
-  float out_scale = 1.0f;          // applied when not 1
-  Buf<const int32_t> in_rows{};    // absent: row i
-  Buf<const int32_t> out_rows{};   // absent: row i
+  Buf<const float> gate_bias{};   // n_ff
+  Buf<const float> up_bias{};     // n_ff
+  Buf<const float> down_bias{};   // n_out
+  float out_scale = 1.0f;         // applied when not 1
+  Buf<const int32_t> in_rows{};   // absent: row i
+  Buf<const int32_t> out_rows{};  // absent: row i
   int64_t n_rows = 0;
 };
 
@@ -154,7 +154,7 @@ struct WeightSource {
 // Weights laid out and stored by the backend: matrix(i) is the i-th slab, in the backend's layout.
 struct UploadedWeights {
   DeviceBuffer memory;
-  Weight first;          // matrix 0
+  Weight first;           // matrix 0
   size_t slab_bytes = 0;  // bytes between consecutive matrices
   Weight matrix(int64_t i) const {
     Weight w = first;

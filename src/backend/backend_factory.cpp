@@ -35,9 +35,10 @@ void check_device(const std::string& device) {
     if (cuda_index(device) >= 0) return;
     fail("--device {}: not a CUDA device name (cuda or cuda:N; devices: {})", device, fmt::join(names, ", "));
 #else
-    fail("--device {}: this build has no CUDA backend: rebuild with nvcc installed (cmake -DDF_CUDA=ON) "
-         "(devices: {})",
-         device, fmt::join(names, ", "));
+    fail(
+        "--device {}: this build has no CUDA backend: rebuild with nvcc installed (cmake -DDF_CUDA=ON) "
+        "(devices: {})",
+        device, fmt::join(names, ", "));
 #endif
   }
   fail("--device {}: unknown device (devices: {})", device, fmt::join(names, ", "));

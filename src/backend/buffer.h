@@ -25,8 +25,8 @@ class Buf {
   Buf() = default;
   // A view of mutable elements is also a view of const ones.
   template <class U>
-    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
-  Buf(Buf<U> other) : p_(other.p_), n_(other.n_) {}  // NOLINT(google-explicit-constructor)
+  requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>) Buf(Buf<U> other)
+      : p_(other.p_), n_(other.n_) {}  // NOLINT(google-explicit-constructor)
 
   size_t size() const { return n_; }
   bool empty() const { return n_ == 0; }

@@ -89,9 +89,10 @@ OpenedModel open_model(const ModelSourceOptions& options) {
   load.n_threads = m.n_threads;
   load.backend = backend::make_backend(backend::BackendOptions{options.device, m.n_threads});
   if (!options.resident && !load.backend->reads_host_memory())
-    fail("--device {}: the experts must be in the device's memory for now: add --resident (streaming the "
-         "experts from the store into the GPU is not built yet)",
-         options.device);
+    fail(
+        "--device {}: the experts must be in the device's memory for now: add --resident (streaming the "
+        "experts from the store into the GPU is not built yet)",
+        options.device);
   load.prefetch_lookahead = options.lookahead;
   m.prefill_chunk = options.prefill_chunk;
   const auto memory = [&] { return options.memory ? *options.memory : stream::read_memory_snapshot(); };

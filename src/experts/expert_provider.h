@@ -76,9 +76,10 @@ class ExpertProvider {
   // The ids the model is about to acquire for this layer (each once), so that a disk provider can issue
   // every read at once before the first acquire() waits. Optional.
   virtual void will_acquire(int /*moe_layer*/, std::span<const int32_t> /*ids*/) {}
-  // Every expert of the layer in the backend's memory as three stacks (backend::RoutedExperts without biases),
-  // when this provider holds them all there for good; null otherwise. The model may then let the backend
-  // pick the experts from the routing ids on the device (Backend::routed_ffn) instead of acquiring them.
+  // Every expert of the layer in the backend's memory as three stacks (backend::RoutedExperts without
+  // biases), when this provider holds them all there for good; null otherwise. The model may then let the
+  // backend pick the experts from the routing ids on the device (Backend::routed_ffn) instead of acquiring
+  // them.
   virtual const backend::RoutedExperts* resident_stacks(int /*moe_layer*/) const { return nullptr; }
   // A view valid until the matching release(). Throws df::Error for an id out of range or a failed read.
   virtual ExpertView acquire(int moe_layer, int expert) = 0;

@@ -35,7 +35,7 @@ class ResidentExpertProvider final : public ExpertProvider {
   struct Layer {
     ExpertLayerLayout layout;
     backend::UploadedWeights gate, up, down;  // every expert's matrix of each kind
-    backend::RoutedExperts stacks;           // the same as stacks
+    backend::RoutedExperts stacks;            // the same as stacks
   };
   std::vector<Layer> layers_;
 };

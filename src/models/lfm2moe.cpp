@@ -140,8 +140,8 @@ void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture*
   route(st, l, T, {st.trunk.xn.view(), m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
   const backend::ActivationParams swiglu;
   const ExpertBiases none;
-  compute_experts(*backend_, *experts_, moe, m, st.wave, {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp},
-                  st.trunk.xn.view(), T);
+  compute_experts(*backend_, *experts_, moe, m, st.wave,
+                  {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp}, st.trunk.xn.view(), T);
   add_expert_outputs(*backend_, m, st.trunk.x.view(), T, K, cfg_.n_embd);
   capture_routing(*backend_, capture, moe, T, K, m);
 }

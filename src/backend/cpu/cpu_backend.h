@@ -72,8 +72,8 @@ class CpuBackend : public Backend {
   // The host-grouped ffn() is the CPU's fastest way (the ids are host memory anyway), so the models never
   // call routed_ffn here (0); it exists, the same bits as the grouped path, for the interface's sake.
   int64_t max_routed_tokens() const override { return 0; }
-  void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids, int64_t T,
-                  int k, Buf<const float> x, Buf<float> out) override;
+  void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
+                  int64_t T, int k, Buf<const float> x, Buf<float> out) override;
 
   void rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
                 Buf<float> y) override;

@@ -40,7 +40,7 @@ __device__ double block_sum(double v, double* red) {
   return s;
 }
 
-__global__ void __launch_bounds__(kAttnWarps * kWarp)
+__global__ void __launch_bounds__(kAttnWarps* kWarp)
     attention_kernel(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int pos0, AttnArgs a,
                      float* out, float* scores) {
   extern __shared__ float s_q[];  // head_dim values of q rounded to f16
@@ -88,7 +88,8 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp)
   for (int d = warp; d < hd; d += kAttnWarps) {
     const uint16_t* vr = v_cache + (static_cast<int64_t>(kh) * hd + d) * a.n_ctx + first;
     double s = 0.0;
-    for (int64_t j = lane; j < n_kv; j += kWarp) s += static_cast<double>(__fmul_rn(sc[j], f16_to_f32(vr[j])));
+    for (int64_t j = lane; j < n_kv; j += kWarp)
+      s += static_cast<double>(__fmul_rn(sc[j], f16_to_f32(vr[j])));
     s = warp_sum(s);
     if (lane == 0) o[d] = static_cast<float>(s);
   }
@@ -104,8 +105,8 @@ void launch_kv_store(uint16_t* k_cache, uint16_t* v_cache, int n_ctx, int64_t ro
   check_launch("kv_store kernel");
 }
 
-void launch_attention(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int64_t rows, int pos0,
-                      const AttnArgs& a, float* out, float* scores, cudaStream_t stream) {
+void launch_attention(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int64_t rows,
+                      int pos0, const AttnArgs& a, float* out, float* scores, cudaStream_t stream) {
   if (rows <= 0) return;
   attention_kernel<<<dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(rows)), kAttnWarps * kWarp,
                      static_cast<size_t>(a.head_dim) * sizeof(float), stream>>>(k_cache, v_cache, q, pos0, a,

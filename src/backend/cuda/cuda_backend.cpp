@@ -47,7 +47,8 @@ int CudaBackend::device_count() {
   return n;
 }
 
-CudaBackend::CudaBackend(int device_index) : device_(device_index), name_(fmt::format("cuda:{}", device_index)) {
+CudaBackend::CudaBackend(int device_index)
+    : device_(device_index), name_(fmt::format("cuda:{}", device_index)) {
   const int n = device_count();
   if (n == 0) fail("no CUDA device can be used: the driver sees no GPU");
   if (device_index < 0 || device_index >= n)
@@ -127,14 +128,16 @@ void* CudaBackend::grow(Scratch& s, size_t bytes, const char* what) {
 void CudaBackend::stage_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   if (bytes > kStagingSlotBytes) {
-    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream_)), "cudaMemcpyAsync");
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream_)),
+               "cudaMemcpyAsync");
     check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
     return;
   }
   StagingSlot& slot = staging_[next_slot_];
   next_slot_ = (next_slot_ + 1) % staging_.size();
   // The slot's previous copy must have left it (it was queued kStagingSlots copies ago).
-  if (slot.used) check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(slot.event)), "cudaEventSynchronize");
+  if (slot.used)
+    check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(slot.event)), "cudaEventSynchronize");
   std::memcpy(slot.host, src, bytes);
   check_cuda(cudaMemcpyAsync(dst, slot.host, bytes, cudaMemcpyHostToDevice, as_stream(stream_)),
              "cudaMemcpyAsync (staged upload)");
@@ -150,8 +153,8 @@ void CudaBackend::check_error_word() {
   std::memset(error_word_host_, 0, sizeof(cuda::DeviceError));
   switch (seen.code) {
     case cuda::kErrGetRowsId:
-      fail("token id {} is out of range (vocabulary of {}) (found by the cuda backend's get_rows)", seen.value,
-           seen.limit);
+      fail("token id {} is out of range (vocabulary of {}) (found by the cuda backend's get_rows)",
+           seen.value, seen.limit);
     case cuda::kErrFfnInRow:
       fail("ffn: a task reads input row {} of {} (found by the cuda backend)", seen.value, seen.limit);
     case cuda::kErrFfnOutRow:
@@ -161,7 +164,8 @@ void CudaBackend::check_error_word() {
       fail("routed ffn: expert id {} is out of range ({} experts) (found by the cuda backend)", seen.value,
            seen.limit);
     default:
-      fail("cuda backend: a kernel reported error {} (value {}, limit {})", seen.code, seen.value, seen.limit);
+      fail("cuda backend: a kernel reported error {} (value {}, limit {})", seen.code, seen.value,
+           seen.limit);
   }
 }
 
@@ -172,7 +176,8 @@ void CudaBackend::synchronize() {
 
 void CudaBackend::upload(Buf<uint8_t> dst, const void* src, size_t bytes) {
   const auto timer = timed({"upload"});
-  if (bytes > dst.size()) fail("cuda backend: upload of {} bytes into a buffer view of {}", bytes, dst.size());
+  if (bytes > dst.size())
+    fail("cuda backend: upload of {} bytes into a buffer view of {}", bytes, dst.size());
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   // Stream-ordered: every later op sees the bytes, and `src` may be reused on return (it was copied into a
   // pinned staging slot, or the copy was waited for).
@@ -181,11 +186,13 @@ void CudaBackend::upload(Buf<uint8_t> dst, const void* src, size_t bytes) {
 
 void CudaBackend::download(void* dst, Buf<const uint8_t> src, size_t bytes) {
   const auto timer = timed({"download"});
-  if (bytes > src.size()) fail("cuda backend: download of {} bytes from a buffer view of {}", bytes, src.size());
+  if (bytes > src.size())
+    fail("cuda backend: download of {} bytes from a buffer view of {}", bytes, src.size());
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   if (bytes > 0)
-    check_cuda(cudaMemcpyAsync(dst, BufferAccess::raw(src), bytes, cudaMemcpyDeviceToHost, as_stream(stream_)),
-               "cudaMemcpyAsync (download)");
+    check_cuda(
+        cudaMemcpyAsync(dst, BufferAccess::raw(src), bytes, cudaMemcpyDeviceToHost, as_stream(stream_)),
+        "cudaMemcpyAsync (download)");
   synchronize();
 }
 
@@ -199,7 +206,8 @@ void CudaBackend::copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) {
 }
 
 void CudaBackend::fill_zero(Buf<uint8_t> dst, size_t bytes) {
-  if (bytes > dst.size()) fail("cuda backend: fill_zero of {} bytes in a buffer view of {}", bytes, dst.size());
+  if (bytes > dst.size())
+    fail("cuda backend: fill_zero of {} bytes in a buffer view of {}", bytes, dst.size());
   if (bytes == 0) return;
   check_cuda(cudaMemsetAsync(BufferAccess::raw(dst), 0, bytes, as_stream(stream_)), "cudaMemsetAsync");
 }

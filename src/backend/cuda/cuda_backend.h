@@ -8,13 +8,12 @@
 // in the .cpp files.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
-#include <memory>
-
 #include "backend/cuda/op_profile.h"
 
 namespace df::backend {
@@ -55,8 +54,8 @@ class CudaBackend final : public Backend {
            Buf<float> out) override;
   // Decode-sized batches: the FFN tables are built on the device from the routing ids (no host round trip).
   int64_t max_routed_tokens() const override { return 16; }
-  void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids, int64_t T,
-                  int k, Buf<const float> x, Buf<float> out) override;
+  void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
+                  int64_t T, int k, Buf<const float> x, Buf<float> out) override;
   void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) override;
 
   void rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
@@ -64,7 +63,8 @@ class CudaBackend final : public Backend {
   void rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos,
             const RopeParams& p) override;
 
-  void kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows, int pos0) override;
+  void kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows,
+                int pos0) override;
   size_t attention_scratch_floats(int n_ctx, int head_dim) const override;
   // What attention() wants from the caller, before a backend exists (memory planning): nothing to speak of,
   // its scratch is its own (see attention.cu).
@@ -110,7 +110,8 @@ class CudaBackend final : public Backend {
                     size_t map_off, int64_t entries, int64_t n_items, int max_cols);
   // Times the op in scope when DF_CUDA_PROFILE is set (op_profile.h).
   auto timed(const cuda::OpKey& key) {
-    return cuda::OpTimer(profile_, [this] { synchronize(); }, key);
+    return cuda::OpTimer(
+        profile_, [this] { synchronize(); }, key);
   }
 
   int device_ = 0;

@@ -33,7 +33,9 @@ __device__ __forceinline__ uint16_t f32_to_f16(float f) {
 }
 __device__ __forceinline__ float round_f16(float f) { return f16_to_f32(f32_to_f16(f)); }
 
-__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
 __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
   const uint32_t x = __float_as_uint(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);

@@ -22,8 +22,12 @@ __global__ void add_bias_rows_kernel(float* x, const float* bias, int64_t rows, 
   if (i < rows * n) x[i] += bias[i % n];
 }
 
-__device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return p[0] | (static_cast<uint32_t>(p[1]) << 8); }
-__device__ __forceinline__ float ld_f16(const uint8_t* p) { return f16_to_f32(static_cast<uint16_t>(ld_u16(p))); }
+__device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) {
+  return p[0] | (static_cast<uint32_t>(p[1]) << 8);
+}
+__device__ __forceinline__ float ld_f16(const uint8_t* p) {
+  return f16_to_f32(static_cast<uint16_t>(ld_u16(p)));
+}
 __device__ __forceinline__ float ld_f32(const uint8_t* p) {
   return __uint_as_float(ld_u16(p) | (ld_u16(p + 2) << 16));
 }
@@ -44,9 +48,12 @@ __device__ float dequant_value(GgmlType t, const uint8_t* row, int64_t i) {
   const int j32 = static_cast<int>(i % 32);
   const int l16 = j32 % 16;
   switch (t) {
-    case GgmlType::F32: return ld_f32(row + 4 * i);
-    case GgmlType::F16: return ld_f16(row + 2 * i);
-    case GgmlType::BF16: return bf16_to_f32(static_cast<uint16_t>(ld_u16(row + 2 * i)));
+    case GgmlType::F32:
+      return ld_f32(row + 4 * i);
+    case GgmlType::F16:
+      return ld_f16(row + 2 * i);
+    case GgmlType::BF16:
+      return bf16_to_f32(static_cast<uint16_t>(ld_u16(row + 2 * i)));
     case GgmlType::Q4_0: {
       const uint8_t* b = row + (i / 32) * 18;
       const int q = j32 < 16 ? (b[2 + l16] & 0xF) : (b[2 + l16] >> 4);
@@ -95,15 +102,24 @@ __device__ float dequant_value(GgmlType t, const uint8_t* row, int64_t i) {
       const uint8_t qh = b[128 + 32 * half + l];
       int q;
       switch (g) {
-        case 0: q = (ql[l] & 0xF) | (((qh >> 0) & 3) << 4); break;
-        case 1: q = (ql[l + 32] & 0xF) | (((qh >> 2) & 3) << 4); break;
-        case 2: q = (ql[l] >> 4) | (((qh >> 4) & 3) << 4); break;
-        default: q = (ql[l + 32] >> 4) | (((qh >> 6) & 3) << 4); break;
+        case 0:
+          q = (ql[l] & 0xF) | (((qh >> 0) & 3) << 4);
+          break;
+        case 1:
+          q = (ql[l + 32] & 0xF) | (((qh >> 2) & 3) << 4);
+          break;
+        case 2:
+          q = (ql[l] >> 4) | (((qh >> 4) & 3) << 4);
+          break;
+        default:
+          q = (ql[l + 32] >> 4) | (((qh >> 6) & 3) << 4);
+          break;
       }
       const float sc = static_cast<float>(static_cast<int8_t>(b[192 + k / 16]));
       return ld_f16(b + 208) * sc * static_cast<float>(q - 32);
     }
-    default: return 0.0f;
+    default:
+      return 0.0f;
   }
 }
 
@@ -145,8 +161,8 @@ void launch_add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n, 
 void launch_get_rows(GgmlType type, const uint8_t* table, size_t row_bytes, int64_t n_rows, int64_t n_in,
                      const int32_t* ids, int64_t n, float* out, DeviceError* err, cudaStream_t stream) {
   if (n <= 0) return;
-  get_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(type, table, row_bytes, n_rows, n_in, ids, out,
-                                                                 err);
+  get_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(type, table, row_bytes, n_rows, n_in, ids,
+                                                                out, err);
   check_launch("get_rows kernel");
 }
 

@@ -69,8 +69,10 @@ __device__ __forceinline__ float gelu_ggml(float x) {
 }
 __device__ __forceinline__ float activate(const FfnShape& s, float g, float u) {
   switch (s.act) {
-    case FfnAct::SwiGLU: return g / (1.0f + expf(-g)) * u;
-    case FfnAct::GeGLU: return gelu_ggml(g) * u;
+    case FfnAct::SwiGLU:
+      return g / (1.0f + expf(-g)) * u;
+    case FfnAct::GeGLU:
+      return gelu_ggml(g) * u;
     default: {
       const float x = fminf(g, s.limit);
       const float y = fmaxf(fminf(u, s.limit), -s.limit);
@@ -82,7 +84,7 @@ __device__ __forceinline__ float activate(const FfnShape& s, float g, float u) {
 // kMode 0: gate and up of the same type, fused; 1: gate only, activation against up's products in u_buf;
 // 2: up only, products (+ bias) to u_buf.
 template <class T, int NC, int kMode>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     ffn_gate_up_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qg,
                        size_t qg_stride, const uint8_t* qu, size_t qu_stride, float* h, float* u_buf) {
   __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kSmemPerWarp];
@@ -94,7 +96,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
   const int64_t e0 = d.entry0 + it.local0;
   typename T::Acc g[NC], u[NC];
   if (kMode != 2)
-    row_dot<T, NC>(d.gate + o * s.gate_row_bytes, s.n_in, qg + e0 * qg_stride, qg_stride, it.cols, smem[warp], g);
+    row_dot<T, NC>(d.gate + o * s.gate_row_bytes, s.n_in, qg + e0 * qg_stride, qg_stride, it.cols, smem[warp],
+                   g);
   if (kMode != 1)
     row_dot<T, NC>(d.up + o * s.up_row_bytes, s.n_in, qu + e0 * qu_stride, qu_stride, it.cols, smem[warp], u);
   if (lane != 0) return;
@@ -122,9 +125,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
 }
 
 template <class T, int NC>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
-    ffn_down_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qh, size_t qh_stride,
-                    float* out, int64_t out_rows_total, DeviceError* err) {
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+    ffn_down_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qh,
+                    size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err) {
   __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kSmemPerWarp];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
@@ -133,7 +136,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
   const FfnDesc& d = descs[it.task];
   const int64_t e0 = d.entry0 + it.local0;
   typename T::Acc acc[NC];
-  row_dot<T, NC>(d.down + o * s.down_row_bytes, s.n_ff, qh + e0 * qh_stride, qh_stride, it.cols, smem[warp], acc);
+  row_dot<T, NC>(d.down + o * s.down_row_bytes, s.n_ff, qh + e0 * qh_stride, qh_stride, it.cols, smem[warp],
+                 acc);
   if (lane != 0) return;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
@@ -175,18 +179,18 @@ void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* 
   with_col_tile(col_tile(s.max_cols), [&]<int NC>() {
     if (s.gate_type == s.up_type) {
       with_weight_traits(s.gate_type, [&]<class T>() {
-        ffn_gate_up_kernel<T, NC, 0><<<grid, threads, 0, stream>>>(s, descs, items, qg, qg_stride, qu,
-                                                                   qu_stride, h, nullptr);
+        ffn_gate_up_kernel<T, NC, 0>
+            <<<grid, threads, 0, stream>>>(s, descs, items, qg, qg_stride, qu, qu_stride, h, nullptr);
       });
     } else {
       with_weight_traits(s.up_type, [&]<class T>() {
-        ffn_gate_up_kernel<T, NC, 2><<<grid, threads, 0, stream>>>(s, descs, items, qg, qg_stride, qu,
-                                                                   qu_stride, h, u_scratch);
+        ffn_gate_up_kernel<T, NC, 2>
+            <<<grid, threads, 0, stream>>>(s, descs, items, qg, qg_stride, qu, qu_stride, h, u_scratch);
       });
       check_launch("ffn up kernel");
       with_weight_traits(s.gate_type, [&]<class T>() {
-        ffn_gate_up_kernel<T, NC, 1><<<grid, threads, 0, stream>>>(s, descs, items, qg, qg_stride, qu,
-                                                                   qu_stride, h, u_scratch);
+        ffn_gate_up_kernel<T, NC, 1>
+            <<<grid, threads, 0, stream>>>(s, descs, items, qg, qg_stride, qu, qu_stride, h, u_scratch);
       });
     }
   });
@@ -194,15 +198,15 @@ void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* 
 }
 
 void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* items, int64_t n_items,
-                     const uint8_t* qh, size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err,
-                     cudaStream_t stream) {
+                     const uint8_t* qh, size_t qh_stride, float* out, int64_t out_rows_total,
+                     DeviceError* err, cudaStream_t stream) {
   if (n_items <= 0 || s.n_out <= 0) return;
   const dim3 grid(static_cast<unsigned>((s.n_out + kWarpsPerBlock - 1) / kWarpsPerBlock),
                   static_cast<unsigned>(n_items));
   with_col_tile(col_tile(s.max_cols), [&]<int NC>() {
     with_weight_traits(s.down_type, [&]<class T>() {
       ffn_down_kernel<T, NC><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(s, descs, items, qh, qh_stride, out,
-                                                                         out_rows_total, err);
+                                                                          out_rows_total, err);
     });
   });
   check_launch("ffn down kernel");

@@ -45,10 +45,13 @@ enum DeviceErrorCode : int32_t {
 // (int16). Rows are act_row_stride bytes apart (a multiple of 16).
 DF_HD inline size_t act_quants_bytes(GgmlType act, int64_t n) {
   switch (act) {
-    case GgmlType::F32: return static_cast<size_t>(n) * 4;
+    case GgmlType::F32:
+      return static_cast<size_t>(n) * 4;
     case GgmlType::F16:
-    case GgmlType::BF16: return static_cast<size_t>(n) * 2;
-    default: return static_cast<size_t>(n);
+    case GgmlType::BF16:
+      return static_cast<size_t>(n) * 2;
+    default:
+      return static_cast<size_t>(n);
   }
 }
 DF_HD inline size_t act_row_stride(GgmlType act, int64_t n) {
@@ -112,8 +115,8 @@ void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* 
                         float* u_scratch, int64_t entries, cudaStream_t stream);
 // out[out_row][o] = (down · qh[entry] + down_bias) · out_scale.
 void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* items, int64_t n_items,
-                     const uint8_t* qh, size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err,
-                     cudaStream_t stream);
+                     const uint8_t* qh, size_t qh_stride, float* out, int64_t out_rows_total,
+                     DeviceError* err, cudaStream_t stream);
 
 // routed_ffn's tables, built on the device from the routing ids (no host round trip): entry i = t · k + j is
 // task i, one row (x row t, out row i) of expert ids[i], whose matrices are the stacks' ids[i]-th and whose
@@ -153,8 +156,8 @@ struct AttnArgs {
   const float* sinks;
 };
 // scores: rows × n_head × n_ctx floats of scratch.
-void launch_attention(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int64_t rows, int pos0,
-                      const AttnArgs& a, float* out, float* scores, cudaStream_t stream);
+void launch_attention(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int64_t rows,
+                      int pos0, const AttnArgs& a, float* out, float* scores, cudaStream_t stream);
 
 // ---- Routing (routing.cu).
 struct RouteArgs {

@@ -8,7 +8,7 @@ namespace df::backend::cuda {
 namespace {
 
 template <class T, int NC>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in, const uint8_t* act,
                   size_t act_stride, int64_t cols, float* y, int64_t y_stride) {
   __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kSmemPerWarp];

@@ -220,7 +220,8 @@ struct TQxK {
     const int dlo = dot4x4(u.lo, ld_act16(qa), 0), dhi = dot4x4(u.hi, ld_act16(qa + 32), 0);
     const int16_t* bs = q8k_bsums(act, n) + b * 16;
     const int acc = u.sc_lo * dlo + u.sc_hi * dhi;
-    const int mins = static_cast<int>(bs[4 * c + hh]) * u.m_lo + static_cast<int>(bs[4 * c + 2 + hh]) * u.m_hi;
+    const int mins =
+        static_cast<int>(bs[4 * c + hh]) * u.m_lo + static_cast<int>(bs[4 * c + 2 + hh]) * u.m_hi;
     const float yd = act_scales(act, n)[b];
     return (u.d * yd) * static_cast<float>(acc) - (u.dmin * yd) * static_cast<float>(mins);
   }
@@ -249,7 +250,8 @@ struct TQ6_K {
     Unit u;
     u.d = f16_to_f32(static_cast<uint16_t>(dw[0]));
 #pragma unroll
-    for (int g = 0; g < 4; ++g) u.sc[g] = static_cast<int>(static_cast<int8_t>(byte_of(sw, 8 * h + 2 * g + (l0 >> 4))));
+    for (int g = 0; g < 4; ++g)
+      u.sc[g] = static_cast<int>(static_cast<int8_t>(byte_of(sw, 8 * h + 2 * g + (l0 >> 4))));
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       u.v[0][k] = __vsub4((a[k] & 0x0F0F0F0Fu) | (((qh[k] >> 0) & 0x03030303u) << 4), 0x20202020u);
@@ -290,8 +292,8 @@ struct THalf {
   }
   __device__ static double dot(const Unit& u, const uint8_t* act, int64_t, int64_t b, int) {
     const int4 a = ld_act16(act + b * 16);
-    const uint32_t av[4] = {static_cast<uint32_t>(a.x), static_cast<uint32_t>(a.y), static_cast<uint32_t>(a.z),
-                            static_cast<uint32_t>(a.w)};
+    const uint32_t av[4] = {static_cast<uint32_t>(a.x), static_cast<uint32_t>(a.y),
+                            static_cast<uint32_t>(a.z), static_cast<uint32_t>(a.w)};
     double s = 0.0;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -329,8 +331,9 @@ struct TF32 {
 // activation row, rows act_stride apart; smem the warp's kSmemPerWarp bytes. Every lane of the warp must
 // call it (it synchronises the warp).
 template <class T, int NC>
-__device__ __forceinline__ void row_dot(const uint8_t* wrow, int64_t n_in, const uint8_t* act, size_t act_stride,
-                                        int cols, uint8_t* smem, typename T::Acc (&acc)[NC]) {
+__device__ __forceinline__ void row_dot(const uint8_t* wrow, int64_t n_in, const uint8_t* act,
+                                        size_t act_stride, int cols, uint8_t* smem,
+                                        typename T::Acc (&acc)[NC]) {
   static_assert(T::kChunkBlocks * T::kBlockBytes <= kChunkBytesMax, "chunk larger than the staging buffer");
   const int lane = threadIdx.x % kWarp;
   const int64_t nb = n_in / T::kBlockValues;
@@ -363,30 +366,61 @@ __device__ __forceinline__ void row_dot(const uint8_t* wrow, int64_t n_in, const
 template <class F>
 bool with_weight_traits(GgmlType t, F&& f) {
   switch (t) {
-    case GgmlType::F32: f.template operator()<TF32>(); return true;
-    case GgmlType::F16: f.template operator()<TF16>(); return true;
-    case GgmlType::BF16: f.template operator()<TBF16>(); return true;
-    case GgmlType::Q4_0: f.template operator()<TQ4_0>(); return true;
-    case GgmlType::Q4_1: f.template operator()<TQ4_1>(); return true;
-    case GgmlType::Q8_0: f.template operator()<TQ8_0>(); return true;
-    case GgmlType::MXFP4: f.template operator()<TMXFP4>(); return true;
-    case GgmlType::Q4_K: f.template operator()<TQ4_K>(); return true;
-    case GgmlType::Q5_K: f.template operator()<TQ5_K>(); return true;
-    case GgmlType::Q6_K: f.template operator()<TQ6_K>(); return true;
-    default: return false;
+    case GgmlType::F32:
+      f.template operator()<TF32>();
+      return true;
+    case GgmlType::F16:
+      f.template operator()<TF16>();
+      return true;
+    case GgmlType::BF16:
+      f.template operator()<TBF16>();
+      return true;
+    case GgmlType::Q4_0:
+      f.template operator()<TQ4_0>();
+      return true;
+    case GgmlType::Q4_1:
+      f.template operator()<TQ4_1>();
+      return true;
+    case GgmlType::Q8_0:
+      f.template operator()<TQ8_0>();
+      return true;
+    case GgmlType::MXFP4:
+      f.template operator()<TMXFP4>();
+      return true;
+    case GgmlType::Q4_K:
+      f.template operator()<TQ4_K>();
+      return true;
+    case GgmlType::Q5_K:
+      f.template operator()<TQ5_K>();
+      return true;
+    case GgmlType::Q6_K:
+      f.template operator()<TQ6_K>();
+      return true;
+    default:
+      return false;
   }
 }
 
 // The column tile for `cols` activation rows: 1, 2, 4 or 8.
-inline int col_tile(int64_t cols) { return cols >= 8 ? 8 : cols >= 4 ? (cols == 4 ? 4 : 8) : cols >= 2 ? (cols == 2 ? 2 : 4) : 1; }
+inline int col_tile(int64_t cols) {
+  return cols >= 8 ? 8 : cols >= 4 ? (cols == 4 ? 4 : 8) : cols >= 2 ? (cols == 2 ? 2 : 4) : 1;
+}
 
 template <class F>
 void with_col_tile(int nc, F&& f) {
   switch (nc) {
-    case 1: f.template operator()<1>(); break;
-    case 2: f.template operator()<2>(); break;
-    case 4: f.template operator()<4>(); break;
-    default: f.template operator()<8>(); break;
+    case 1:
+      f.template operator()<1>();
+      break;
+    case 2:
+      f.template operator()<2>();
+      break;
+    case 4:
+      f.template operator()<4>();
+      break;
+    default:
+      f.template operator()<8>();
+      break;
   }
 }
 

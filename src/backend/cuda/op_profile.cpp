@@ -32,7 +32,8 @@ void OpProfile::add(const std::string& key, double seconds) {
 OpProfile::~OpProfile() {
   if (!on_ || totals_.empty()) return;
   std::vector<std::pair<std::string, Total>> rows(totals_.begin(), totals_.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
   double all = 0;
   for (const auto& r : rows) all += r.second.seconds;
   std::fprintf(stderr, "cuda op profile (each op synchronised): %.3f s in all\n", all);

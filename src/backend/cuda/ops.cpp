@@ -47,9 +47,18 @@ void CudaBackend::get_rows(const Weight& table, Buf<const int32_t> ids, int64_t 
     fail("cuda backend: get_rows on a {} table: row lookups need the unpacked layout",
          quant::row_packing_name(table.packing));
   switch (table.type) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0: case GgmlType::Q4_1:
-    case GgmlType::Q8_0: case GgmlType::Q8_1: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
-    case GgmlType::Q8_K: case GgmlType::MXFP4:
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q8_0:
+    case GgmlType::Q8_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::Q8_K:
+    case GgmlType::MXFP4:
       break;
     default:
       fail("cuda backend: get_rows of a {} table is not supported", ggml_type_name(table.type));
@@ -77,7 +86,8 @@ void CudaBackend::rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf
   const auto timer = timed({"rope"});
   const int n = p.n_rot, half = n / 2;
   if (n <= 0 || n % 2 != 0 || n > head_dim || half > 512)
-    fail("rope: rotated dims {} must be even, positive and at most the head dim {} (and {})", n, head_dim, 1024);
+    fail("rope: rotated dims {} must be even, positive and at most the head dim {} (and {})", n, head_dim,
+         1024);
   if (p.ext_factor != 0.0f && p.n_ctx_orig <= 0)
     fail("rope: YaRN needs the original context length (got {})", p.n_ctx_orig);
   if (rows <= 0) return;
@@ -93,14 +103,16 @@ void CudaBackend::rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf
   a.attn_factor = p.attn_factor;
   if (p.ext_factor != 0.0f) {
     a.corr_lo = std::max(0.0f, std::floor(yarn_corr_dim(n, p.n_ctx_orig, p.beta_fast, p.freq_base)));
-    a.corr_hi = std::min(static_cast<float>(n - 1), std::ceil(yarn_corr_dim(n, p.n_ctx_orig, p.beta_slow, p.freq_base)));
+    a.corr_hi = std::min(static_cast<float>(n - 1),
+                         std::ceil(yarn_corr_dim(n, p.n_ctx_orig, p.beta_slow, p.freq_base)));
     a.yarn_mag = 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
   }
   a.freq_factors = raw_or_null(p.freq_factors);
   cuda::launch_rope(BA::raw(x), rows, n_head, head_dim, BA::raw(pos), a, as_stream(stream_));
 }
 
-void CudaBackend::kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows, int pos0) {
+void CudaBackend::kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows,
+                           int pos0) {
   const auto timer = timed({"kv_store"});
   if (pos0 < 0 || pos0 + rows > kv.n_ctx)
     fail("kv cache: positions {}..{} do not fit in a context of {}", pos0, pos0 + rows - 1, kv.n_ctx);
@@ -143,8 +155,8 @@ void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t r
   const size_t per_row = static_cast<size_t>(n_head) * static_cast<size_t>(kv.n_ctx);
   const int64_t chunk = std::clamp<int64_t>(static_cast<int64_t>(kMaxScoreFloats / per_row), 1, 65535);
   const int64_t chunk_rows = std::min(rows, chunk);
-  auto* scores = static_cast<float*>(grow(attn_scratch_, static_cast<size_t>(chunk_rows) * per_row * sizeof(float),
-                                          "attention scores"));
+  auto* scores = static_cast<float*>(
+      grow(attn_scratch_, static_cast<size_t>(chunk_rows) * per_row * sizeof(float), "attention scores"));
   cuda::AttnArgs a{};
   a.n_head = n_head;
   a.n_head_kv = kv.n_head_kv;
@@ -156,13 +168,14 @@ void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t r
   a.sinks = raw_or_null(p.sinks);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t n = std::min(chunk_rows, rows - r0);
-    cuda::launch_attention(BA::raw(kv.k), BA::raw(kv.v), BA::raw(q) + r0 * hrow, n, pos0 + static_cast<int>(r0), a,
-                           BA::raw(out) + r0 * hrow, scores, as_stream(stream_));
+    cuda::launch_attention(BA::raw(kv.k), BA::raw(kv.v), BA::raw(q) + r0 * hrow, n,
+                           pos0 + static_cast<int>(r0), a, BA::raw(out) + r0 * hrow, scores,
+                           as_stream(stream_));
   }
 }
 
-void CudaBackend::short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<const float> conv_w, int l_cache,
-                             Buf<float> state, Buf<float> y) {
+void CudaBackend::short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<const float> conv_w,
+                             int l_cache, Buf<float> state, Buf<float> y) {
   const auto timer = timed({"short_conv"});
   if (l_cache < 2 || l_cache > 64) fail("short conv: {} taps is out of range (2..{})", l_cache, 64);
   if (n <= 0) return;
@@ -217,14 +230,15 @@ void CudaBackend::route(const RouterParams& p, Buf<const float> logits, int64_t 
   cuda::launch_route(a, BA::raw(logits), rows, BA::raw(ids), BA::raw(weights), as_stream(stream_));
 }
 
-void CudaBackend::moe_combine(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k, int64_t n,
-                              Buf<float> out) {
+void CudaBackend::moe_combine(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k,
+                              int64_t n, Buf<float> out) {
   const auto timer = timed({"moe_combine"});
   if (rows <= 0) return;
   need(expert_out, rows * k * n, "moe_combine expert outputs");
   need(weights, rows * k, "moe_combine weights");
   need(out, rows * n, "moe_combine output");
-  cuda::launch_moe_combine(BA::raw(expert_out), BA::raw(weights), rows, k, n, BA::raw(out), as_stream(stream_));
+  cuda::launch_moe_combine(BA::raw(expert_out), BA::raw(weights), rows, k, n, BA::raw(out),
+                           as_stream(stream_));
 }
 
 }  // namespace df::backend

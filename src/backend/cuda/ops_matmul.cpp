@@ -45,7 +45,8 @@ int64_t row_unit(GgmlType t) {
 }
 
 void check_weight(const Weight& w, const char* what) {
-  if (!is_matmul_type(w.type)) fail("cuda backend: {}: no matmul for weight type {}", what, ggml_type_name(w.type));
+  if (!is_matmul_type(w.type))
+    fail("cuda backend: {}: no matmul for weight type {}", what, ggml_type_name(w.type));
   if (w.packed())
     fail("cuda backend: {}: a {}-packed weight; this backend reads the GGUF row layout only", what,
          quant::row_packing_name(w.packing));
@@ -74,7 +75,8 @@ void CudaBackend::quantize_rows(GgmlType act, const float* x, int64_t rows, int6
   cuda::launch_quantize(act, x, n, nullptr, rows, n, static_cast<uint8_t*>(dst), as_stream(stream_));
 }
 
-void CudaBackend::matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<uint8_t> scratch) {
+void CudaBackend::matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y,
+                         Buf<uint8_t> scratch) {
   const auto timer = timed({"matmul", ggml_type_name(w.type).data(), w.n_out, w.n_in, rows});
   if (rows <= 0 || w.n_out <= 0) return;
   check_weight(w, "matmul");
@@ -82,8 +84,8 @@ void CudaBackend::matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<
   need(y, rows * w.n_out, "matmul output");
   const size_t bytes = matmul_scratch_bytes(w.type, w.n_in, rows);
   if (scratch.size() < bytes)
-    fail("cuda backend: matmul scratch of {} bytes, {} needed ({} rows of {} {} values)", scratch.size(), bytes,
-         rows, w.n_in, ggml_type_name(w.type));
+    fail("cuda backend: matmul scratch of {} bytes, {} needed ({} rows of {} {} values)", scratch.size(),
+         bytes, rows, w.n_in, ggml_type_name(w.type));
   const GgmlType act = quant::vec_dot_type(w.type);
   quantize_rows(act, BA::raw(x), rows, w.n_in, BA::raw(scratch));
   cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in,
@@ -127,8 +129,8 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
     if (w.n_out <= 0) continue;
     const GgmlType act = quant::vec_dot_type(w.type);
     cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in,
-                        base + offset_of[i], cuda::act_row_stride(act, w.n_in), rows, BA::raw(tasks[i].y), w.n_out,
-                        as_stream(stream_));
+                        base + offset_of[i], cuda::act_row_stride(act, w.n_in), rows, BA::raw(tasks[i].y),
+                        w.n_out, as_stream(stream_));
   }
 }
 
@@ -143,7 +145,9 @@ void CudaBackend::FfnHostDeleter::operator()(FfnHost* p) const { delete p; }
 
 void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x,
                       int64_t x_rows, Buf<float> out) {
-  const auto timer = timed({"ffn", ggml_type_name(ffns.empty() ? GgmlType::F32 : ffns[0].gate.type).data(), ffns.empty() ? 0 : ffns[0].gate.n_out, ffns.empty() ? 0 : ffns[0].gate.n_in, static_cast<int64_t>(ffns.size())});
+  const auto timer = timed({"ffn", ggml_type_name(ffns.empty() ? GgmlType::F32 : ffns[0].gate.type).data(),
+                            ffns.empty() ? 0 : ffns[0].gate.n_out, ffns.empty() ? 0 : ffns[0].gate.n_in,
+                            static_cast<int64_t>(ffns.size())});
   if (ffns.empty()) return;
   const FfnTask& a = ffns[0];
   check_weight(a.gate, "ffn gate");
@@ -169,11 +173,13 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
                       b.down.packing == a.down.packing && b.gate.n_in == n_in && b.gate.n_out == n_ff &&
                       b.up.n_in == n_in && b.up.n_out == n_ff && b.down.n_in == n_ff && b.down.n_out == n_out;
     if (!same)
-      fail("ffn: FFN {} (gate {} {}x{}, up {} {}x{}, down {} {}x{}) does not match the shapes and types of FFN 0 "
-           "(gate {} {}x{}, down {} {}x{})",
-           f, ggml_type_name(b.gate.type), b.gate.n_out, b.gate.n_in, ggml_type_name(b.up.type), b.up.n_out,
-           b.up.n_in, ggml_type_name(b.down.type), b.down.n_out, b.down.n_in, ggml_type_name(a.gate.type), n_ff,
-           n_in, ggml_type_name(a.down.type), n_out, n_ff);
+      fail(
+          "ffn: FFN {} (gate {} {}x{}, up {} {}x{}, down {} {}x{}) does not match the shapes and types of "
+          "FFN 0 "
+          "(gate {} {}x{}, down {} {}x{})",
+          f, ggml_type_name(b.gate.type), b.gate.n_out, b.gate.n_in, ggml_type_name(b.up.type), b.up.n_out,
+          b.up.n_in, ggml_type_name(b.down.type), b.down.n_out, b.down.n_in, ggml_type_name(a.gate.type),
+          n_ff, n_in, ggml_type_name(a.down.type), n_out, n_ff);
     if (b.n_rows < 0) fail("ffn: FFN {} has {} rows", f, b.n_rows);
     if (b.in_rows) need(b.in_rows, b.n_rows, "ffn in_rows");
     if (b.out_rows) need(b.out_rows, b.n_rows, "ffn out_rows");
@@ -228,9 +234,10 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
 // The four launches of a grouped FFN over device task tables (descs | items | entry_task | row map at the
 // given offsets of `table`), whoever built them: ffn() stages them from the host, routed_ffn() builds them
 // on the device.
-void CudaBackend::ffn_launches(const FfnTask& a, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
-                               Buf<float> out, int64_t out_rows_total, uint8_t* table, size_t items_off,
-                               size_t task_off, size_t map_off, int64_t entries, int64_t n_items, int max_cols) {
+void CudaBackend::ffn_launches(const FfnTask& a, const ActivationParams& act, Buf<const float> x,
+                               int64_t x_rows, Buf<float> out, int64_t out_rows_total, uint8_t* table,
+                               size_t items_off, size_t task_off, size_t map_off, int64_t entries,
+                               int64_t n_items, int max_cols) {
   const int64_t n_in = a.gate.n_in, n_ff = a.gate.n_out, n_out = a.down.n_out;
   const GgmlType act_g = quant::vec_dot_type(a.gate.type), act_u = quant::vec_dot_type(a.up.type),
                  act_h = quant::vec_dot_type(a.down.type);
@@ -256,7 +263,8 @@ void CudaBackend::ffn_launches(const FfnTask& a, const ActivationParams& act, Bu
   auto* err = static_cast<cuda::DeviceError*>(error_word_device_);
   const cudaStream_t s = as_stream(stream_);
 
-  cuda::launch_ffn_gather_quantize(act_g, BA::raw(x), x_rows, n_in, d_task, d_descs, entries, d_map, qg, err, s);
+  cuda::launch_ffn_gather_quantize(act_g, BA::raw(x), x_rows, n_in, d_task, d_descs, entries, d_map, qg, err,
+                                   s);
   if (!shared_input) cuda::launch_quantize(act_u, BA::raw(x), n_in, d_map, entries, n_in, qu, s);
   cuda::FfnShape shape{};
   shape.gate_type = a.gate.type;
@@ -281,8 +289,8 @@ void CudaBackend::ffn_launches(const FfnTask& a, const ActivationParams& act, Bu
 
 void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& act, Buf<const int32_t> ids,
                              int64_t T, int k, Buf<const float> x, Buf<float> out) {
-  const auto timer = timed({"routed_ffn", ggml_type_name(ex.gate.first.type).data(), ex.gate.first.n_out,
-                            ex.gate.first.n_in, T});
+  const auto timer = timed(
+      {"routed_ffn", ggml_type_name(ex.gate.first.type).data(), ex.gate.first.n_out, ex.gate.first.n_in, T});
   const int64_t entries = T * k;
   if (entries <= 0) return;
   FfnTask a;
@@ -294,8 +302,8 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
   check_weight(a.down, "routed_ffn down");
   const int64_t n_in = a.gate.n_in, n_ff = a.gate.n_out, n_out = a.down.n_out;
   if (a.up.n_in != n_in || a.up.n_out != n_ff || a.down.n_in != n_ff)
-    fail("routed_ffn: gate {}x{}, up {}x{}, down {}x{} do not make one FFN", n_ff, n_in, a.up.n_out, a.up.n_in,
-         n_out, a.down.n_in);
+    fail("routed_ffn: gate {}x{}, up {}x{}, down {}x{} do not make one FFN", n_ff, n_in, a.up.n_out,
+         a.up.n_in, n_out, a.down.n_in);
   need(ids, entries, "routed_ffn ids");
   need(x, T * n_in, "routed_ffn input");
   need(out, entries * n_out, "routed_ffn output");
@@ -308,7 +316,8 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
   const size_t task_off = (items_off + E * sizeof(cuda::FfnItem) + 15) / 16 * 16;
   const size_t map_off = (task_off + E * sizeof(int32_t) + 15) / 16 * 16;
   const size_t rows_off = (map_off + E * sizeof(int32_t) + 15) / 16 * 16;
-  auto* table = static_cast<uint8_t*>(grow(routed_scratch_, rows_off + 2 * E * sizeof(int32_t), "routed ffn tables"));
+  auto* table =
+      static_cast<uint8_t*>(grow(routed_scratch_, rows_off + 2 * E * sizeof(int32_t), "routed ffn tables"));
   cuda::ExpertStacks st{};
   st.gate = static_cast<const uint8_t*>(ex.gate.first.data);
   st.up = static_cast<const uint8_t*>(ex.up.first.data);
@@ -324,7 +333,8 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
   st.n_out = n_out;
   cuda::launch_routed_tables(st, BA::raw(ids), entries, k, reinterpret_cast<cuda::FfnDesc*>(table),
                              reinterpret_cast<cuda::FfnItem*>(table + items_off),
-                             reinterpret_cast<int32_t*>(table + task_off), reinterpret_cast<int32_t*>(table + rows_off),
+                             reinterpret_cast<int32_t*>(table + task_off),
+                             reinterpret_cast<int32_t*>(table + rows_off),
                              static_cast<cuda::DeviceError*>(error_word_device_), as_stream(stream_));
   ffn_launches(a, act, x, T, out, entries, table, items_off, task_off, map_off, entries, entries, 1);
 }

@@ -37,7 +37,8 @@ __global__ void route_kernel(RouteArgs a, const float* logits, int32_t* ids, flo
     for (int e = lane; e < E; e += kWarp) probs[e] = l[e];  // SoftmaxWeight: top-k of the raw logits
   }
   for (int e = lane; e < E; e += kWarp) {
-    score[e] = a.gating != kGatingSoftmaxWeight && a.selection_bias ? probs[e] + a.selection_bias[e] : probs[e];
+    score[e] =
+        a.gating != kGatingSoftmaxWeight && a.selection_bias ? probs[e] + a.selection_bias[e] : probs[e];
     taken[e] = 0.0f;
   }
   __syncwarp();
@@ -88,8 +89,8 @@ __global__ void route_kernel(RouteArgs a, const float* logits, int32_t* ids, flo
 }
 
 // out[r][i] = Σ_j weights[r][j] · expert_out[r][j][i], in slot order.
-__global__ void moe_combine_kernel(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
-                                   float* out) {
+__global__ void moe_combine_kernel(const float* expert_out, const float* weights, int64_t rows, int k,
+                                   int64_t n, float* out) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= rows * n) return;
   const int64_t r = idx / n, i = idx % n;
@@ -114,8 +115,8 @@ void launch_moe_combine(const float* expert_out, const float* weights, int64_t r
                         float* out, cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return;
   const int64_t total = rows * n;
-  moe_combine_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(expert_out, weights, rows,
-                                                                                     k, n, out);
+  moe_combine_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(expert_out, weights,
+                                                                                     rows, k, n, out);
   check_launch("moe_combine kernel");
 }
 
