@@ -172,6 +172,9 @@ class Backend {
   // streaming expert cache hands out views of host slots, so a backend without this runs with every expert
   // uploaded (--resident) until a device tier of the cache exists.
   virtual bool reads_host_memory() const { return false; }
+  // The most device memory this backend has held at once (its allocations: weights, states, scratch); 0 for
+  // a backend whose memory is host memory (the process's peak RSS counts it).
+  virtual uint64_t peak_device_bytes() const { return 0; }
 
   // ---- Memory: every buffer an op reads or writes comes from here (backend/buffer.h).
   // `bytes` of zeroed memory; df::Error naming `what` and the size when it cannot be had.

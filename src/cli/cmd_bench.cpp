@@ -97,6 +97,9 @@ void bench(const BenchFlags& f) {
              stream::format_bytes(cache_bytes), m.cache ? "cache" : "resident",
              stream::format_bytes(m.trunk_bytes), stream::format_bytes(kv_bytes),
              stream::format_bytes(peak_rss));
+  const uint64_t peak_device = m.backend ? m.backend->peak_device_bytes() : 0;
+  if (peak_device > 0)
+    fmt::print("device       {}: peak {} allocated\n", m.backend->name(), stream::format_bytes(peak_device));
   fmt::print("load         {:.2f} s\n", load_s);
   fmt::print("prefill      {} tokens: {:.2f} tok/s\n", f.n_prompt, prefill_tps);
   fmt::print("decode       {} tokens: {:.2f} tok/s ({} threads)\n", f.n_decode, decode_tps, threads);
@@ -118,6 +121,8 @@ void bench(const BenchFlags& f) {
     j["trunk_bytes"] = m.trunk_bytes;
     j["kv_bytes"] = kv_bytes;
     j["peak_rss_bytes"] = peak_rss;
+    j["device"] = m.backend ? std::string(m.backend->name()) : "cpu";
+    j["peak_device_bytes"] = peak_device;
     // What ran, which is not always what was asked for (O_DIRECT or io_uring can fall back); resident runs
     // read nothing.
     j["lookahead"] = m.cache ? f.model.lookahead : 0;

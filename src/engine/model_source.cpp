@@ -173,6 +173,7 @@ OpenedModel open_model(const ModelSourceOptions& options) {
     };
   }
 
+  m.backend = load.backend;
   m.model = models::load_model(*m.file, load);
   m.tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_gguf(*m.file));
   if (static_cast<int>(m.tokenizer->n_vocab()) != m.model->info().n_vocab)

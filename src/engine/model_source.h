@@ -42,6 +42,7 @@ struct OpenedModel {
   std::optional<store::Store> store;
   std::unique_ptr<stream::ExpertCache> cache;  // null when resident
   std::unique_ptr<gguf::File> file;            // the trunk's GGUF: the source, or the store's dense.bin
+  std::shared_ptr<backend::Backend> backend;  // what the model computes on (--device)
   std::unique_ptr<models::Model> model;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::optional<std::string> chat_template;  // tokenizer.chat_template, if the file has one

@@ -97,7 +97,15 @@ void* CudaBackend::raw_alloc(size_t bytes, const char* what) {
   }
   check_cuda(err, "cudaMalloc");
   check_cuda(cudaMemsetAsync(p, 0, rounded, as_stream(stream_)), "cudaMemsetAsync (zeroing an allocation)");
+  in_use_ += rounded;
+  peak_ = std::max(peak_, in_use_);
   return p;
+}
+
+void CudaBackend::raw_free(void* p, size_t bytes) noexcept {
+  if (!p) return;
+  (void)cudaFree(p);  // waits for the work queued on the device
+  in_use_ -= std::min(in_use_, (bytes + kAllocGranule - 1) / kAllocGranule * kAllocGranule);
 }
 
 DeviceBuffer CudaBackend::alloc(size_t bytes, const char* what) {
@@ -106,20 +114,20 @@ DeviceBuffer CudaBackend::alloc(size_t bytes, const char* what) {
   return BufferAccess::adopt(this, raw_alloc(bytes, what), bytes);
 }
 
-void CudaBackend::free_memory(void* data, size_t) noexcept {
+void CudaBackend::free_memory(void* data, size_t bytes) noexcept {
   (void)cudaSetDevice(device_);
-  (void)cudaFree(data);  // waits for the work queued on the device
+  raw_free(data, bytes);
 }
 
 void* CudaBackend::grow(Scratch& s, size_t bytes, const char* what) {
   if (s.bytes >= bytes && s.ptr) return s.ptr;
+  const size_t want = std::max(bytes, s.bytes + s.bytes / 2);
   if (s.ptr) {
     check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
-    check_cuda(cudaFree(s.ptr), "cudaFree");
+    raw_free(s.ptr, s.bytes);
     s.ptr = nullptr;
     s.bytes = 0;
   }
-  const size_t want = std::max(bytes, s.bytes + s.bytes / 2);
   s.ptr = raw_alloc(want, what);
   s.bytes = want;
   return s.ptr;

@@ -27,6 +27,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string_view name() const override { return name_; }
+  uint64_t peak_device_bytes() const override { return peak_; }
   int n_threads() const override { return 1; }
   int device_index() const { return device_; }
   // How many CUDA devices the driver sees; df::Error naming cudaGetDeviceCount's error when none can be had.
@@ -99,6 +100,7 @@ class CudaBackend final : public Backend {
   };
   void* grow(Scratch& s, size_t bytes, const char* what);
   void* raw_alloc(size_t bytes, const char* what);
+  void raw_free(void* p, size_t bytes) noexcept;
   // Host bytes to the device, stream-ordered through a pinned staging slot (no wait for the GPU); returns
   // the device copy (inside `dst`). Used for the small per-call tables (FFN task descriptors).
   void stage_to_device(void* dst, const void* src, size_t bytes);
@@ -132,6 +134,7 @@ class CudaBackend final : public Backend {
   void* error_word_device_ = nullptr;
   Scratch act_scratch_, ffn_scratch_, desc_scratch_, attn_scratch_, routed_scratch_;
   cuda::OpProfile profile_;
+  size_t in_use_ = 0, peak_ = 0;  // device memory this backend holds (allocation granules)
   // Host-side tables of the grouped ops, kept between calls so that a warm decode loop allocates nothing.
   struct MatmulManyHost {
     struct Quantized {

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The CUDA benchmark of docs/PERF.md, on a GPU machine: the HBM read ceiling, then diskformer bench with every
+# weight in VRAM (--resident --device cuda) on the make-model presets `small` and `lfm2-24b` (written to
+# $MODEL_DIR first), alternated twice, one JSON line per run in $OUT_DIR/bench.jsonl.
+#   bench/cuda/run_gpu_bench.sh [BIN_DIR=.] [MODEL_DIR=/tmp] [OUT_DIR=.]
+# BIN_DIR holds diskformer and df_cuda_bandwidth (built with nvcc: cmake finds it, DF_CUDA=ON); their shared
+# libraries (libfmt, liburing, libxxhash, libicuuc, libicudata, libcrypto) go on LD_LIBRARY_PATH when the
+# machine lacks them. DF_CUDA_PROFILE=1 adds a per-op time table (each op synchronised) to a last run.
+set -euo pipefail
+BIN=${1:-.}
+MODELS=${2:-/tmp}
+OUT=${3:-.}
+"$BIN/df_cuda_bandwidth" 4 20 | tee "$OUT/bandwidth.json"
+for preset in small lfm2-24b; do
+  [ -f "$MODELS/$preset.gguf" ] || "$BIN/diskformer" make-model --preset "$preset" -o "$MODELS/$preset.gguf" -q
+done
+for rep in 1 2; do
+  for preset in small lfm2-24b; do
+    "$BIN/diskformer" bench -m "$MODELS/$preset.gguf" --resident --device cuda -p 512 -n 128 --json 2>/dev/null |
+      tail -1 | tee -a "$OUT/bench.jsonl"
+  done
+done
+if [ "${DF_CUDA_PROFILE:-0}" != 0 ]; then
+  "$BIN/diskformer" bench -m "$MODELS/lfm2-24b.gguf" --resident --device cuda -p 8 -n 64 2>&1 |
+    sed -n '/op profile/,$p' | tee "$OUT/profile.txt"
+fi
