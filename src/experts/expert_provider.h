@@ -11,6 +11,7 @@
 // can wait on, behind the same acquire/release: not done yet.)
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -77,10 +78,12 @@ class ExpertProvider {
   // every read at once before the first acquire() waits. Optional.
   virtual void will_acquire(int /*moe_layer*/, std::span<const int32_t> /*ids*/) {}
   // Every expert of the layer in the backend's memory as three stacks (backend::RoutedExperts without
-  // biases), when this provider holds them all there for good; null otherwise. The model may then let the
+  // biases), when this provider holds them all there for good; none otherwise. The model may then let the
   // backend pick the experts from the routing ids on the device (Backend::routed_ffn) instead of acquiring
   // them.
-  virtual const backend::RoutedExperts* resident_stacks(int /*moe_layer*/) const { return nullptr; }
+  virtual std::optional<backend::RoutedExperts> resident_stacks(int /*moe_layer*/) const {
+    return std::nullopt;
+  }
   // A view valid until the matching release(). Throws df::Error for an id out of range or a failed read.
   virtual ExpertView acquire(int moe_layer, int expert) = 0;
   virtual void release(int moe_layer, int expert) = 0;

@@ -35,17 +35,19 @@ ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const Exp
     layer.gate = upload_all(file, backend, l.gate_name, l.gate_type, l.n_embd, l.n_ff, l.n_expert);
     layer.up = upload_all(file, backend, l.up_name, l.up_type, l.n_embd, l.n_ff, l.n_expert);
     layer.down = upload_all(file, backend, l.down_name, l.down_type, l.n_ff, l.n_embd, l.n_expert);
-    layer.stacks.gate = {layer.gate.first, layer.gate.slab_bytes};
-    layer.stacks.up = {layer.up.first, layer.up.slab_bytes};
-    layer.stacks.down = {layer.down.first, layer.down.slab_bytes};
-    layer.stacks.n_expert = l.n_expert;
   }
 }
 
-const backend::RoutedExperts* ResidentExpertProvider::resident_stacks(int moe_layer) const {
+std::optional<backend::RoutedExperts> ResidentExpertProvider::resident_stacks(int moe_layer) const {
   if (moe_layer < 0 || moe_layer >= static_cast<int>(layers_.size()))
     fail("expert provider: MoE layer {} out of range ({} layers)", moe_layer, layers_.size());
-  return &layers_[static_cast<size_t>(moe_layer)].stacks;
+  const Layer& l = layers_[static_cast<size_t>(moe_layer)];
+  backend::RoutedExperts ex;
+  ex.gate = {l.gate.first, l.gate.slab_bytes};
+  ex.up = {l.up.first, l.up.slab_bytes};
+  ex.down = {l.down.first, l.down.slab_bytes};
+  ex.n_expert = l.layout.n_expert;
+  return ex;
 }
 
 ExpertView ResidentExpertProvider::acquire(int moe_layer, int expert) {

@@ -26,7 +26,7 @@ class ResidentExpertProvider final : public ExpertProvider {
 
   void prefetch(int, std::span<const int32_t>) override {}
   bool uses_prefetch() const override { return false; }
-  const backend::RoutedExperts* resident_stacks(int moe_layer) const override;
+  std::optional<backend::RoutedExperts> resident_stacks(int moe_layer) const override;
   ExpertView acquire(int moe_layer, int expert) override;
   void release(int, int) override {}
   size_t bytes() const;
@@ -35,7 +35,6 @@ class ResidentExpertProvider final : public ExpertProvider {
   struct Layer {
     ExpertLayerLayout layout;
     backend::UploadedWeights gate, up, down;  // every expert's matrix of each kind
-    backend::RoutedExperts stacks;            // the same as stacks
   };
   std::vector<Layer> layers_;
 };

@@ -135,13 +135,13 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
 
 void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b,
                      ExpertWave& wave, const ExpertFfn& f, backend::Buf<const float> xn, int64_t T) {
-  const backend::RoutedExperts* stacks = experts.resident_stacks(moe_index);
-  if (stacks && T <= be.max_routed_tokens()) {
-    backend::RoutedExperts ex = *stacks;
-    ex.gate_bias = f.biases.gate;
-    ex.up_bias = f.biases.up;
-    ex.down_bias = f.biases.down;
-    be.routed_ffn(ex, f.act, b.expert_ids.view(), T, f.k, xn, b.expert_out.view());
+  std::optional<backend::RoutedExperts> ex;
+  if (T <= be.max_routed_tokens()) ex = experts.resident_stacks(moe_index);
+  if (ex) {
+    ex->gate_bias = f.biases.gate;
+    ex->up_bias = f.biases.up;
+    ex->down_bias = f.biases.down;
+    be.routed_ffn(*ex, f.act, b.expert_ids.view(), T, f.k, xn, b.expert_out.view());
     return;
   }
   const size_t n_used = fetch_and_group(be, b, T, f.k, f.n_expert);

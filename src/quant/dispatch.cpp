@@ -147,6 +147,24 @@ GgmlType vec_dot_type(GgmlType w) {
   }
 }
 
+bool has_vec_dot(GgmlType w) {
+  switch (w) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::MXFP4:
+    case GgmlType::Q4_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void quantize_activation(GgmlType act, const float* src, void* dst, int64_t n) {
   switch (act) {
     case GgmlType::F32:

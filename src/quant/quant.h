@@ -106,6 +106,9 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 // The activation format llama.cpp's CPU matmul quantizes the f32 input to for weight type w
 // (Q8_0 for Q4_0/Q8_0/MXFP4, Q8_1 for Q4_1, Q8_K for K-quants, F16 for F16, BF16 for BF16, F32 for F32).
 GgmlType vec_dot_type(GgmlType w);
+// Whether weight type w has a dot product here (vec_dot_type and vec_dot take it): the types a matmul can
+// use.
+bool has_vec_dot(GgmlType w);
 // Quantize an activation row the way llama.cpp's CPU path does, with the reference rounding of ggml's *_ref
 // quantizers (Q8_0/Q8_1: d = amax/127, q = roundf(x * (1/d)) half away from zero, d stored as f16;
 // Q8_K: see ARCHITECTURES.md 12.10; F16/BF16: round to nearest even; F32: copy). The AVX2 Q8_0 path rounds

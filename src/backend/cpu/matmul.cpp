@@ -13,24 +13,6 @@ namespace {
 
 using detail::Tiling;
 
-bool is_matmul_type(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-    case GgmlType::MXFP4:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // Quantizes `rows` rows of n values (x rows n apart) to dst rows dst_row bytes apart, over the pool when
 // there is enough of it.
 void quantize_rows(ThreadPool& pool, kernels::QuantizeFn quantize, const float* x, int64_t rows, int64_t n,
@@ -53,10 +35,10 @@ void run_tile(const kernels::VecDotKernels& k, const Weight& w, const Tiling& t,
 
 }  // namespace
 
-bool CpuBackend::supports_matmul(GgmlType w) const { return is_matmul_type(w); }
+bool CpuBackend::supports_matmul(GgmlType w) const { return quant::has_vec_dot(w); }
 
 size_t CpuBackend::matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const {
-  if (!is_matmul_type(w)) fail("cpu backend: no matmul for weight type {}", ggml_type_name(w));
+  if (!quant::has_vec_dot(w)) fail("cpu backend: no matmul for weight type {}", ggml_type_name(w));
   return ggml_row_bytes(quant::vec_dot_type(w), n_in) * static_cast<size_t>(rows);
 }
 
@@ -97,7 +79,8 @@ void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
   int64_t total_macs = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Weight& w = tasks[i].w;
-    if (!is_matmul_type(w.type)) fail("cpu backend: no matmul for weight type {}", ggml_type_name(w.type));
+    if (!quant::has_vec_dot(w.type))
+      fail("cpu backend: no matmul for weight type {}", ggml_type_name(w.type));
     detail::check_weight(w);
     p[i].k = &kernels::vec_dot_kernels(w.type, level_);
     p[i].act_row = ggml_row_bytes(p[i].k->activation, w.n_in);

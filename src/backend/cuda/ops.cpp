@@ -46,23 +46,8 @@ void CudaBackend::get_rows(const Weight& table, Buf<const int32_t> ids, int64_t 
   if (table.packed())
     fail("cuda backend: get_rows on a {} table: row lookups need the unpacked layout",
          quant::row_packing_name(table.packing));
-  switch (table.type) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q8_0:
-    case GgmlType::Q8_1:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-    case GgmlType::Q8_K:
-    case GgmlType::MXFP4:
-      break;
-    default:
-      fail("cuda backend: get_rows of a {} table is not supported", ggml_type_name(table.type));
-  }
+  if (!quant::is_supported(table.type))  // the kernels dequantize every type quant/ implements
+    fail("cuda backend: get_rows of a {} table is not supported", ggml_type_name(table.type));
   need(ids, n, "get_rows ids");
   need(out, n * table.n_in, "get_rows output");
   // Ids are checked on the device; one out of range is reported at the next synchronisation (download).

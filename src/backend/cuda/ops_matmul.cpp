@@ -19,24 +19,6 @@ using BA = BufferAccess;
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
-bool is_matmul_type(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q8_0:
-    case GgmlType::Q4_K:
-    case GgmlType::Q5_K:
-    case GgmlType::Q6_K:
-    case GgmlType::MXFP4:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // The kernels' unit of a row: a block, or 8 (F16/BF16) / 4 (F32) values.
 int64_t row_unit(GgmlType t) {
   if (t == GgmlType::F16 || t == GgmlType::BF16) return 8;
@@ -45,7 +27,7 @@ int64_t row_unit(GgmlType t) {
 }
 
 void check_weight(const Weight& w, const char* what) {
-  if (!is_matmul_type(w.type))
+  if (!quant::has_vec_dot(w.type))
     fail("cuda backend: {}: no matmul for weight type {}", what, ggml_type_name(w.type));
   if (w.packed())
     fail("cuda backend: {}: a {}-packed weight; this backend reads the GGUF row layout only", what,
@@ -64,10 +46,10 @@ void need(Buf<T> b, int64_t count, const char* what) {
 
 }  // namespace
 
-bool CudaBackend::supports_matmul(GgmlType w) const { return is_matmul_type(w); }
+bool CudaBackend::supports_matmul(GgmlType w) const { return quant::has_vec_dot(w); }
 
 size_t CudaBackend::matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const {
-  if (!is_matmul_type(w)) fail("cuda backend: no matmul for weight type {}", ggml_type_name(w));
+  if (!quant::has_vec_dot(w)) fail("cuda backend: no matmul for weight type {}", ggml_type_name(w));
   return cuda::act_row_stride(quant::vec_dot_type(w), n_in) * static_cast<size_t>(std::max<int64_t>(rows, 0));
 }
 
