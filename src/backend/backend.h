@@ -176,6 +176,20 @@ class Backend {
   // a backend whose memory is host memory (the process's peak RSS counts it).
   virtual uint64_t peak_device_bytes() const { return 0; }
 
+  // ---- Steps. A forward pass brackets its ops (after the token and position uploads, before the logits
+  // download) with begin_step/end_step when nothing between them crosses to the host. A backend may then
+  // record the ops of a step once and replay the recording whenever the same key comes again (a GPU backend:
+  // one CUDA graph launch instead of hundreds of kernel launches). The key names everything the op sequence
+  // depends on besides the positions (the state, the batch size, the rows of logits); the positions may
+  // differ between replays (the ops read them from the uploaded positions and their pos0 arguments). A
+  // replay gives the bits the ops give one by one. The CPU backend runs the ops as they come.
+  // cancel_step() ends a step an exception left open (StepScope below does it).
+  virtual void begin_step(uint64_t key) { (void)key; }
+  virtual void end_step() {}
+  virtual void cancel_step() noexcept {}
+  // Steps run from a recording so far (benchmarks report it; 0 for a backend that never records).
+  virtual uint64_t steps_replayed() const { return 0; }
+
   // ---- Memory: every buffer an op reads or writes comes from here (backend/buffer.h).
   // `bytes` of zeroed memory; df::Error naming `what` and the size when it cannot be had.
   virtual DeviceBuffer alloc(size_t bytes, const char* what) = 0;
@@ -283,6 +297,25 @@ class Backend {
   friend class DeviceBuffer;
   // Frees what alloc() returned (DeviceBuffer's destructor calls it).
   virtual void free_memory(void* data, size_t bytes) noexcept = 0;
+};
+
+// begin_step for a scope; end() closes it, leaving the scope without end() (an exception) cancels it.
+class StepScope {
+ public:
+  StepScope(Backend& be, uint64_t key) : be_(&be) { be.begin_step(key); }
+  ~StepScope() {
+    if (be_) be_->cancel_step();
+  }
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+  void end() {
+    Backend* be = be_;
+    be_ = nullptr;
+    be->end_step();
+  }
+
+ private:
+  Backend* be_;
 };
 
 inline DeviceBuffer::~DeviceBuffer() {

@@ -27,6 +27,18 @@ void check_forward_args(std::string_view arch, const ModelState& st, std::span<c
       fail("{}: token id {} is out of range (vocabulary of {})", arch, id, n_vocab);
 }
 
+uint64_t step_key(const void* state, int64_t T, int64_t logit_rows, size_t n_logits) {
+  // FNV-1a over the fields: a key only has to differ when they do.
+  uint64_t h = 1469598103934665603ull;
+  for (const uint64_t v :
+       {static_cast<uint64_t>(reinterpret_cast<uintptr_t>(state)), static_cast<uint64_t>(T),
+        static_cast<uint64_t>(logit_rows), static_cast<uint64_t>(n_logits)}) {
+    h ^= v;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
 void begin_capture(ForwardCapture* capture, size_t n_moe, int64_t T, int k, int n_layer, int64_t n_embd) {
   if (!capture) return;
   const size_t moe_entries = n_moe * static_cast<size_t>(T * k);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -35,6 +36,9 @@ struct TrunkWeights {
 // into b.x, run_layer(il) for every layer (recording the residual stream when the capture wants it), then
 // the final norm and the head on the last row (or every row) into b.logits, read back into `logits`, and
 // n_past advanced. n_moe routing slots per token are cleared in the capture.
+// The key of a forward step (Backend::begin_step): what its op sequence depends on besides the positions.
+uint64_t step_key(const void* state, int64_t T, int64_t logit_rows, size_t n_logits);
+
 template <class RunLayer>
 void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
                std::span<const int32_t> tokens, std::span<float> logits, bool all_rows, int n_layer,
@@ -56,17 +60,22 @@ void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, Mod
   be.upload(b.tokens.view(), tokens.data(), static_cast<size_t>(T));
   begin_capture(capture, n_moe, T, k, n_layer, H);
 
+  const int64_t rows = all_rows ? T : 1;
+  b.logits.resize(be, logits.size(), "logits");
+  // With a capture, residuals and routing are read back between the ops: such a forward is not one step.
+  std::optional<backend::StepScope> step;
+  if (!capture) step.emplace(be, step_key(&state, T, rows, logits.size()));
+
   be.get_rows(w.tok_embd, b.tokens.view(), T, b.x.view());
   for (int il = 0; il < n_layer; ++il) {
     run_layer(il);
     capture_layer(be, capture, il, b.x.view(), T, H);
   }
 
-  const int64_t rows = all_rows ? T : 1;
   const auto last = b.x.view().sub(static_cast<size_t>((T - rows) * H));
   be.rms_norm(last, rows, H, w.output_norm, w.eps, b.xn.view());
-  b.logits.resize(be, logits.size(), "logits");
   be.matmul(w.output, b.xn.view(), rows, b.logits.view(), b.scratch.view());
+  if (step) step->end();
   be.download(logits.data(), b.logits.view(), logits.size());
   state.n_past += static_cast<int>(T);
 }

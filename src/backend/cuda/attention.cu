@@ -12,11 +12,11 @@ namespace {
 constexpr int kAttnWarps = 4;
 
 __global__ void kv_store_kernel(uint16_t* k_cache, uint16_t* v_cache, int n_ctx, int64_t row, const float* k,
-                                const float* v, int pos0) {
+                                const float* v, int pos0, const int32_t* pos0_device) {
   const int64_t r = blockIdx.y;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= row) return;
-  const int64_t p = pos0 + r;
+  const int64_t p = (pos0_device ? *pos0_device : pos0) + r;
   k_cache[p * row + i] = f32_to_f16(k[r * row + i]);
   v_cache[i * n_ctx + p] = f32_to_f16(v[r * row + i]);
 }
@@ -41,8 +41,8 @@ __device__ double block_sum(double v, double* red) {
 }
 
 __global__ void __launch_bounds__(kAttnWarps* kWarp)
-    attention_kernel(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int pos0, AttnArgs a,
-                     float* out, float* scores) {
+    attention_kernel(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int pos0,
+                     const int32_t* pos0_device, AttnArgs a, float* out, float* scores) {
   extern __shared__ float s_q[];  // head_dim values of q rounded to f16
   __shared__ float red_f[kAttnWarps];
   __shared__ double red_d[kAttnWarps];
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
   const int64_t r = blockIdx.y;
   const int hd = a.head_dim, kh = h / (a.n_head / a.n_head_kv);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t at = pos0 + r;
+  const int64_t at = (pos0_device ? *pos0_device : pos0) + r;
   const int64_t first = a.window > 0 ? max(int64_t{0}, at - a.window + 1) : 0;
   const int64_t n_kv = at - first + 1;
   const float* qr = q + (r * a.n_head + h) * hd;
@@ -98,19 +98,21 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
 }  // namespace
 
 void launch_kv_store(uint16_t* k_cache, uint16_t* v_cache, int n_ctx, int64_t row, const float* k,
-                     const float* v, int64_t rows, int pos0, cudaStream_t stream) {
+                     const float* v, int64_t rows, int pos0, const int32_t* pos0_device,
+                     cudaStream_t stream) {
   if (rows <= 0 || row <= 0) return;
   kv_store_kernel<<<dim3(static_cast<unsigned>((row + 255) / 256), static_cast<unsigned>(rows)), 256, 0,
-                    stream>>>(k_cache, v_cache, n_ctx, row, k, v, pos0);
+                    stream>>>(k_cache, v_cache, n_ctx, row, k, v, pos0, pos0_device);
   check_launch("kv_store kernel");
 }
 
 void launch_attention(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int64_t rows,
-                      int pos0, const AttnArgs& a, float* out, float* scores, cudaStream_t stream) {
+                      int pos0, const int32_t* pos0_device, const AttnArgs& a, float* out, float* scores,
+                      cudaStream_t stream) {
   if (rows <= 0) return;
   attention_kernel<<<dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(rows)), kAttnWarps * kWarp,
-                     static_cast<size_t>(a.head_dim) * sizeof(float), stream>>>(k_cache, v_cache, q, pos0, a,
-                                                                                out, scores);
+                     static_cast<size_t>(a.head_dim) * sizeof(float), stream>>>(k_cache, v_cache, q, pos0,
+                                                                                pos0_device, a, out, scores);
   check_launch("attention kernel");
 }
 

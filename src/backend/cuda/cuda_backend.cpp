@@ -69,6 +69,8 @@ CudaBackend::CudaBackend(int device_index)
              "cudaHostAlloc (error word)");
   std::memset(error_word_host_, 0, sizeof(cuda::DeviceError));
   check_cuda(cudaHostGetDevicePointer(&error_word_device_, error_word_host_, 0), "cudaHostGetDevicePointer");
+  graph_.init();
+  if (profile_.on()) graph_.set_enabled(false);  // the profile synchronises after every op
 }
 
 CudaBackend::~CudaBackend() {
@@ -96,6 +98,7 @@ void* CudaBackend::raw_alloc(size_t bytes, const char* what) {
          total_b, name_);
   }
   check_cuda(err, "cudaMalloc");
+  ++generation_;
   check_cuda(cudaMemsetAsync(p, 0, rounded, as_stream(stream_)), "cudaMemsetAsync (zeroing an allocation)");
   in_use_ += rounded;
   peak_ = std::max(peak_, in_use_);
@@ -105,6 +108,7 @@ void* CudaBackend::raw_alloc(size_t bytes, const char* what) {
 void CudaBackend::raw_free(void* p, size_t bytes) noexcept {
   if (!p) return;
   (void)cudaFree(p);  // waits for the work queued on the device
+  ++generation_;
   in_use_ -= std::min(in_use_, (bytes + kAllocGranule - 1) / kAllocGranule * kAllocGranule);
 }
 
@@ -121,6 +125,7 @@ void CudaBackend::free_memory(void* data, size_t bytes) noexcept {
 
 void* CudaBackend::grow(Scratch& s, size_t bytes, const char* what) {
   if (s.bytes >= bytes && s.ptr) return s.ptr;
+  graph_.unreplayable("a scratch reallocation");
   const size_t want = std::max(bytes, s.bytes + s.bytes / 2);
   if (s.ptr) {
     check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
@@ -135,6 +140,13 @@ void* CudaBackend::grow(Scratch& s, size_t bytes, const char* what) {
 
 void CudaBackend::stage_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
+  if (graph_.mode() == cuda::StepGraphs::Mode::Capture) {
+    // The captured copy runs at every replay: it reads bytes the graph keeps, not a reused staging slot.
+    check_cuda(cudaMemcpyAsync(dst, graph_.keep_host_bytes(src, bytes), bytes, cudaMemcpyHostToDevice,
+                               as_stream(stream_)),
+               "cudaMemcpyAsync (captured upload)");
+    return;
+  }
   if (bytes > kStagingSlotBytes) {
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, as_stream(stream_)),
                "cudaMemcpyAsync");
@@ -182,8 +194,18 @@ void CudaBackend::synchronize() {
   check_error_word();
 }
 
+void CudaBackend::begin_step(uint64_t key) {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  graph_.begin(key, generation_, stream_);
+}
+
+void CudaBackend::end_step() { graph_.end(generation_, stream_); }
+
+void CudaBackend::cancel_step() noexcept { graph_.cancel(stream_); }
+
 void CudaBackend::upload(Buf<uint8_t> dst, const void* src, size_t bytes) {
   const auto timer = timed({"upload"});
+  graph_.unreplayable("an upload");
   if (bytes > dst.size())
     fail("cuda backend: upload of {} bytes into a buffer view of {}", bytes, dst.size());
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
@@ -194,6 +216,7 @@ void CudaBackend::upload(Buf<uint8_t> dst, const void* src, size_t bytes) {
 
 void CudaBackend::download(void* dst, Buf<const uint8_t> src, size_t bytes) {
   const auto timer = timed({"download"});
+  graph_.unreplayable("a download");
   if (bytes > src.size())
     fail("cuda backend: download of {} bytes from a buffer view of {}", bytes, src.size());
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
@@ -207,7 +230,7 @@ void CudaBackend::download(void* dst, Buf<const uint8_t> src, size_t bytes) {
 void CudaBackend::copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) {
   if (bytes > dst.size() || bytes > src.size())
     fail("cuda backend: copy of {} bytes between buffer views of {} and {}", bytes, src.size(), dst.size());
-  if (bytes == 0) return;
+  if (bytes == 0 || graph_.skip("copy", BufferAccess::raw(dst), static_cast<int64_t>(bytes), 0)) return;
   check_cuda(cudaMemcpyAsync(BufferAccess::raw(dst), BufferAccess::raw(src), bytes, cudaMemcpyDeviceToDevice,
                              as_stream(stream_)),
              "cudaMemcpyAsync (device copy)");
@@ -216,7 +239,7 @@ void CudaBackend::copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) {
 void CudaBackend::fill_zero(Buf<uint8_t> dst, size_t bytes) {
   if (bytes > dst.size())
     fail("cuda backend: fill_zero of {} bytes in a buffer view of {}", bytes, dst.size());
-  if (bytes == 0) return;
+  if (bytes == 0 || graph_.skip("fill_zero", BufferAccess::raw(dst), static_cast<int64_t>(bytes), 0)) return;
   check_cuda(cudaMemsetAsync(BufferAccess::raw(dst), 0, bytes, as_stream(stream_)), "cudaMemsetAsync");
 }
 

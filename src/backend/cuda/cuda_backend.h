@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/op_profile.h"
+#include "backend/cuda/step_graph.h"
 
 namespace df::backend {
 
@@ -88,6 +89,15 @@ class CudaBackend final : public Backend {
   // Waits for every op queued so far and reports a failure a kernel recorded (see DeviceError below).
   void synchronize();
 
+  // Steps as CUDA graphs (step_graph.h): recorded on the second eager run of a key, replayed after.
+  void begin_step(uint64_t key) override;
+  void end_step() override;
+  void cancel_step() noexcept override;
+  uint64_t steps_replayed() const override { return graph_.counts().replays; }
+  // On by default (DF_CUDA_GRAPH=0 turns them off); off also while the op profile is on.
+  void set_step_graphs(bool on) { graph_.set_enabled(on && !profile_.on()); }
+  cuda::StepGraphs::Counts step_graph_counts() const { return graph_.counts(); }
+
  protected:
   void free_memory(void* data, size_t bytes) noexcept override;
 
@@ -134,7 +144,9 @@ class CudaBackend final : public Backend {
   void* error_word_device_ = nullptr;
   Scratch act_scratch_, ffn_scratch_, desc_scratch_, attn_scratch_, routed_scratch_;
   cuda::OpProfile profile_;
+  cuda::StepGraphs graph_;
   size_t in_use_ = 0, peak_ = 0;  // device memory this backend holds (allocation granules)
+  uint64_t generation_ = 0;       // allocations and frees so far (a recorded graph holds addresses)
   // Host-side tables of the grouped ops, kept between calls so that a warm decode loop allocates nothing.
   struct MatmulManyHost {
     struct Quantized {

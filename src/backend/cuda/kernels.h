@@ -147,9 +147,10 @@ struct RopeArgs {
 void launch_rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos, const RopeArgs& a,
                  cudaStream_t stream);
 
-// ---- KV cache and attention (attention.cu).
+// ---- KV cache and attention (attention.cu). The first position is pos0, or *pos0_device when that is given
+// (a step graph's position word, step_graph.h).
 void launch_kv_store(uint16_t* k_cache, uint16_t* v_cache, int n_ctx, int64_t row, const float* k,
-                     const float* v, int64_t rows, int pos0, cudaStream_t stream);
+                     const float* v, int64_t rows, int pos0, const int32_t* pos0_device, cudaStream_t stream);
 struct AttnArgs {
   int n_head, n_head_kv, head_dim, n_ctx, window;
   float scale, softcap;
@@ -157,7 +158,8 @@ struct AttnArgs {
 };
 // scores: rows × n_head × n_ctx floats of scratch.
 void launch_attention(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int64_t rows,
-                      int pos0, const AttnArgs& a, float* out, float* scores, cudaStream_t stream);
+                      int pos0, const int32_t* pos0_device, const AttnArgs& a, float* out, float* scores,
+                      cudaStream_t stream);
 
 // ---- Routing (routing.cu).
 struct RouteArgs {

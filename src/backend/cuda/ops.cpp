@@ -51,6 +51,7 @@ void CudaBackend::get_rows(const Weight& table, Buf<const int32_t> ids, int64_t 
   need(ids, n, "get_rows ids");
   need(out, n * table.n_in, "get_rows output");
   // Ids are checked on the device; one out of range is reported at the next synchronisation (download).
+  if (graph_.skip("get_rows", BA::raw(out), n, table.n_in)) return;
   cuda::launch_get_rows(table.type, static_cast<const uint8_t*>(table.data), table.row_bytes(), table.n_out,
                         table.n_in, BA::raw(ids), n, BA::raw(out),
                         static_cast<cuda::DeviceError*>(error_word_device_), as_stream(stream_));
@@ -63,6 +64,7 @@ void CudaBackend::rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<cons
   need(x, rows * n, "rms_norm input");
   need(y, rows * n, "rms_norm output");
   if (weight) need(weight, n, "rms_norm weight");
+  if (graph_.skip("rms_norm", BA::raw(y), rows, n)) return;
   cuda::launch_rms_norm(BA::raw(x), rows, n, raw_or_null(weight), eps, BA::raw(y), as_stream(stream_));
 }
 
@@ -93,6 +95,7 @@ void CudaBackend::rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf
     a.yarn_mag = 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
   }
   a.freq_factors = raw_or_null(p.freq_factors);
+  if (graph_.skip("rope", BA::raw(x), rows, n_head * head_dim)) return;
   cuda::launch_rope(BA::raw(x), rows, n_head, head_dim, BA::raw(pos), a, as_stream(stream_));
 }
 
@@ -107,8 +110,10 @@ void CudaBackend::kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const 
   need(v, rows * row, "kv_store v");
   need(kv.k, static_cast<int64_t>(kv.n_ctx) * row, "kv cache K");
   need(kv.v, static_cast<int64_t>(kv.n_ctx) * row, "kv cache V");
+  const int32_t* pos0_device = graph_.dynamic_int(pos0);
+  if (graph_.skip("kv_store", BA::raw(kv.k), rows, row)) return;
   cuda::launch_kv_store(BA::raw(kv.k), BA::raw(kv.v), kv.n_ctx, row, BA::raw(k), BA::raw(v), rows, pos0,
-                        as_stream(stream_));
+                        pos0_device, as_stream(stream_));
 }
 
 size_t CudaBackend::attention_scratch_floats(int n_ctx, int head_dim) const {
@@ -137,6 +142,15 @@ void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t r
   need(kv.k, static_cast<int64_t>(kv.n_ctx) * kv_row, "kv cache K");
   need(kv.v, static_cast<int64_t>(kv.n_ctx) * kv_row, "kv cache V");
   if (p.sinks) need(p.sinks, n_head, "attention sinks");
+  if (graph_.mode() == cuda::StepGraphs::Mode::Replay) {
+    // Only the signature and the positions: the graph launches the chunks below.
+    const int64_t chunk = std::clamp<int64_t>(
+        static_cast<int64_t>(kMaxScoreFloats / (static_cast<size_t>(n_head) * static_cast<size_t>(kv.n_ctx))),
+        1, 65535);
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) (void)graph_.dynamic_int(pos0 + static_cast<int>(r0));
+    (void)graph_.skip("attention", BA::raw(out), rows, hrow);
+    return;
+  }
   const size_t per_row = static_cast<size_t>(n_head) * static_cast<size_t>(kv.n_ctx);
   const int64_t chunk = std::clamp<int64_t>(static_cast<int64_t>(kMaxScoreFloats / per_row), 1, 65535);
   const int64_t chunk_rows = std::min(rows, chunk);
@@ -153,10 +167,12 @@ void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t r
   a.sinks = raw_or_null(p.sinks);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t n = std::min(chunk_rows, rows - r0);
+    const int32_t* pos0_device = graph_.dynamic_int(pos0 + static_cast<int>(r0));
     cuda::launch_attention(BA::raw(kv.k), BA::raw(kv.v), BA::raw(q) + r0 * hrow, n,
-                           pos0 + static_cast<int>(r0), a, BA::raw(out) + r0 * hrow, scores,
+                           pos0 + static_cast<int>(r0), pos0_device, a, BA::raw(out) + r0 * hrow, scores,
                            as_stream(stream_));
   }
+  (void)graph_.skip("attention", BA::raw(out), rows, hrow);
 }
 
 void CudaBackend::short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<const float> conv_w,
@@ -168,6 +184,7 @@ void CudaBackend::short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<
   need(conv_w, n * l_cache, "short_conv weights");
   need(state, (l_cache - 1) * n, "short_conv state");
   need(y, rows * n, "short_conv output");
+  if (graph_.skip("short_conv", BA::raw(y), rows, n)) return;
   cuda::launch_short_conv(BA::raw(bcx), rows, n, BA::raw(conv_w), l_cache, BA::raw(state), BA::raw(y),
                           as_stream(stream_));
 }
@@ -177,6 +194,7 @@ void CudaBackend::swiglu(Buf<const float> gate, Buf<const float> up, int64_t n, 
   need(gate, n, "swiglu gate");
   need(up, n, "swiglu up");
   need(y, n, "swiglu output");
+  if (graph_.skip("swiglu", BA::raw(y), n, 0)) return;
   cuda::launch_swiglu(BA::raw(gate), BA::raw(up), n, BA::raw(y), as_stream(stream_));
 }
 
@@ -184,6 +202,7 @@ void CudaBackend::add(Buf<float> x, Buf<const float> y, int64_t n) {
   const auto timer = timed({"add"});
   need(x, n, "add x");
   need(y, n, "add y");
+  if (graph_.skip("add", BA::raw(x), n, 0)) return;
   cuda::launch_add(BA::raw(x), BA::raw(y), n, as_stream(stream_));
 }
 
@@ -191,6 +210,7 @@ void CudaBackend::add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t row
   const auto timer = timed({"add_bias_rows"});
   need(x, rows * n, "add_bias_rows x");
   need(bias, n, "add_bias_rows bias");
+  if (graph_.skip("add_bias_rows", BA::raw(x), rows, n)) return;
   cuda::launch_add_bias_rows(BA::raw(x), BA::raw(bias), rows, n, as_stream(stream_));
 }
 
@@ -205,6 +225,7 @@ void CudaBackend::route(const RouterParams& p, Buf<const float> logits, int64_t 
   need(ids, rows * p.k, "route ids");
   need(weights, rows * p.k, "route weights");
   if (p.selection_bias) need(p.selection_bias, p.n_expert, "route selection bias");
+  if (graph_.skip("route", BA::raw(ids), rows, p.k)) return;
   cuda::RouteArgs a{};
   a.gating = static_cast<int>(p.gating);
   a.n_expert = p.n_expert;
@@ -222,6 +243,7 @@ void CudaBackend::moe_combine(Buf<const float> expert_out, Buf<const float> weig
   need(expert_out, rows * k * n, "moe_combine expert outputs");
   need(weights, rows * k, "moe_combine weights");
   need(out, rows * n, "moe_combine output");
+  if (graph_.skip("moe_combine", BA::raw(out), rows, k * n)) return;
   cuda::launch_moe_combine(BA::raw(expert_out), BA::raw(weights), rows, k, n, BA::raw(out),
                            as_stream(stream_));
 }

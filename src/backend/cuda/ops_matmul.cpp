@@ -68,6 +68,7 @@ void CudaBackend::matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<
   if (scratch.size() < bytes)
     fail("cuda backend: matmul scratch of {} bytes, {} needed ({} rows of {} {} values)", scratch.size(),
          bytes, rows, w.n_in, ggml_type_name(w.type));
+  if (graph_.skip("matmul", BA::raw(y), rows, w.n_out)) return;
   const GgmlType act = quant::vec_dot_type(w.type);
   quantize_rows(act, BA::raw(x), rows, w.n_in, BA::raw(scratch));
   cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in,
@@ -104,6 +105,7 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
       offset_of[i] = it->offset;
     }
   }
+  if (graph_.skip("matmul_many", BA::raw(tasks[0].y), rows, static_cast<int64_t>(tasks.size()))) return;
   auto* base = static_cast<uint8_t*>(grow(act_scratch_, bytes, "matmul_many activation scratch"));
   for (const Quantized& q : done) quantize_rows(q.act, q.x, rows, q.n_in, base + q.offset);
   for (size_t i = 0; i < tasks.size(); ++i) {
@@ -193,6 +195,7 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
   if (entries == 0 || n_out <= 0) return;
   if (items.size() > 65535) fail("cuda backend: ffn of {} row groups (at most 65535 per call)", items.size());
 
+  if (graph_.skip("ffn", BA::raw(out), entries, static_cast<int64_t>(ffns.size()))) return;
   // The task tables, one staged copy: descs | items | entry_task, then the device-only row map.
   const size_t descs_bytes = descs.size() * sizeof(cuda::FfnDesc);
   const size_t items_off = (descs_bytes + 15) / 16 * 16;
@@ -292,6 +295,7 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
   if (ex.gate_bias) need(ex.gate_bias, ex.n_expert * n_ff, "routed_ffn gate biases");
   if (ex.up_bias) need(ex.up_bias, ex.n_expert * n_ff, "routed_ffn up biases");
   if (ex.down_bias) need(ex.down_bias, ex.n_expert * n_out, "routed_ffn down biases");
+  if (graph_.skip("routed_ffn", BA::raw(out), entries, n_out)) return;
   // Tables: descs | items | entry_task | row map, then the (in, out) row pairs the descs point into.
   const size_t E = static_cast<size_t>(entries);
   const size_t items_off = (E * sizeof(cuda::FfnDesc) + 15) / 16 * 16;
