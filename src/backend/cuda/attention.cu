@@ -1,7 +1,7 @@
 // The f16 KV cache and llama.cpp's non-flash attention (the CPU backend's attention.cpp): one block of 4
-// warps per (query row, head). Scores: a warp per key, lanes over head_dim, f16 × f16 products (exact in
-// float) summed in double; softmax over the visible keys with the sink in max and denominator (double sum);
-// P rounded to f16; P·V: a warp per output dim, lanes over keys, double sums. Scores live in backend
+// warps per (query row, head). Scores: a thread per key, the f16 × f16 products (exact in float) summed in
+// double; softmax over the visible keys with the sink in max and denominator (double sum); P rounded to
+// f16; P·V: threads over (key group, dim), double sums, the groups added in order. Scores live in backend
 // scratch (rows × n_head × n_ctx floats per launch; the host splits long prefills into chunks).
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
@@ -43,13 +43,12 @@ __device__ double block_sum(double v, double* red) {
 __global__ void __launch_bounds__(kAttnWarps* kWarp)
     attention_kernel(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int pos0,
                      const int32_t* pos0_device, AttnArgs a, float* out, float* scores) {
-  extern __shared__ float s_q[];  // head_dim values of q rounded to f16
+  extern __shared__ float s_q[];  // head_dim values of q rounded to f16, then head_dim partial-sum slots
   __shared__ float red_f[kAttnWarps];
   __shared__ double red_d[kAttnWarps];
   const int h = blockIdx.x;
   const int64_t r = blockIdx.y;
   const int hd = a.head_dim, kh = h / (a.n_head / a.n_head_kv);
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t at = (pos0_device ? *pos0_device : pos0) + r;
   const int64_t first = a.window > 0 ? max(int64_t{0}, at - a.window + 1) : 0;
   const int64_t n_kv = at - first + 1;
@@ -59,18 +58,25 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
   float* sc = scores + (r * a.n_head + h) * static_cast<int64_t>(a.n_ctx);
   const int64_t k_row = static_cast<int64_t>(a.n_head_kv) * hd;
 
+  // Scores: a thread per key, the head_dim products (exact in float) summed in double in index order.
   float local_max = a.sinks ? a.sinks[h] : -INFINITY;
-  for (int64_t j = warp; j < n_kv; j += kAttnWarps) {
+  for (int64_t j = threadIdx.x; j < n_kv; j += blockDim.x) {
     const uint16_t* kr = k_cache + (first + j) * k_row + static_cast<int64_t>(kh) * hd;
     double s = 0.0;
-    for (int d = lane; d < hd; d += kWarp) s += static_cast<double>(__fmul_rn(s_q[d], f16_to_f32(kr[d])));
-    s = warp_sum(s);
+    if (hd % 2 == 0) {  // rows 4-byte aligned: the values two at a time
+      for (int d = 0; d < hd; d += 2) {
+        const uint32_t pair = *reinterpret_cast<const uint32_t*>(kr + d);
+        s += static_cast<double>(__fmul_rn(s_q[d], f16_to_f32(static_cast<uint16_t>(pair & 0xFFFFu))));
+        s += static_cast<double>(__fmul_rn(s_q[d + 1], f16_to_f32(static_cast<uint16_t>(pair >> 16))));
+      }
+    } else {
+      for (int d = 0; d < hd; ++d) s += static_cast<double>(__fmul_rn(s_q[d], f16_to_f32(kr[d])));
+    }
     float v = static_cast<float>(s) * a.scale;
     if (a.softcap > 0.0f) v = a.softcap * tanhf(v / a.softcap);
-    if (lane == 0) sc[j] = v;
+    sc[j] = v;
     local_max = fmaxf(local_max, v);
   }
-  __syncthreads();
   const float max = block_max(local_max, red_f);
   double local_sum = 0.0;
   for (int64_t j = threadIdx.x; j < n_kv; j += blockDim.x) {
@@ -84,15 +90,43 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
   for (int64_t j = threadIdx.x; j < n_kv; j += blockDim.x) sc[j] = round_f16(sc[j] * inv);
   __syncthreads();
 
+  // P·V: thread (group g, dim d) sums the keys g, g + groups, ... of its dim (a row of the transposed V) in
+  // double; the groups' sums are then added in group order.
   float* o = out + (r * a.n_head + h) * hd;
-  for (int d = warp; d < hd; d += kAttnWarps) {
-    const uint16_t* vr = v_cache + (static_cast<int64_t>(kh) * hd + d) * a.n_ctx + first;
+  const int threads = static_cast<int>(blockDim.x);
+  const int groups = hd <= threads ? threads / hd : 1;
+  double* part = reinterpret_cast<double*>(s_q + ((hd + 1) / 2) * 2);  // groups × min(hd, threads) doubles
+  const int g = static_cast<int>(threadIdx.x) / (hd <= threads ? hd : threads);
+  for (int d0 = 0; d0 < hd; d0 += threads) {
+    const int d = d0 + static_cast<int>(threadIdx.x) % (hd <= threads ? hd : threads);
     double s = 0.0;
-    for (int64_t j = lane; j < n_kv; j += kWarp)
-      s += static_cast<double>(__fmul_rn(sc[j], f16_to_f32(vr[j])));
-    s = warp_sum(s);
-    if (lane == 0) o[d] = static_cast<float>(s);
+    if (g < groups && d < hd) {
+      const uint16_t* vr = v_cache + (static_cast<int64_t>(kh) * hd + d) * a.n_ctx + first;
+      for (int64_t j = g; j < n_kv; j += groups)
+        s += static_cast<double>(__fmul_rn(sc[j], f16_to_f32(vr[j])));
+    }
+    if (groups == 1) {
+      if (g == 0 && d < hd) o[d] = static_cast<float>(s);
+      continue;
+    }
+    if (g < groups) part[g * hd + d] = s;
+    __syncthreads();
+    if (g == 0) {
+      double t = part[d];
+      for (int k = 1; k < groups; ++k) t += part[k * hd + d];
+      o[d] = static_cast<float>(t);
+    }
+    __syncthreads();
   }
+}
+
+// s_q (head_dim floats, padded to 8 bytes), then the P·V partial sums: (threads / head_dim) × head_dim
+// doubles when head_dim <= the block's threads (else none: one group).
+size_t attention_smem_bytes(int hd) {
+  const size_t q_bytes = static_cast<size_t>((hd + 1) / 2) * 2 * sizeof(float);
+  const int threads = kAttnWarps * kWarp;
+  const size_t groups = hd <= threads ? static_cast<size_t>(threads / hd) : 1;
+  return q_bytes + (groups > 1 ? groups * static_cast<size_t>(hd) * sizeof(double) : 0);
 }
 
 }  // namespace
@@ -111,8 +145,8 @@ void launch_attention(const uint16_t* k_cache, const uint16_t* v_cache, const fl
                       cudaStream_t stream) {
   if (rows <= 0) return;
   attention_kernel<<<dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(rows)), kAttnWarps * kWarp,
-                     static_cast<size_t>(a.head_dim) * sizeof(float), stream>>>(k_cache, v_cache, q, pos0,
-                                                                                pos0_device, a, out, scores);
+                     attention_smem_bytes(a.head_dim), stream>>>(k_cache, v_cache, q, pos0, pos0_device, a,
+                                                                 out, scores);
   check_launch("attention kernel");
 }
 

@@ -1,7 +1,8 @@
-// matmul: one warp per output row, one launch per product, grid (rows / 4, activation rows / NC). For
-// decode (1-8 activation rows) each weight byte is read from HBM once; for more rows the grid's y dimension
-// walks tiles of 8 rows, each re-reading the weight (from L2 when it fits: 50 MB on an H100/H200) — a
-// register-tiled product, not a tensor-core GEMM (docs/ARCHITECTURE.md "CUDA backend" lists that as to do).
+// matmul: one warp per output row (F32 weights: a block per row), one launch per product, grid (rows / 4,
+// activation rows / NC). For decode (1-8 activation rows) each weight byte is read from HBM once; for more
+// rows the grid's y dimension walks tiles of 8 rows, each re-reading the weight (from L2 when it fits: 50 MB
+// on an H100/H200) — a register-tiled product, not a tensor-core GEMM (docs/ARCHITECTURE.md "CUDA backend"
+// lists that as to do).
 #include "backend/cuda/matvec.cuh"
 
 namespace df::backend::cuda {
@@ -25,6 +26,49 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
       if (c < nc) y[(c0 + c) * y_stride + o] = static_cast<float>(acc[c]);
 }
 
+// F32 weights (routers: a few dozen rows of a few thousand values, too few rows to occupy the GPU one warp
+// per row): a block per output row, each thread a strided share of the row's 4-value units with the float
+// products summed in double, then the threads' sums added as a fixed tree.
+constexpr int kF32Threads = 256;
+template <int NC>
+__global__ void __launch_bounds__(kF32Threads)
+    matmul_f32_kernel(const float* w, size_t row_floats, int64_t n_in, const uint8_t* act, size_t act_stride,
+                      int64_t cols, float* y, int64_t y_stride) {
+  __shared__ double partial[NC][kF32Threads / kWarp];
+  const int64_t o = blockIdx.x;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * NC;
+  const int nc = static_cast<int>(cols - c0 < NC ? cols - c0 : NC);
+  const float4* wr = reinterpret_cast<const float4*>(w + o * row_floats);
+  double acc[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) acc[c] = 0.0;
+  for (int64_t u = threadIdx.x; u < n_in / 4; u += kF32Threads) {
+    const float4 wv = wr[u];
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= nc) break;
+      const float4 a = reinterpret_cast<const float4*>(act + (c0 + c) * act_stride)[u];
+      acc[c] += static_cast<double>(__fmul_rn(wv.x, a.x));
+      acc[c] += static_cast<double>(__fmul_rn(wv.y, a.y));
+      acc[c] += static_cast<double>(__fmul_rn(wv.z, a.z));
+      acc[c] += static_cast<double>(__fmul_rn(wv.w, a.w));
+    }
+  }
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    const double v = warp_sum(acc[c]);
+    if (lane == 0) partial[c][warp] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < nc) {
+    const int c = static_cast<int>(threadIdx.x);
+    double t = 0.0;
+    for (int k = 0; k < kF32Threads / kWarp; ++k) t += partial[c][k];
+    y[(c0 + c) * y_stride + o] = static_cast<float>(t);
+  }
+}
+
 }  // namespace
 
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,
@@ -32,6 +76,16 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
                    cudaStream_t stream) {
   if (n_out <= 0 || cols <= 0) return;
   const int nc = col_tile(cols);
+  if (w_type == GgmlType::F32) {
+    const dim3 grid(static_cast<unsigned>(n_out), static_cast<unsigned>((cols + nc - 1) / nc));
+    with_col_tile(nc, [&]<int NC>() {
+      matmul_f32_kernel<NC><<<grid, kF32Threads, 0, stream>>>(reinterpret_cast<const float*>(w),
+                                                              row_bytes / sizeof(float), n_in, act,
+                                                              act_stride, cols, y, y_stride);
+    });
+    check_launch("matmul kernel (f32)");
+    return;
+  }
   const dim3 grid(static_cast<unsigned>((n_out + kWarpsPerBlock - 1) / kWarpsPerBlock),
                   static_cast<unsigned>((cols + nc - 1) / nc));
   with_weight_traits(w_type, [&]<class T>() {

@@ -34,6 +34,76 @@ __global__ void rms_norm_kernel(const float* x, int64_t n, const float* weight, 
   }
 }
 
+// The same with the row in registers, for rows of up to kNormThreads * kNormPerThread values: the row is
+// read from memory once and the weight load overlaps the reduction.
+constexpr int kNormPerThread = 16;
+__global__ void __launch_bounds__(kNormThreads)
+    rms_norm_regs_kernel(const float* x, int64_t n, const float* weight, float eps, float* y) {
+  __shared__ double partial[kNormThreads / kWarp];
+  __shared__ float s_scale;
+  const float* xr = x + blockIdx.x * n;
+  float* yr = y + blockIdx.x * n;
+  float v[kNormPerThread], w[kNormPerThread];
+  double sum = 0.0;
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * kNormThreads;
+    v[j] = i < n ? xr[i] : 0.0f;
+    w[j] = weight && i < n ? weight[i] : 1.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) sum += static_cast<double>(__fmul_rn(v[j], v[j]));
+  sum = warp_sum(sum);
+  if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int k = 0; k < kNormThreads / kWarp; ++k) t += partial[k];
+    const float mean = static_cast<float>(t / static_cast<double>(n));
+    s_scale = 1.0f / sqrtf(mean + eps);
+  }
+  __syncthreads();
+  const float scale = s_scale;
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * kNormThreads;
+    if (i < n) {
+      const float r = v[j] * scale;
+      yr[i] = weight ? r * w[j] : r;
+    }
+  }
+}
+
+// Short rows (per-head norms: head_dim values): one warp per row, the row in registers.
+constexpr int kNormWarpMax = 16 * kWarp;
+__global__ void __launch_bounds__(kNormThreads)
+    rms_norm_warp_kernel(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (kNormThreads / kWarp) + threadIdx.x / kWarp;
+  if (r >= rows) return;  // the whole warp leaves
+  const int lane = threadIdx.x % kWarp;
+  const float* xr = x + r * n;
+  float* yr = y + r * n;
+  float v[kNormWarpMax / kWarp];
+  double sum = 0.0;
+#pragma unroll
+  for (int j = 0; j < kNormWarpMax / kWarp; ++j) {
+    const int64_t i = lane + static_cast<int64_t>(j) * kWarp;
+    v[j] = i < n ? xr[i] : 0.0f;
+    sum += static_cast<double>(__fmul_rn(v[j], v[j]));
+  }
+  sum = warp_sum(sum);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / sqrtf(mean + eps);
+#pragma unroll
+  for (int j = 0; j < kNormWarpMax / kWarp; ++j) {
+    const int64_t i = lane + static_cast<int64_t>(j) * kWarp;
+    if (i < n) {
+      const float t = v[j] * scale;
+      yr[i] = weight ? t * weight[i] : t;
+    }
+  }
+}
+
 constexpr int kMaxPairs = 512;
 
 // One block per row: the angles by ggml's float recurrence θ_{i+1} = θ_i · theta_scale (sequential, on one
@@ -81,7 +151,15 @@ __global__ void rope_kernel(float* x, int n_head, int head_dim, const int32_t* p
 void launch_rms_norm(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y,
                      cudaStream_t stream) {
   if (rows <= 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(x, n, weight, eps, y);
+  if (n <= kNormWarpMax) {
+    constexpr int per_block = kNormThreads / kWarp;
+    rms_norm_warp_kernel<<<static_cast<unsigned>((rows + per_block - 1) / per_block), kNormThreads, 0,
+                           stream>>>(x, rows, n, weight, eps, y);
+  } else if (n <= int64_t{kNormThreads} * kNormPerThread) {
+    rms_norm_regs_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(x, n, weight, eps, y);
+  } else {
+    rms_norm_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(x, n, weight, eps, y);
+  }
   check_launch("rms_norm kernel");
 }
 

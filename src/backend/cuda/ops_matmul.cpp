@@ -70,10 +70,17 @@ void CudaBackend::matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<
          bytes, rows, w.n_in, ggml_type_name(w.type));
   if (graph_.skip("matmul", BA::raw(y), rows, w.n_out)) return;
   const GgmlType act = quant::vec_dot_type(w.type);
-  quantize_rows(act, BA::raw(x), rows, w.n_in, BA::raw(scratch));
-  cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in,
-                      BA::raw(scratch), cuda::act_row_stride(act, w.n_in), rows, BA::raw(y), w.n_out,
-                      as_stream(stream_));
+  const auto* act_rows = reinterpret_cast<const uint8_t*>(BA::raw(x));
+  // F32 activations are the input rows themselves when those are laid out as the kernels read them (16-byte
+  // aligned rows of whole 4-value units): no copy.
+  const bool in_place = act == GgmlType::F32 && reinterpret_cast<uintptr_t>(act_rows) % 16 == 0 &&
+                        cuda::act_row_stride(act, w.n_in) == static_cast<size_t>(w.n_in) * sizeof(float);
+  if (!in_place) {
+    quantize_rows(act, BA::raw(x), rows, w.n_in, BA::raw(scratch));
+    act_rows = BA::raw(scratch);
+  }
+  cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in, act_rows,
+                      cuda::act_row_stride(act, w.n_in), rows, BA::raw(y), w.n_out, as_stream(stream_));
 }
 
 void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
