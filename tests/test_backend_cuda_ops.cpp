@@ -113,7 +113,8 @@ TEST(CudaOps, MatmulOfEveryWeightTypeMatchesTheCpu) {
     const bool k_quant = ggml_traits(t).block_size == 256;
     // 2880 (gpt-oss's hidden size) leaves rows only 1- or 2-byte aligned for the 32-value blocks.
     for (int64_t n_in : {int64_t{512}, k_quant ? int64_t{1024} : int64_t{2880}}) {
-      for (int64_t rows : {1, 2, 3, 8, 13}) {
+      // 13, 40 and 77 rows take the tensor-core kernels for Q4_0 / Q8_0 (one, two and three column tiles).
+      for (int64_t rows : {1, 2, 3, 8, 13, 40, 77}) {
         const int64_t n_out = 70;
         const auto wb = weight_bytes(t, n_in, n_out, 7 + static_cast<uint32_t>(t));
         const auto x = random_floats(static_cast<size_t>(rows * n_in), 100 + static_cast<uint32_t>(rows));
@@ -217,16 +218,20 @@ TEST(CudaOps, GroupedFfnMatchesTheCpu) {
       {GgmlType::Q4_K, GgmlType::Q4_K, GgmlType::Q6_K, Activation::SwiGLU, true},
       {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K, Activation::SwiGLU, false},  // gate and up differ
       {GgmlType::Q8_0, GgmlType::Q5_K, GgmlType::Q8_0, Activation::SwiGLU, false},  // and their formats
+      {GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::Q8_0, Activation::SwiGLU, true},   // tensor cores + biases
   };
-  const int64_t n_in = 512, n_ff = 256, n_out = 256, x_rows = 11;
-  const auto x = random_floats(static_cast<size_t>(x_rows * n_in), 3);
-  for (const FfnCase& c : cases) {
-    const auto oc = run_ffn(cpu, c, n_in, n_ff, n_out, 6, x, x_rows);
-    const auto og = run_ffn(gpu, c, n_in, n_ff, n_out, 6, x, x_rows);
-    // The activation is re-quantized (Q8) before down: a product differing in its last bit can move one
-    // value to the next quantization step, hence a looser bound than a single matmul's.
-    EXPECT_LT(rel_l2(og, oc), 2e-4) << ggml_type_name(c.gate) << "/" << ggml_type_name(c.up) << "/"
-                                    << ggml_type_name(c.down);
+  const int64_t n_in = 512, n_ff = 256, n_out = 256;
+  // The dense FFN of 11 and 70 rows takes the tensor-core kernels where gate, up and down allow them.
+  for (const int64_t x_rows : {int64_t{11}, int64_t{70}}) {
+    const auto x = random_floats(static_cast<size_t>(x_rows * n_in), 3);
+    for (const FfnCase& c : cases) {
+      const auto oc = run_ffn(cpu, c, n_in, n_ff, n_out, 6, x, x_rows);
+      const auto og = run_ffn(gpu, c, n_in, n_ff, n_out, 6, x, x_rows);
+      // The activation is re-quantized (Q8) before down: a product differing in its last bit can move one
+      // value to the next quantization step, hence a looser bound than a single matmul's.
+      EXPECT_LT(rel_l2(og, oc), 2e-4) << ggml_type_name(c.gate) << "/" << ggml_type_name(c.up) << "/"
+                                      << ggml_type_name(c.down) << " rows " << x_rows;
+    }
   }
 }
 

@@ -33,9 +33,9 @@ void ModelFlags::add(CLI::App* app) {
       ->capture_default_str();
   app->add_option("-t,--threads", threads, "CPU threads (default: one per CPU this process may use)");
   app->add_option("-c,--ctx-size", ctx, "context size in tokens (default: the training context, at most 4096)");
-  app->add_option("-b,--batch-size", batch, "prompt tokens per forward pass (prefill chunk)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  app->add_option("-b,--batch-size", batch,
+                  "prompt tokens per forward pass (prefill chunk; default 64 on the CPU, 512 on a GPU)")
+      ->check(CLI::PositiveNumber);
 }
 
 ModelSourceOptions ModelFlags::source() const {
@@ -51,7 +51,11 @@ ModelSourceOptions ModelFlags::source() const {
   o.prompt_snapshot = prompt_snapshot;
   o.lookahead = lookahead;
   o.n_ctx = ctx;
-  o.prefill_chunk = batch;
+  // A GPU reads each expert's weights once per chunk and runs its products on tensor cores, so it wants long
+  // chunks (llama.cpp's default micro-batch is 512); the CPU's products gain little past 64 rows, and a
+  // short chunk keeps the streaming cache's pinned waves small.
+  constexpr int kCpuPrefillChunk = 64, kGpuPrefillChunk = 512;
+  o.prefill_chunk = batch > 0 ? batch : device.starts_with("cuda") ? kGpuPrefillChunk : kCpuPrefillChunk;
   return o;
 }
 

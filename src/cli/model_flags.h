@@ -18,7 +18,7 @@ struct ModelFlags {
   bool resident = false;
   int threads = 0;
   int ctx = 0;     // 0: min(training context, 4096), resolved by open_model (OpenedModel::n_ctx)
-  int batch = 64;  // prefill chunk
+  int batch = 0;   // prefill chunk; 0: the device's default (kCpuPrefillChunk, kGpuPrefillChunk)
   int lookahead = 1;
   bool prompt_snapshot = false;  // set by chat: Session::keep_prompt_snapshot() holds a second state
   void add(CLI::App* app);

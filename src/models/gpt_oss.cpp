@@ -53,7 +53,7 @@ class GptOssModel::State final : public MoeSequenceState {
                             static_cast<size_t>(c.n_head) * static_cast<size_t>(c.head_dim),
                             static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim),
                             static_cast<size_t>(c.n_expert), K, model_->max_act_row_bytes_});
-    wave.reserve(K);
+    wave.reserve(K, static_cast<size_t>(c.n_expert));
     batch_grown(T);
   }
 

@@ -51,7 +51,7 @@ class Lfm2MoeModel::State final : public MoeSequenceState {
                             model_->max_act_row_bytes_});
     y.resize(be, t * H, "short-conv batch buffers");
     bcx.resize(be, t * 3 * H, "short-conv batch buffers");
-    wave.reserve(static_cast<size_t>(c.n_expert_used));
+    wave.reserve(static_cast<size_t>(c.n_expert_used), static_cast<size_t>(c.n_expert));
     batch_grown(T);
   }
 

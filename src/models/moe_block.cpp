@@ -108,7 +108,9 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
                  backend::Buf<const float> xn, int64_t T, int64_t n_embd, int64_t n_ff) {
   const int64_t H = n_embd, F = n_ff;
   experts.will_acquire(moe_index, std::span<const int32_t>(b.used.data(), n_used));
-  const size_t wave_size = wave.tasks.size();  // k: what one decode step pins anyway
+  // k: what one decode step pins anyway; a provider holding every expert of the layer pins nothing, and one
+  // wave (one backend ffn()) for the whole layer saves a launch set per k experts.
+  const size_t wave_size = experts.resident_stacks(moe_index) ? std::max<size_t>(n_used, 1) : wave.k;
   for (size_t w0 = 0; w0 < n_used; w0 += wave_size) {
     const size_t n = std::min(wave_size, n_used - w0);
     WaveLeases leases(experts, moe_index, wave.ids.data());

@@ -128,16 +128,20 @@ class WaveLeases {
   size_t n_ = 0;
 };
 
-// One wave of experts: the ids held and the FFNs handed to the backend (k of each: reserve(k)).
+// One wave of experts: the ids held and the FFNs handed to the backend. A wave is k experts (what a decode
+// step pins anyway) when the provider pins what it hands out, the whole layer when it holds every expert
+// (room for n_expert: reserve(k, n_expert)).
 struct ExpertWave {
   std::vector<int32_t> ids;
   std::vector<backend::FfnTask> tasks;
-  void reserve(size_t k) {
-    ids.resize(k);
-    tasks.resize(k);
+  size_t k = 0;
+  void reserve(size_t k_used, size_t n_expert) {
+    k = k_used;
+    ids.resize(n_expert);
+    tasks.resize(n_expert);
   }
   size_t bytes() const { return ids.size() * sizeof(int32_t) + tasks.size() * sizeof(backend::FfnTask); }
-  static size_t bytes_for(size_t k) { return k * (sizeof(int32_t) + sizeof(backend::FfnTask)); }
+  static size_t bytes_for(size_t n_expert) { return n_expert * (sizeof(int32_t) + sizeof(backend::FfnTask)); }
 };
 
 // Per-expert biases of a MoE layer (gpt-oss): n_expert rows each of gate/up (n_ff) and down (n_embd); null
@@ -148,8 +152,8 @@ struct ExpertBiases {
 
 // The chosen experts (b.used[0..n_used)), gated FFNs of n_embd → n_ff → n_embd with the given activation
 // (and biases), each applied to its tokens of xn: expert_out row (token · k + slot) gets its output for that
-// token. Waves of up to the wave's size (k) of experts are acquired, run as one backend ffn() and released
-// (see moe_block.cpp).
+// token. Waves of up to k experts (every chosen expert when the provider holds them all) are acquired, run
+// as one backend ffn() and released (see moe_block.cpp).
 void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b, size_t n_used,
                  ExpertWave& wave, const backend::ActivationParams& act, const ExpertBiases& biases,
                  backend::Buf<const float> xn, int64_t T, int64_t n_embd, int64_t n_ff);

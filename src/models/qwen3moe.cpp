@@ -38,7 +38,7 @@ class Qwen3MoeModel::State final : public MoeSequenceState {
                             static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim),
                             static_cast<size_t>(c.n_expert), static_cast<size_t>(c.n_expert_used),
                             model_->max_act_row_bytes_});
-    wave.reserve(static_cast<size_t>(c.n_expert_used));
+    wave.reserve(static_cast<size_t>(c.n_expert_used), static_cast<size_t>(c.n_expert));
     batch_grown(T);
   }
 

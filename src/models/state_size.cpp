@@ -52,19 +52,19 @@ StateDims state_dims_of(const Lfm2MoeConfig& c) {
   const size_t H = d.n_embd, n_conv = static_cast<size_t>(c.n_layer - n_attn);
   d.extra_bytes_per_token = 4 * H * sizeof(float);  // y (H) and bcx (3H)
   d.fixed_bytes = n_conv * static_cast<size_t>(std::max(c.l_cache - 1, 0)) * H * sizeof(float) +
-                  ExpertWave::bytes_for(d.k);
+                  ExpertWave::bytes_for(d.n_expert);
   return d;
 }
 
 StateDims state_dims_of(const Qwen3MoeConfig& c) {
   StateDims d = common_dims(c, c.n_layer);
-  d.fixed_bytes = ExpertWave::bytes_for(d.k);
+  d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
   return d;
 }
 
 StateDims state_dims_of(const GptOssConfig& c) {
   StateDims d = common_dims(c, c.n_layer);
-  d.fixed_bytes = ExpertWave::bytes_for(d.k);
+  d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
   return d;
 }
 

@@ -1,8 +1,10 @@
 // The grouped gated FFN: every task's rows in one launch per stage (gather + quantize, gate/up + bias +
 // activation, quantize the activation, down + bias + scale + scatter), whatever the number of tasks. The
 // launches read the tasks from a small descriptor table in device memory (FfnDesc, FfnItem) that the host
-// stages once per call; a work item is up to 8 rows of one task, the y dimension of the grid.
+// stages once per call; a work item is up to 8 rows of one task (up to kFfnMmaCols rows for the tensor-core
+// kernels), the y dimension of the grid.
 #include "backend/cuda/matvec.cuh"
+#include "backend/cuda/mma_tile.cuh"
 
 namespace df::backend::cuda {
 namespace {
@@ -155,6 +157,73 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   }
 }
 
+// Items of more than 8 rows (prefill chunks; the host makes them only when gate and up share a type and
+// it and down's are mma_supported): int8 tensor-core tiles, 64 output rows × up to kFfnMmaCols entries a
+// block. The epilogues are those of the kernels above.
+static_assert(kFfnMmaCols == kMmaCols, "an FFN work item is one mma column tile");
+
+template <class W>
+__global__ void __launch_bounds__(kMmaWarps* kWarp)
+    ffn_gate_up_mma_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qg,
+                           size_t qg_stride, float* h) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsPerBlock + warp * 16;
+  if (o0 >= s.n_ff) return;
+  const FfnItem it = items[blockIdx.y];
+  const FfnDesc& d = descs[it.task];
+  const int64_t e0 = d.entry0 + it.local0;
+  float ga[kMmaCols / 8][4], ua[kMmaCols / 8][4];
+  mma_rows<W, kMmaCols>(d.gate, s.gate_row_bytes, s.n_ff, o0, s.n_in, qg + e0 * qg_stride, qg_stride, it.cols,
+                        ga);
+  mma_rows<W, kMmaCols>(d.up, s.up_row_bytes, s.n_ff, o0, s.n_in, qg + e0 * qg_stride, qg_stride, it.cols,
+                        ua);
+#pragma unroll
+  for (int j = 0; j < kMmaCols / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t o = o0 + g + (i >= 2 ? 8 : 0);
+      const int c = j * 8 + 2 * t + (i & 1);
+      if (o >= s.n_ff || c >= it.cols) continue;
+      float gv = ga[j][i], uv = ua[j][i];
+      if (d.gate_bias) gv += d.gate_bias[o];
+      if (d.up_bias) uv += d.up_bias[o];
+      h[(e0 + c) * s.n_ff + o] = activate(s, gv, uv);
+    }
+}
+
+template <class W>
+__global__ void __launch_bounds__(kMmaWarps* kWarp)
+    ffn_down_mma_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qh,
+                        size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsPerBlock + warp * 16;
+  if (o0 >= s.n_out) return;
+  const FfnItem it = items[blockIdx.y];
+  const FfnDesc& d = descs[it.task];
+  const int64_t e0 = d.entry0 + it.local0;
+  float acc[kMmaCols / 8][4];
+  mma_rows<W, kMmaCols>(d.down, s.down_row_bytes, s.n_out, o0, s.n_ff, qh + e0 * qh_stride, qh_stride,
+                        it.cols, acc);
+#pragma unroll
+  for (int j = 0; j < kMmaCols / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t o = o0 + g + (i >= 2 ? 8 : 0);
+      const int c = j * 8 + 2 * t + (i & 1);
+      if (o >= s.n_out || c >= it.cols) continue;
+      const int32_t local = it.local0 + c;
+      const int32_t row = d.out_rows ? d.out_rows[local] : local;
+      if (row < 0 || row >= out_rows_total) {
+        record(err, kErrFfnOutRow, row, static_cast<int32_t>(out_rows_total));
+        continue;
+      }
+      float v = acc[j][i];
+      if (d.down_bias) v += d.down_bias[o];
+      if (d.out_scale != 1.0f) v *= d.out_scale;
+      out[row * s.n_out + o] = v;
+    }
+}
+
 }  // namespace
 
 void launch_ffn_gather_quantize(GgmlType act, const float* x, int64_t x_rows, int64_t n_in,
@@ -171,6 +240,15 @@ void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* 
                         const uint8_t* qg, size_t qg_stride, const uint8_t* qu, size_t qu_stride, float* h,
                         float* u_scratch, int64_t, cudaStream_t stream) {
   if (n_items <= 0 || s.n_ff <= 0) return;
+  if (s.max_cols > 8) {
+    const dim3 grid(static_cast<unsigned>((s.n_ff + kMmaRowsPerBlock - 1) / kMmaRowsPerBlock),
+                    static_cast<unsigned>(n_items));
+    with_mma_weight(s.gate_type, [&]<class W>() {
+      ffn_gate_up_mma_kernel<W><<<grid, kMmaWarps * kWarp, 0, stream>>>(s, descs, items, qg, qg_stride, h);
+    });
+    check_launch("ffn gate/up kernel (mma)");
+    return;
+  }
   const dim3 grid(static_cast<unsigned>((s.n_ff + kWarpsPerBlock - 1) / kWarpsPerBlock),
                   static_cast<unsigned>(n_items));
   const unsigned threads = kWarpsPerBlock * kWarp;
@@ -201,6 +279,16 @@ void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* ite
                      const uint8_t* qh, size_t qh_stride, float* out, int64_t out_rows_total,
                      DeviceError* err, cudaStream_t stream) {
   if (n_items <= 0 || s.n_out <= 0) return;
+  if (s.max_cols > 8) {
+    const dim3 grid(static_cast<unsigned>((s.n_out + kMmaRowsPerBlock - 1) / kMmaRowsPerBlock),
+                    static_cast<unsigned>(n_items));
+    with_mma_weight(s.down_type, [&]<class W>() {
+      ffn_down_mma_kernel<W>
+          <<<grid, kMmaWarps * kWarp, 0, stream>>>(s, descs, items, qh, qh_stride, out, out_rows_total, err);
+    });
+    check_launch("ffn down kernel (mma)");
+    return;
+  }
   const dim3 grid(static_cast<unsigned>((s.n_out + kWarpsPerBlock - 1) / kWarpsPerBlock),
                   static_cast<unsigned>(n_items));
   with_col_tile(col_tile(s.max_cols), [&]<int NC>() {

@@ -94,6 +94,11 @@ struct FfnItem {
   int32_t cols;    // 1..8
 };
 enum class FfnAct : int32_t { SwiGLU = 0, GeGLU = 1, OaiSwiGLU = 2 };
+// Whether the int8 tensor-core kernels take this weight type (products of more than 8 activation rows, and
+// FFN work items of up to kFfnMmaCols rows).
+bool mma_supported(GgmlType w_type);
+constexpr int kFfnMmaCols = 32;
+
 struct FfnShape {
   GgmlType gate_type, up_type, down_type;
   int64_t n_in, n_ff, n_out;

@@ -4,6 +4,7 @@
 // on an H100/H200) — a register-tiled product, not a tensor-core GEMM (docs/ARCHITECTURE.md "CUDA backend"
 // lists that as to do).
 #include "backend/cuda/matvec.cuh"
+#include "backend/cuda/mma_tile.cuh"
 
 namespace df::backend::cuda {
 namespace {
@@ -69,7 +70,32 @@ __global__ void __launch_bounds__(kF32Threads)
   }
 }
 
+// More than 8 activation rows with Q4_0 / Q8_0 weights: int8 tensor-core tiles (mma_tile.cuh), a block of
+// 64 weight rows × kMmaCols activation rows.
+template <class W>
+__global__ void __launch_bounds__(kMmaWarps* kWarp)
+    matmul_mma_kernel(const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in, const uint8_t* act,
+                      size_t act_stride, int64_t cols, float* y, int64_t y_stride) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsPerBlock + warp * 16;
+  if (o0 >= n_out) return;  // the whole warp leaves
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kMmaCols;
+  const int nc = static_cast<int>(cols - c0 < kMmaCols ? cols - c0 : kMmaCols);
+  float acc[kMmaCols / 8][4];
+  mma_rows<W, kMmaCols>(w, row_bytes, n_out, o0, n_in, act + c0 * act_stride, act_stride, nc, acc);
+#pragma unroll
+  for (int j = 0; j < kMmaCols / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t o = o0 + g + (i >= 2 ? 8 : 0);
+      const int c = j * 8 + 2 * t + (i & 1);
+      if (o < n_out && c < nc) y[(c0 + c) * y_stride + o] = acc[j][i];
+    }
+}
+
 }  // namespace
+
+bool mma_supported(GgmlType w_type) { return w_type == GgmlType::Q4_0 || w_type == GgmlType::Q8_0; }
 
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,
                    const uint8_t* act, size_t act_stride, int64_t cols, float* y, int64_t y_stride,
@@ -84,6 +110,16 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
                                                               act_stride, cols, y, y_stride);
     });
     check_launch("matmul kernel (f32)");
+    return;
+  }
+  if (cols > 8 && mma_supported(w_type)) {
+    const dim3 grid(static_cast<unsigned>((n_out + kMmaRowsPerBlock - 1) / kMmaRowsPerBlock),
+                    static_cast<unsigned>((cols + kMmaCols - 1) / kMmaCols));
+    with_mma_weight(w_type, [&]<class W>() {
+      matmul_mma_kernel<W><<<grid, kMmaWarps * kWarp, 0, stream>>>(w, row_bytes, n_out, n_in, act, act_stride,
+                                                                   cols, y, y_stride);
+    });
+    check_launch("matmul kernel (mma)");
     return;
   }
   const dim3 grid(static_cast<unsigned>((n_out + kWarpsPerBlock - 1) / kWarpsPerBlock),

@@ -157,6 +157,13 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
   items.clear();
   entry_task.clear();
   int max_cols = 1;
+  // Tasks of more than 8 rows (prefill) go to the tensor-core kernels in items of up to kFfnMmaCols rows when
+  // every stage has an mma kernel for its weights.
+  int64_t most_rows = 0;
+  for (const FfnTask& b : ffns) most_rows = std::max(most_rows, b.n_rows);
+  const bool mma = most_rows > 8 && a.gate.type == a.up.type && cuda::mma_supported(a.gate.type) &&
+                   cuda::mma_supported(a.down.type);
+  const int64_t item_rows = mma ? cuda::kFfnMmaCols : 8;
   for (size_t f = 0; f < ffns.size(); ++f) {
     const FfnTask& b = ffns[f];
     const bool same = b.gate.type == a.gate.type && b.up.type == a.up.type && b.down.type == a.down.type &&
@@ -191,8 +198,8 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
     d.out_scale = b.out_scale;
     d.entry0 = static_cast<int32_t>(entry_task.size());
     d.n_rows = static_cast<int32_t>(b.n_rows);
-    for (int64_t i = 0; i < b.n_rows; i += 8) {
-      const int cols = static_cast<int>(std::min<int64_t>(8, b.n_rows - i));
+    for (int64_t i = 0; i < b.n_rows; i += item_rows) {
+      const int cols = static_cast<int>(std::min<int64_t>(item_rows, b.n_rows - i));
       items.push_back({static_cast<int32_t>(f), static_cast<int32_t>(i), cols});
       max_cols = std::max(max_cols, cols);
     }

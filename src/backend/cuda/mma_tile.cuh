@@ -1,0 +1,125 @@
+#pragma once
+// Int8 tensor-core tiles for the matrix products of many activation rows (prefill): Q4_0 and Q8_0 weights
+// against Q8_0 activations, by mma.sync m16n8k32 (s8 · s8 -> s32). A warp computes 16 weight rows × NT
+// activation rows. Each k step is exactly one 32-value block of both operands, so the tensor core gives every
+// (weight row, activation row) pair that block's integer dot product, exact; the block's float is then made
+// as the scalar reference makes it (TQ4_0 / TQ8_0 in matvec.cuh) and added to the pair's sum. So a block
+// contributes the same float as in the dp4a kernels and on the CPU; only the order of adding blocks differs.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k32 .s8): lane = 4 g + t. A (16 × 32, row-major): a0 = row g, k
+// 4t..4t+3; a1 = row g + 8, same k; a2 = row g, k 16 + 4t..; a3 = row g + 8, k 16 + 4t... B (32 × 8,
+// column-major): b0 = column g, k 4t..4t+3; b1 = column g, k 16 + 4t... C: c0, c1 = row g, columns 2t, 2t +
+// 1; c2, c3 = row g + 8, the same columns.
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace df::backend::cuda {
+
+// Two 16-bit loads: a GGUF block's quants are only 2-byte aligned.
+__device__ __forceinline__ uint32_t ld_u16x2(const uint8_t* p) {
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16);
+}
+
+__device__ __forceinline__ void mma_s8_16x8x32(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
+}
+
+struct MmaQ4_0 {
+  static constexpr int kBlockBytes = 18;
+  // This lane's A words of one block of a row (k 4t..4t+3 and 16 + 4t..) and the row's scale.
+  __device__ static void load(const uint8_t* blk, int t, uint32_t& lo, uint32_t& hi, float& d) {
+    const uint32_t q = ld_u16x2(blk + 2 + 4 * t);
+    lo = __vsub4(q & 0x0F0F0F0Fu, 0x08080808u);
+    hi = __vsub4((q >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+    d = f16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
+  }
+  __device__ static float block_float(int sumi, float dw, float da) {
+    return static_cast<float>(sumi) * dw * da;  // (sumi * dx) * dy, as dot_q4_0_q8_0
+  }
+};
+
+struct MmaQ8_0 {
+  static constexpr int kBlockBytes = 34;
+  __device__ static void load(const uint8_t* blk, int t, uint32_t& lo, uint32_t& hi, float& d) {
+    lo = ld_u16x2(blk + 2 + 4 * t);
+    hi = ld_u16x2(blk + 2 + 16 + 4 * t);
+    d = f16_to_f32(*reinterpret_cast<const uint16_t*>(blk));
+  }
+  __device__ static float block_float(int sumi, float dw, float da) {
+    return static_cast<float>(sumi) * (dw * da);  // as dot_q8_0_q8_0
+  }
+};
+
+// The rows of mma tiles a block of kMmaWarps computes: 16 per warp.
+constexpr int kMmaWarps = 4;
+constexpr int kMmaRowsPerBlock = 16 * kMmaWarps;
+// Activation rows per tile (the column tile of the mma kernels' grid, and of an FFN work item).
+constexpr int kMmaCols = 32;
+
+// acc[j][i] (C layout above, n-tile j) = Σ_blocks of W rows o0.. o0 + 15 against activation rows 0..NT-1 of
+// `act` (Q8_0, the backend's aligned layout: n_in quants then n_in / 32 float scales, rows act_stride apart).
+// Rows past n_rows and activation rows past n_cols are read clamped (their results are garbage, not stored).
+template <class W, int NT>
+__device__ __forceinline__ void mma_rows(const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t o0,
+                                         int64_t n_in, const uint8_t* act, size_t act_stride, int n_cols,
+                                         float (&acc)[NT / 8][4]) {
+  const int lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const uint8_t* w_g = w + static_cast<size_t>(min(o0 + g, n_rows - 1)) * row_bytes;
+  const uint8_t* w_g8 = w + static_cast<size_t>(min(o0 + g + 8, n_rows - 1)) * row_bytes;
+  const uint8_t* b_row[NT / 8];  // this lane's B column: activation row j * 8 + g
+  const float* s_col0[NT / 8];   // the scales of C's columns 2t and 2t + 1
+  const float* s_col1[NT / 8];
+#pragma unroll
+  for (int j = 0; j < NT / 8; ++j) {
+    b_row[j] = act + static_cast<size_t>(min(j * 8 + g, n_cols - 1)) * act_stride;
+    s_col0[j] = reinterpret_cast<const float*>(
+        act + static_cast<size_t>(min(j * 8 + 2 * t, n_cols - 1)) * act_stride + n_in);
+    s_col1[j] = reinterpret_cast<const float*>(
+        act + static_cast<size_t>(min(j * 8 + 2 * t + 1, n_cols - 1)) * act_stride + n_in);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+  }
+  const int64_t nb = n_in / 32;
+#pragma unroll 2
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t a[4];
+    float d_g, d_g8;
+    W::load(w_g + b * W::kBlockBytes, t, a[0], a[2], d_g);
+    W::load(w_g8 + b * W::kBlockBytes, t, a[1], a[3], d_g8);
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j) {
+      const uint8_t* q = b_row[j] + b * 32;
+      const uint32_t bf[2] = {*reinterpret_cast<const uint32_t*>(q + 4 * t),
+                              *reinterpret_cast<const uint32_t*>(q + 16 + 4 * t)};
+      int c[4];
+      mma_s8_16x8x32(c, a, bf);
+      const float da0 = s_col0[j][b], da1 = s_col1[j][b];
+      acc[j][0] += W::block_float(c[0], d_g, da0);
+      acc[j][1] += W::block_float(c[1], d_g, da1);
+      acc[j][2] += W::block_float(c[2], d_g8, da0);
+      acc[j][3] += W::block_float(c[3], d_g8, da1);
+    }
+  }
+}
+
+// Calls f.template operator()<W>() for a weight type the mma tiles take; false for any other.
+template <class F>
+bool with_mma_weight(GgmlType t, F&& f) {
+  switch (t) {
+    case GgmlType::Q4_0:
+      f.template operator()<MmaQ4_0>();
+      return true;
+    case GgmlType::Q8_0:
+      f.template operator()<MmaQ8_0>();
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace df::backend::cuda
