@@ -1,9 +1,14 @@
 // Eviction orders of the policies on their own, and the fixed-capacity lists under them.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "stream/crf_policy.h"
 #include "stream/eviction_policy.h"
+#include "stream/gate_lru_policy.h"
 #include "stream/lfu_aging_policy.h"
 #include "stream/slot_lists.h"
+#include "stream/slru_policy.h"
 #include "util/error.h"
 
 namespace df::stream {
@@ -23,7 +28,14 @@ TEST(StreamPolicy, ParsesNames) {
   EXPECT_EQ(parse_policy("lru"), PolicyKind::kLru);
   EXPECT_EQ(parse_policy("lfu"), PolicyKind::kLfuAging);
   EXPECT_EQ(parse_policy("lfu-aging"), PolicyKind::kLfuAging);
+  EXPECT_EQ(parse_policy("crf"), PolicyKind::kCrf);
+  EXPECT_EQ(parse_policy("gate-lru"), PolicyKind::kGateLru);
+  EXPECT_EQ(parse_policy("slru"), PolicyKind::kSlru);
   EXPECT_THROW(parse_policy("fifo"), Error);
+  for (const char* name : policy_names()) {
+    const PolicyKind kind = parse_policy(name);
+    EXPECT_STREQ(make_policy(kind, 4, 16)->name(), policy_name(kind));
+  }
 }
 
 TEST(StreamPolicy, LruEvictsInReleaseOrder) {
@@ -111,6 +123,90 @@ TEST(StreamPolicy, LfuHeapStaysConsistentUnderChurn) {
       ASSERT_EQ(p.count(key_of[v]), best) << "step " << step;
     }
   }
+}
+
+TEST(StreamPolicy, CrfDecaysUsesWithTheHalfLife) {
+  // Keys of one layer of 8 experts, top-1: every access is a token. Half-life 2 tokens.
+  CrfPolicy p(4, 8, ClockShape{8, 1}, 2.0);
+  for (int i = 0; i < 4; ++i) p.on_demand(0);  // key 0: 1 + 1/√2 + 1/2 + 1/(2√2) ≈ 2.56 at its last use
+  p.on_demand(1);                              // key 1: 1, one token later: key 0 ≈ 2.56 / √2 ≈ 1.81
+  EXPECT_NEAR(p.score(0), (1 + std::exp2(-0.5) + 0.5 + std::exp2(-1.5)) * std::exp2(-0.5), 1e-12);
+  EXPECT_DOUBLE_EQ(p.score(1), 1.0);
+  p.add_candidate(0, 0);
+  p.add_candidate(1, 1);
+  EXPECT_EQ(p.victim(), 1);                    // the recent single use scores less than the old repeated ones
+  for (int i = 0; i < 4; ++i) p.on_demand(2);  // four tokens later key 0 is down to ≈ 0.45, key 1 to 0.25
+  p.remove_candidate(1);
+  p.on_demand(1);  // key 1 used again: 1.25 now, beats key 0
+  p.add_candidate(1, 1);
+  EXPECT_EQ(p.victim(), 0);
+  // The order is the score order, and stays so as time passes (ranks do not move while waiting).
+  EXPECT_LT(p.score(0), p.score(1));
+  EXPECT_EQ(p.victim_if(SlotFilter{nullptr, [](const void*, int s) { return s == 1; }}, 4), 1);
+}
+
+TEST(StreamPolicy, CrfClocksRunPerLayer) {
+  // Two layers of 4 experts, top-1: accesses to layer 1 do not age layer 0's scores.
+  CrfPolicy p(4, 8, ClockShape{4, 1}, 1.0);
+  p.on_demand(0);
+  for (int i = 0; i < 10; ++i) p.on_demand(5);
+  EXPECT_DOUBLE_EQ(p.score(0), 1.0);
+  p.on_demand(1);
+  EXPECT_DOUBLE_EQ(p.score(0), 0.5);
+}
+
+TEST(StreamPolicy, GateLruPutsFirstUsesOnProbationAndRepeatsInTheWorkingSet) {
+  // One layer of 16 experts, top-1, window 3 tokens.
+  GateLruPolicy p(4, 16, ClockShape{16, 1}, 3);
+  const auto use = [&](int slot, int key, bool admit) {
+    if (admit) p.on_admit(slot, key);
+    p.on_demand(key);
+    p.add_candidate(slot, key);
+  };
+  use(0, 5, true);           // first use: probation
+  use(1, 6, true);           // first use: probation
+  p.remove_candidate(0);     // slot 0 evicted ...
+  use(0, 5, true);           // ... and key 5 missed again within 3 tokens of its last use: admitted as recent
+  use(3, 7, true);           // probation
+  EXPECT_EQ(p.victim(), 1);  // the oldest on probation
+  p.remove_candidate(1);
+  EXPECT_EQ(p.victim(), 3);
+  p.remove_candidate(3);
+  EXPECT_EQ(p.victim(), 0);  // only the working set is left
+  // A reuse while cached (released again without a new admission) joins the working set too.
+  use(1, 9, true);
+  p.remove_candidate(1);
+  p.on_demand(9);
+  p.add_candidate(1, 9);
+  EXPECT_EQ(p.victim(), 0);  // slot 0 joined the working set first
+  // A miss long after the last use is a first use again.
+  for (int i = 0; i < 5; ++i) p.on_demand(12);
+  p.remove_candidate(0);
+  use(0, 5, true);
+  EXPECT_EQ(p.victim(), 0);
+}
+
+TEST(StreamPolicy, SlruEvictsSingleUsesBeforeRepeatedOnesAndCapsTheProtectedSegment) {
+  SlruPolicy p(4, 50);  // at most 2 protected
+  const auto admit_and_release = [&](int slot) {
+    p.on_admit(slot, slot);
+    p.on_demand(slot);
+    p.add_candidate(slot, slot);
+  };
+  const auto reuse = [&](int slot) {
+    p.remove_candidate(slot);
+    p.on_demand(slot);
+    p.add_candidate(slot, slot);
+  };
+  for (int s = 0; s < 4; ++s) admit_and_release(s);
+  reuse(0);
+  reuse(1);
+  EXPECT_EQ(drain(p), (std::vector<int>{2, 3, 0, 1}));
+  for (int s = 0; s < 4; ++s) admit_and_release(s);
+  reuse(0);
+  reuse(1);
+  reuse(2);  // a third protected one pushes the oldest (0) back to probation, behind 3
+  EXPECT_EQ(drain(p), (std::vector<int>{3, 0, 1, 2}));
 }
 
 TEST(StreamPolicy, SlotListsMoveSlotsBetweenLists) {

@@ -85,6 +85,7 @@ void bench(const BenchFlags& f) {
     if (m.cache) decode_tel = m.cache->telemetry();
     kv_bytes = session->state_bytes();
   }
+  m.finish_recording();
   const double prefill_tps = f.repeats * f.n_prompt / prefill_s;
   const double decode_tps = f.repeats * f.n_decode / decode_s;
   const uint64_t peak_rss = status_kib("VmHWM") * 1024;

@@ -115,6 +115,7 @@ void chat(const ChatFlags& f) {
                    stop_reason_name(r.reason));
     }
   }
+  m.finish_recording();
 }
 
 }  // namespace

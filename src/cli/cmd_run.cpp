@@ -140,6 +140,7 @@ void run(const RunFlags& f) {
   }
   GenerationResult r = generate(session, sampler, prompt, go);
   if (dumper) dumper->finish();
+  m.finish_recording();
   if (f.print_ids) {
     std::string line;
     for (size_t i = 0; i < r.tokens.size(); ++i) line += (i ? " " : "") + std::to_string(r.tokens[i]);

@@ -11,5 +11,6 @@ void register_chat(CLI::App& app);
 void register_ingest(CLI::App& app);
 void register_verify(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_replay(CLI::App& app);
 
 }  // namespace df::cli

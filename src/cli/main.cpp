@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   df::cli::register_ingest(app);
   df::cli::register_verify(app);
   df::cli::register_bench(app);
+  df::cli::register_replay(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

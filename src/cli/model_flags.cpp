@@ -8,6 +8,7 @@
 
 #include "backend/backend_factory.h"
 #include "stream/byte_size.h"
+#include "stream/eviction_policy.h"
 #include "util/cpu_limits.h"
 #include "util/error.h"
 
@@ -22,9 +23,14 @@ void ModelFlags::add(CLI::App* app) {
   app->add_option("--io", io, "expert reads: direct (O_DIRECT) or buffered (page cache)")
       ->check(CLI::IsMember({"direct", "buffered"}))
       ->capture_default_str();
-  app->add_option("--cache-policy", cache_policy, "expert cache eviction: lru or lfu (LFU with ageing)")
-      ->check(CLI::IsMember({"lru", "lfu"}))
+  const auto policies = stream::policy_names();
+  app->add_option(
+         "--cache-policy", cache_policy,
+         fmt::format("expert cache eviction: {} (docs/PERF.md compares them)", fmt::join(policies, ", ")))
+      ->check(CLI::IsMember(std::vector<std::string>(policies.begin(), policies.end())))
       ->capture_default_str();
+  app->add_option("--record-routing", record_routing,
+                  "write every token's chosen experts to FILE (llama.cpp llama-moe-trace CSV, for `replay`)");
   app->add_option("--lookahead", lookahead, "MoE layers whose experts are guessed and read ahead (0 = off)")
       ->check(CLI::Range(0, 8))
       ->capture_default_str();
@@ -56,6 +62,7 @@ ModelSourceOptions ModelFlags::source() const {
   // short chunk keeps the streaming cache's pinned waves small.
   constexpr int kCpuPrefillChunk = 64, kGpuPrefillChunk = 512;
   o.prefill_chunk = batch > 0 ? batch : device.starts_with("cuda") ? kGpuPrefillChunk : kCpuPrefillChunk;
+  o.record_routing = record_routing;
   return o;
 }
 
@@ -90,6 +97,8 @@ std::unique_ptr<Session> make_session(OpenedModel& m, int n_ctx) {
   s->on_step = [&m](uint64_t tokens, uint64_t ns) { m.on_step(tokens, ns); };
   s->on_failure = [&m] { m.on_failure(); };
   if (m.prompt_snapshot) s->keep_prompt_snapshot();  // the memory plan counted it
+  if (m.routing)
+    s->on_prefill = [rec = m.routing.get()](int prompt_tokens) { rec->begin_prompt(prompt_tokens); };
   return s;
 }
 

@@ -15,6 +15,7 @@ namespace df::cli {
 
 struct ModelFlags {
   std::string model, store, expert_cache, io = "direct", cache_policy = "lru", device = "cpu";
+  std::string record_routing;  // --record-routing FILE
   bool resident = false;
   int threads = 0;
   int ctx = 0;     // 0: min(training context, 4096), resolved by open_model (OpenedModel::n_ctx)

@@ -71,6 +71,12 @@ void OpenedModel::on_failure() {
   if (auto* p = dynamic_cast<stream::StreamingExpertProvider*>(&model->experts())) p->abandon();
 }
 
+void OpenedModel::finish_recording() {
+  if (!routing) return;
+  routing->finish();
+  fmt::print(stderr, "routing: {} rows written to {}\n", routing->rows(), routing->path());
+}
+
 OpenedModel open_model(const ModelSourceOptions& options) {
   namespace fs = std::filesystem;
   const auto notice = options.notice ? options.notice : default_notice;
@@ -175,6 +181,10 @@ OpenedModel open_model(const ModelSourceOptions& options) {
 
   m.backend = load.backend;
   m.model = models::load_model(*m.file, load);
+  if (!options.record_routing.empty()) {
+    m.routing = std::make_unique<RoutingRecorder>(options.record_routing);
+    m.model->set_routing_sink(m.routing.get());
+  }
   m.tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_gguf(*m.file));
   if (static_cast<int>(m.tokenizer->n_vocab()) != m.model->info().n_vocab)
     fail("{}: the vocabulary has {} tokens but the output layer has {} rows", options.path,

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/routing_recorder.h"
 #include "gguf/gguf.h"
 #include "models/model.h"
 #include "store/store.h"
@@ -32,6 +33,7 @@ struct ModelSourceOptions {
   // training context and the memory there is, and its state is part of the automatic budget's reserve.
   int n_ctx = 0;
   int prefill_chunk = 64;  // wanted prefill chunk; the cache may need it smaller
+  std::string record_routing;  // --record-routing: write every forward's routing to this CSV file
   std::function<void(const std::string&)> notice;  // one-line notes for the user (stderr by default)
   stream::FaultPlan faults;  // tests only: read faults injected below the expert cache of a store
   std::optional<stream::MemorySnapshot> memory;    // tests: this instead of /proc/meminfo and the cgroup
@@ -39,6 +41,7 @@ struct ModelSourceOptions {
 
 struct OpenedModel {
   // Destruction runs bottom-up: the model (and its expert provider) goes before the cache it reads.
+  std::unique_ptr<RoutingRecorder> routing;  // --record-routing; the model reports to it
   std::optional<store::Store> store;
   std::unique_ptr<stream::ExpertCache> cache;  // null when resident
   std::unique_ptr<gguf::File> file;            // the trunk's GGUF: the source, or the store's dense.bin
@@ -58,6 +61,8 @@ struct OpenedModel {
   // Hooks for a Session: each step's token count and time (telemetry), and clean-up after a failed step.
   void on_step(uint64_t tokens, uint64_t ns);
   void on_failure();
+  // --record-routing: writes the trace out (df::Error when that fails) and says where on stderr.
+  void finish_recording();
 };
 
 // Checks the context and the memory it needs (engine/memory_plan.h) before the trunk, the state or the expert

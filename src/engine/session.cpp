@@ -57,6 +57,7 @@ std::span<const float> Session::prefill(std::span<const int32_t> tokens, models:
     if (tokens[i] < 0 || tokens[i] >= n_vocab)
       fail("prompt token {} at position {} is outside the vocabulary (0..{})", tokens[i], i, n_vocab - 1);
 
+  if (on_prefill) on_prefill(static_cast<int>(tokens.size()));
   size_t common = 0;
   while (common < tokens.size() && common < tokens_.size() && tokens[common] == tokens_[common]) ++common;
   if (common == tokens.size() && common == tokens_.size() && have_logits_ && capture == nullptr) {

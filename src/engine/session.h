@@ -47,6 +47,9 @@ class Session {
 
   // Called after every forward pass with its token count and time (the expert cache's telemetry).
   std::function<void(uint64_t tokens, uint64_t ns)> on_step;
+  // Called as prefill() starts, with the length of the prompt the state will hold (--record-routing counts
+  // positions from its end).
+  std::function<void(int prompt_tokens)> on_prefill;
   // Called when a forward pass failed (after the state was reset): releases what the step held.
   std::function<void()> on_failure;
 

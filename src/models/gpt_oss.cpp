@@ -141,6 +141,7 @@ void GptOssModel::run_moe(State& st, int il, int64_t T, ForwardCapture* capture)
   compute_experts(*backend_, *experts_, il, m, st.wave,
                   {kOaiSwiglu, biases, cfg_.n_expert_used, cfg_.n_expert, H, cfg_.n_ff_exp}, ws.xn.view(), T);
   add_expert_outputs(*backend_, m, ws.x.view(), T, cfg_.n_expert_used, H);
+  report_routing(*backend_, routing_sink_, il, st.n_past, T, cfg_.n_expert_used, m);
   capture_routing(*backend_, capture, il, T, cfg_.n_expert_used, m);
 }
 

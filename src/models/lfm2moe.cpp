@@ -143,6 +143,7 @@ void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture*
   compute_experts(*backend_, *experts_, moe, m, st.wave,
                   {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp}, st.trunk.xn.view(), T);
   add_expert_outputs(*backend_, m, st.trunk.x.view(), T, K, cfg_.n_embd);
+  report_routing(*backend_, routing_sink_, moe, st.n_past, T, K, m);
   capture_routing(*backend_, capture, moe, T, K, m);
 }
 

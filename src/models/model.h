@@ -61,6 +61,15 @@ struct ForwardCapture {
   std::vector<float> expert_weights;  // [n_moe_layer][T][k], the weights applied to those experts
 };
 
+// Receives each MoE layer's routing as the forward runs (--record-routing): T tokens at positions
+// first_pos, first_pos + 1, ..., k ids per token in the router's order (ids[t * k + j]). Called on the
+// forward's thread, once per MoE layer and batch; it must not keep the span.
+class RoutingSink {
+ public:
+  virtual ~RoutingSink() = default;
+  virtual void routed(int moe_layer, int first_pos, std::span<const int32_t> ids, int64_t T, int k) = 0;
+};
+
 struct LoadOptions {
   // The backend the model computes on (backend::make_backend for --device); empty: the default device with
   // n_threads.
@@ -89,6 +98,8 @@ class Model {
   virtual void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits,
                        bool all_rows, ForwardCapture* capture = nullptr) = 0;
   virtual ExpertProvider& experts() = 0;
+  // Every later forward reports its routing to `sink` (null: to nobody). The sink must outlive its use.
+  virtual void set_routing_sink(RoutingSink* sink) = 0;
 };
 
 // Dispatches on general.architecture. Throws df::Error for an unsupported architecture and for missing,

@@ -156,6 +156,14 @@ void add_expert_outputs(backend::Backend& be, MoeBuffers& b, backend::Buf<float>
   be.add(x, b.moe.view(), T * n_embd);
 }
 
+void report_routing(backend::Backend& be, RoutingSink* sink, int moe_index, int first_pos, int64_t T, int k,
+                    MoeBuffers& b) {
+  if (!sink) return;
+  const size_t n = static_cast<size_t>(T * k);
+  be.download(b.expert_ids_host.data(), b.expert_ids.view(), n);
+  sink->routed(moe_index, first_pos, std::span<const int32_t>(b.expert_ids_host.data(), n), T, k);
+}
+
 void capture_routing(backend::Backend& be, ForwardCapture* capture, int moe_index, int64_t T, int k,
                      const MoeBuffers& b) {
   if (!capture) return;

@@ -175,6 +175,11 @@ void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_inde
 void add_expert_outputs(backend::Backend& be, MoeBuffers& b, backend::Buf<float> x, int64_t T, int k,
                         int64_t n_embd);
 
+// Hands MoE layer moe_index's choice for the batch at first_pos to the sink (none: nothing), read back into
+// b.expert_ids_host (no allocation: it holds a batch's ids already).
+void report_routing(backend::Backend& be, RoutingSink* sink, int moe_index, int first_pos, int64_t T, int k,
+                    MoeBuffers& b);
+
 // Records MoE layer moe_index's choice and weights in the capture (none: nothing), read back.
 void capture_routing(backend::Backend& be, ForwardCapture* capture, int moe_index, int64_t T, int k,
                      const MoeBuffers& b);

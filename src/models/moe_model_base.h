@@ -24,6 +24,7 @@ class MoeModelBase : public Model {
  public:
   const ModelInfo& info() const override { return info_; }
   ExpertProvider& experts() override { return *experts_; }
+  void set_routing_sink(RoutingSink* sink) override { routing_sink_ = sink; }
   uint64_t state_bytes(int n_ctx, int n_batch) const override;
 
  protected:
@@ -63,6 +64,7 @@ class MoeModelBase : public Model {
   backend::Buf<const float> output_norm_;
   ExpertLayout expert_layout_;
   std::unique_ptr<ExpertProvider> experts_;
+  RoutingSink* routing_sink_ = nullptr;  // set_routing_sink
   size_t max_act_row_bytes_ = 0;
   StateDims state_dims_;  // set from the config by each constructor; act_row_bytes by finish_load
 };

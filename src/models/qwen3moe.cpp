@@ -110,6 +110,7 @@ void Qwen3MoeModel::run_moe(State& st, int il, int64_t T, ForwardCapture* captur
   compute_experts(*backend_, *experts_, il, m, st.wave,
                   {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp}, st.trunk.xn.view(), T);
   add_expert_outputs(*backend_, m, st.trunk.x.view(), T, K, cfg_.n_embd);
+  report_routing(*backend_, routing_sink_, il, st.n_past, T, K, m);
   capture_routing(*backend_, capture, il, T, K, m);
 }
 

@@ -1,25 +1,61 @@
 #include "stream/eviction_policy.h"
 
+#include <array>
+
+#include "stream/crf_policy.h"
+#include "stream/gate_lru_policy.h"
 #include "stream/lfu_aging_policy.h"
 #include "stream/lru_policy.h"
+#include "stream/slru_policy.h"
 #include "util/error.h"
 
 namespace df::stream {
+namespace {
+
+constexpr std::array<const char*, 5> kNames = {"lru", "lfu", "crf", "gate-lru", "slru"};
+constexpr std::array<PolicyKind, 5> kKinds = {PolicyKind::kLru, PolicyKind::kLfuAging, PolicyKind::kCrf,
+                                              PolicyKind::kGateLru, PolicyKind::kSlru};
+
+}  // namespace
+
+std::span<const char* const> policy_names() { return kNames; }
 
 PolicyKind parse_policy(std::string_view text) {
-  if (text == "lru") return PolicyKind::kLru;
-  if (text == "lfu" || text == "lfu-aging") return PolicyKind::kLfuAging;
-  fail("--cache-policy: '{}' is not a policy; use lru or lfu", text);
+  if (text == "lfu-aging") return PolicyKind::kLfuAging;
+  for (size_t i = 0; i < kNames.size(); ++i)
+    if (text == kNames[i]) return kKinds[i];
+  fail("--cache-policy: '{}' is not a policy; use lru, lfu, crf, gate-lru or slru", text);
 }
 
-const char* policy_name(PolicyKind kind) { return kind == PolicyKind::kLru ? "lru" : "lfu-aging"; }
+const char* policy_name(PolicyKind kind) {
+  if (kind == PolicyKind::kLfuAging) return "lfu-aging";
+  for (size_t i = 0; i < kKinds.size(); ++i)
+    if (kind == kKinds[i]) return kNames[i];
+  return "?";
+}
 
 std::unique_ptr<EvictionPolicy> make_policy(PolicyKind kind, int n_slots, int n_keys,
                                             const PolicyOptions& options) {
-  if (kind == PolicyKind::kLru) return std::make_unique<LruPolicy>(n_slots);
-  const uint64_t period = options.lfu_aging_period ? options.lfu_aging_period
-                                                   : static_cast<uint64_t>(n_slots > 16 ? n_slots : 16);
-  return std::make_unique<LfuAgingPolicy>(n_slots, n_keys, period);
+  const int n_expert = options.n_expert > 0 ? options.n_expert : 1;
+  const int top_k = options.top_k > 0 ? options.top_k : 1;
+  switch (kind) {
+    case PolicyKind::kLru:
+      return std::make_unique<LruPolicy>(n_slots);
+    case PolicyKind::kLfuAging: {
+      const uint64_t period = options.lfu_aging_period ? options.lfu_aging_period
+                                                       : static_cast<uint64_t>(n_slots > 16 ? n_slots : 16);
+      return std::make_unique<LfuAgingPolicy>(n_slots, n_keys, period);
+    }
+    case PolicyKind::kCrf:
+      return std::make_unique<CrfPolicy>(n_slots, n_keys, ClockShape{n_expert, top_k},
+                                         options.crf_half_life_tokens);
+    case PolicyKind::kGateLru:
+      return std::make_unique<GateLruPolicy>(n_slots, n_keys, ClockShape{n_expert, top_k},
+                                             options.gate_window_tokens);
+    case PolicyKind::kSlru:
+      return std::make_unique<SlruPolicy>(n_slots, options.slru_protected_percent);
+  }
+  fail("make_policy: unknown policy");
 }
 
 }  // namespace df::stream

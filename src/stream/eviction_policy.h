@@ -5,15 +5,21 @@
 // after construction.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 namespace df::stream {
 
-enum class PolicyKind { kLru, kLfuAging };
+// lru: least recently used. lfu: least frequently used with ageing. crf: combined recency and frequency (a
+// decayed use count with a half-life, llama.cpp's CRF). gate-lru: LRU that admits an expert at the cold end
+// unless it was used within a window before (a one-off use does not push out the working set). slru:
+// segmented LRU, experts used again while cached are protected from one-off ones.
+enum class PolicyKind { kLru, kLfuAging, kCrf, kGateLru, kSlru };
 
-// "lru" or "lfu" (also "lfu-aging"); throws df::Error naming --cache-policy otherwise.
+// A name of policy_names() (also "lfu-aging" for lfu); throws df::Error naming --cache-policy otherwise.
 PolicyKind parse_policy(std::string_view text);
 const char* policy_name(PolicyKind kind);
+std::span<const char* const> policy_names();  // "lru", "lfu", "crf", "gate-lru", "slru"
 
 // A predicate over slots that needs no allocation: allowed(ctx, slot).
 struct SlotFilter {
@@ -30,6 +36,9 @@ class EvictionPolicy {
   // A demand access of `key` (MoE layer * n_expert + expert). The cache calls it while the key's slot, if
   // any, is not a candidate (it has just been pinned).
   virtual void on_demand(int key) = 0;
+  // `slot` starts holding `key` (a miss or a guess is read into it), before that access's on_demand();
+  // a later add_candidate of the slot without another on_admit means the key was used again while cached.
+  virtual void on_admit(int /*slot*/, int /*key*/) {}
   // `slot`, holding `key`, may now be evicted: its last pin was released.
   virtual void add_candidate(int slot, int key) = 0;
   // `slot` is pinned again or leaves the cache (no-op when it is not a candidate).
@@ -46,6 +55,16 @@ struct PolicyOptions {
   // LFU with ageing: every `aging_period` demand accesses all frequencies halve, so experts that were popular
   // long ago give way to the ones in use now. 0: as many accesses as the cache has slots.
   uint64_t lfu_aging_period = 0;
+  // CRF: a use counts half after this many tokens (llama.cpp's default).
+  double crf_half_life_tokens = 128;
+  // gate-lru: an expert missed again within this many tokens of its last use is admitted as recent.
+  int gate_window_tokens = 32;
+  // slru: the share of the slots the protected segment may hold.
+  int slru_protected_percent = 25;
+  // The shape the token clocks of crf and gate-lru need: keys per MoE layer and the top-k (accesses of a
+  // layer per token). The cache fills them in; 0: 1.
+  int n_expert = 0;
+  int top_k = 0;
 };
 
 std::unique_ptr<EvictionPolicy> make_policy(PolicyKind kind, int n_slots, int n_keys,

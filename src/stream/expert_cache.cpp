@@ -19,14 +19,11 @@ uint64_t steady_now_ns() {
                                    .count());
 }
 
-constexpr int kRetry = -2;  // demand_victim() waited for a read: the caller looks the key up again
-
 }  // namespace
 
 ExpertCache::ExpertCache(RecordSource source, const ExpertCacheOptions& options)
     : source_(std::move(source)),
       options_(options),
-      lists_(1, kListCount),
       telemetry_(source_.layout.n_moe_layers > 0 ? source_.layout.n_moe_layers : 0) {
   source_.validate();
   if (!options_.notice) options_.notice = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
@@ -47,12 +44,17 @@ ExpertCache::ExpertCache(RecordSource source, const ExpertCacheOptions& options)
   pool_ = std::make_unique<SlotPool>(n_slots_, layout.record_bytes);
 
   const int n = static_cast<int>(n_slots_);
-  map_.assign(n_records, -1);
-  slots_.resize(n_slots_);
-  lists_ = SlotLists(n, kListCount);
-  for (int s = 0; s < n; ++s) lists_.push_back(kFree, s);
-  policy_ = make_policy(options_.policy, n, static_cast<int>(n_records), options_.policy_options);
-  layer_done_epoch_.assign(static_cast<size_t>(layout.n_moe_layers), 0);
+  CacheBookOptions bo;
+  bo.n_layers = layout.n_moe_layers;
+  bo.n_expert = layout.n_expert;
+  bo.n_slots = n_slots_;
+  bo.record_bytes = layout.record_bytes;
+  bo.policy = options_.policy;
+  bo.policy_options = options_.policy_options;
+  if (bo.policy_options.top_k == 0) bo.policy_options.top_k = static_cast<int>(options_.min_slots);
+  book_ = std::make_unique<CacheBook>(bo, telemetry_);
+  read_start_ns_.assign(n_slots_, 0);
+  read_error_.resize(n_slots_);
 
   BackendSetup setup;
   setup.fd = file_->fd();
@@ -81,21 +83,21 @@ ExpertCache::~ExpertCache() {
 uint64_t ExpertCache::pool_bytes() const { return pool_->bytes(); }
 
 uint64_t ExpertCache::overhead_bytes() const {
-  return map_.capacity() * sizeof(int32_t) + slots_.capacity() * sizeof(Slot) + lists_.memory_bytes() +
-         policy_->memory_bytes() + layer_done_epoch_.capacity() * sizeof(uint64_t) +
+  return book_->memory_bytes() + read_start_ns_.capacity() * sizeof(uint64_t) +
+         read_error_.capacity() * sizeof(std::string) +
          static_cast<uint64_t>(source_.layout.n_moe_layers) * sizeof(LayerCounters) +
          source_.checksums.capacity() * sizeof(uint64_t);
 }
 
 std::string ExpertCache::describe() const {
   return fmt::format("{} slots x {} = {}, {}, {}, {}", n_slots_, format_bytes(record_bytes()),
-                     format_bytes(pool_bytes()), policy_->name(), backend_->describe(),
+                     format_bytes(pool_bytes()), book_->policy_name(), backend_->describe(),
                      file_->direct() ? "O_DIRECT" : "page cache");
 }
 
 uint64_t ExpertCache::clock_now() const { return options_.clock_ns ? options_.clock_ns() : steady_now_ns(); }
 
-const char* ExpertCache::policy_name() const { return policy_->name(); }
+const char* ExpertCache::policy_name() const { return book_->policy_name(); }
 bool ExpertCache::direct_io() const { return file_->direct(); }
 const char* ExpertCache::reader_name() const { return backend_->name(); }
 
@@ -109,171 +111,19 @@ void ExpertCache::check_ids(int layer, std::span<const int32_t> ids, const char*
            l.n_expert);
 }
 
-bool ExpertCache::stale(const Slot& s) const {
-  const int layer = s.key / source_.layout.n_expert;
-  return layer_done_epoch_[static_cast<size_t>(layer)] > s.guess_epoch;
-}
-
-// Demand moved on from current_layer_: its guesses that were not used are wrong, so they become the first
-// victims, and the ones not yet read are withdrawn.
-void ExpertCache::enter_layer(int layer) {
-  if (layer == current_layer_) return;
-  const int left = current_layer_;
-  current_layer_ = layer;
-  if (left < 0) return;
-  layer_done_epoch_[static_cast<size_t>(left)] = ++epoch_;
-  const int n_expert = source_.layout.n_expert;
-  for (int s = lists_.front(kPendingGuesses); s != SlotLists::kNone;) {
-    const int next = lists_.next(s);
-    if (slots_[static_cast<size_t>(s)].key / n_expert == left) lists_.push_back(kStaleGuesses, s);
-    s = next;
-  }
-  for (int s = lists_.front(kGuessQueue); s != SlotLists::kNone;) {
-    const int next = lists_.next(s);
-    if (slots_[static_cast<size_t>(s)].key / n_expert == left) {
-      evict(s);
-      lists_.push_back(kFree, s);
-      ++telemetry_.layer(left).prefetch_cancelled;
-    }
-    s = next;
-  }
-}
-
-void ExpertCache::evict(int slot) {
-  Slot& s = slots_[static_cast<size_t>(slot)];
-  if (s.key >= 0) map_[static_cast<size_t>(s.key)] = -1;
-  policy_->remove_candidate(slot);
-  lists_.remove(slot);
-  s.key = -1;
-  s.state = State::kEmpty;
-  s.guessed = false;
-  s.error.clear();
-}
-
-void ExpertCache::assign(int slot, int key, bool guess) {
-  Slot& s = slots_[static_cast<size_t>(slot)];
-  s.key = key;
-  s.state = State::kQueued;
-  s.guessed = guess;
-  s.guess_epoch = epoch_;
-  map_[static_cast<size_t>(key)] = slot;
-  lists_.push_back(guess ? kGuessQueue : kDemandQueue, slot);
-}
-
-// A guess for a layer still ahead is likely to be used within the millisecond, unlike the policy's victim, so
-// it goes only after the policy has nothing left; a guess whose layer passed unused goes before anything
-// else.
-int ExpertCache::demand_victim(std::unique_lock<std::mutex>& lock, int layer) {
-  for (const List list : {kFree, kStaleGuesses}) {
-    if (lists_.empty(list)) continue;
-    const int s = lists_.pop_front(list);
-    evict(s);
-    return s;
-  }
-  if (const int s = policy_->victim(); s != EvictionPolicy::kNone) {
-    evict(s);
-    return s;
-  }
-  if (!lists_.empty(kPendingGuesses)) {
-    const int s = lists_.pop_front(kPendingGuesses);
-    evict(s);
-    return s;
-  }
-  if (!lists_.empty(kGuessQueue)) {
-    const int s = lists_.front(kGuessQueue);
-    ++telemetry_.layer(slots_[static_cast<size_t>(s)].key / source_.layout.n_expert).prefetch_cancelled;
-    evict(s);
-    return s;
-  }
-  // Only slots being read can still make room: a guess nobody pinned, once it lands, becomes a victim.
-  for (const Slot& s : slots_) {
-    if (s.state == State::kReading && s.pins == 0) {
-      const uint64_t t0 = clock_now();
-      done_cv_.wait(lock);
-      telemetry_.layer(layer).wait_ns += clock_now() - t0;
-      return kRetry;
-    }
-  }
-  fail(
-      "expert cache: no slot for an expert of MoE layer {}: all {} slots ({}) are pinned by the experts in "
-      "use; "
-      "the budget is below what one step needs at once: raise --expert-cache",
-      layer, n_slots_, format_bytes(pool_bytes()));
-}
-
-namespace {
-
-// Guesses for `target` made while demand is at `current` must not evict experts of the layers in between (nor
-// of `target` itself): those are needed before the guess. LRU would offer exactly them, as the records of the
-// next layer were used longest ago of all in a decode step. How far the policy looks for another victim:
-constexpr int kGuessVictimScan = 64;
-
-}  // namespace
-
-int ExpertCache::guess_victim(int layer) {
-  for (const List list : {kFree, kStaleGuesses}) {
-    if (lists_.empty(list)) continue;
-    const int s = lists_.pop_front(list);
-    evict(s);
-    return s;
-  }
-  struct Ctx {
-    const ExpertCache* cache;
-    int current, span, n_layers;
-  };
-  const int n_layers = source_.layout.n_moe_layers;
-  const Ctx ctx{this, current_layer_, current_layer_ < 0 ? 0 : (layer - current_layer_ + n_layers) % n_layers,
-                n_layers};
-  const SlotFilter allowed{&ctx, [](const void* p, int slot) {
-                             const Ctx& c = *static_cast<const Ctx*>(p);
-                             const int l = c.cache->slots_[static_cast<size_t>(slot)].key /
-                                           c.cache->source_.layout.n_expert;
-                             const int ahead = (l - c.current + c.n_layers) % c.n_layers;
-                             return ahead == 0 || ahead > c.span;
-                           }};
-  if (const int s = policy_->victim_if(allowed, kGuessVictimScan); s != EvictionPolicy::kNone) {
-    evict(s);
-    return s;
-  }
-  return -1;
-}
-
 ExpertHandle ExpertCache::pin_one(std::unique_lock<std::mutex>& lock, int layer, int expert) {
-  const int key = key_of(layer, expert);
-  LayerCounters& c = telemetry_.layer(layer);
   while (true) {
-    int s = map_[static_cast<size_t>(key)];
-    if (s >= 0 && slots_[static_cast<size_t>(s)].state == State::kFailed &&
-        slots_[static_cast<size_t>(s)].pins == 0) {
-      evict(s);  // a read that failed earlier is tried again
-      lists_.push_back(kFree, s);
-      s = -1;
-    }
-    if (s >= 0) {
-      Slot& slot = slots_[static_cast<size_t>(s)];
-      ++c.accesses;
-      ++c.hits;
-      if (slot.guessed) {
-        slot.guessed = false;
-        ++c.prefetch_hits;
-        if (lists_.owner(s) == kGuessQueue)
-          lists_.push_back(kDemandQueue, s);  // jumps ahead of the guesses
-        else
-          lists_.remove(s);
-      }
-      if (slot.pins++ == 0) policy_->remove_candidate(s);
-      policy_->on_demand(key);
-      return ExpertHandle{s, layer, expert};
-    }
-    const int victim = demand_victim(lock, layer);
-    if (victim == kRetry) continue;
-    ++c.accesses;
-    ++c.misses;
-    assign(victim, key, /*guess=*/false);
-    slots_[static_cast<size_t>(victim)].pins = 1;
-    policy_->on_demand(key);
-    return ExpertHandle{victim, layer, expert};
+    const int s = book_->pin(layer, expert);
+    if (s != CacheBook::kWaitForRead) return ExpertHandle{s, layer, expert};
+    const uint64_t t0 = clock_now();
+    done_cv_.wait(lock);
+    telemetry_.layer(layer).wait_ns += clock_now() - t0;
   }
+}
+
+bool ExpertCache::acquired(const ExpertHandle& h) const {
+  return h.slot >= 0 && static_cast<uint64_t>(h.slot) < n_slots_ && book_->pins(h.slot) > 0 &&
+         book_->key(h.slot) == key_of(h.layer, h.expert);
 }
 
 void ExpertCache::acquire(int layer, std::span<const int32_t> ids, std::span<ExpertHandle> out) {
@@ -283,15 +133,15 @@ void ExpertCache::acquire(int layer, std::span<const int32_t> ids, std::span<Exp
   bool queued = false;
   {
     std::unique_lock lock(mu_);
-    enter_layer(layer);
+    book_->enter_layer(layer);
     size_t done = 0;
     try {
       for (; done < ids.size(); ++done) out[done] = pin_one(lock, layer, ids[done]);
     } catch (...) {
-      for (size_t i = 0; i < done; ++i) unpin(out[i].slot);
+      for (size_t i = 0; i < done; ++i) book_->unpin(out[i].slot);
       throw;
     }
-    queued = !lists_.empty(kDemandQueue);
+    queued = book_->demand_queued();
   }
   if (queued) wake_reader();
 }
@@ -308,81 +158,39 @@ void ExpertCache::prefetch(int layer, std::span<const int32_t> ids) {
   bool queued = false;
   {
     std::lock_guard lock(mu_);
-    LayerCounters& c = telemetry_.layer(layer);
-    ++c.prefetch_rounds;
-    for (int32_t id : ids) {
-      const int key = key_of(layer, id);
-      const int s = map_[static_cast<size_t>(key)];
-      if (s >= 0) {
-        Slot& slot = slots_[static_cast<size_t>(s)];
-        if (slot.guessed) {  // guessed again: no longer a leftover of an older round
-          slot.guess_epoch = epoch_;
-          if (lists_.owner(s) == kStaleGuesses) lists_.push_back(kPendingGuesses, s);
-        }
-        continue;
-      }
-      const int victim = guess_victim(layer);
-      if (victim < 0) {
-        ++c.prefetch_dropped;
-        continue;
-      }
-      assign(victim, key, /*guess=*/true);
-      ++c.prefetch_issued;
-      queued = true;
-    }
+    queued = book_->prefetch(layer, ids);
   }
   if (queued) wake_reader();
 }
 
 const uint8_t* ExpertCache::wait(const ExpertHandle& h) {
+  using State = CacheBook::State;
   std::unique_lock lock(mu_);
-  if (h.slot < 0 || static_cast<uint64_t>(h.slot) >= n_slots_ ||
-      slots_[static_cast<size_t>(h.slot)].pins <= 0 ||
-      slots_[static_cast<size_t>(h.slot)].key != key_of(h.layer, h.expert))
-    fail("expert cache wait: MoE layer {} expert {} is not acquired", h.layer, h.expert);
-  Slot& s = slots_[static_cast<size_t>(h.slot)];
-  if (s.state == State::kQueued || s.state == State::kReading) {
+  if (!acquired(h)) fail("expert cache wait: MoE layer {} expert {} is not acquired", h.layer, h.expert);
+  const auto in_flight = [&] {
+    const State st = book_->state(h.slot);
+    return st == State::kQueued || st == State::kReading;
+  };
+  if (in_flight()) {
     const uint64_t t0 = clock_now();
-    done_cv_.wait(lock, [&] { return s.state != State::kQueued && s.state != State::kReading; });
+    done_cv_.wait(lock, [&] { return !in_flight(); });
     telemetry_.layer(h.layer).wait_ns += clock_now() - t0;
   }
-  if (s.state == State::kFailed) throw Error(s.error);
+  if (book_->state(h.slot) == State::kFailed) throw Error(read_error_[static_cast<size_t>(h.slot)]);
   return pool_->slot(static_cast<uint64_t>(h.slot));
 }
 
 bool ExpertCache::ready(const ExpertHandle& h) const {
   std::lock_guard lock(mu_);
   return h.slot >= 0 && static_cast<uint64_t>(h.slot) < n_slots_ &&
-         slots_[static_cast<size_t>(h.slot)].state == State::kReady;
-}
-
-void ExpertCache::park(int slot) {
-  Slot& s = slots_[static_cast<size_t>(slot)];
-  if (s.state == State::kFailed) {
-    evict(slot);
-    lists_.push_back(kFree, slot);
-  } else if (s.guessed) {
-    lists_.push_back(stale(s) ? kStaleGuesses : kPendingGuesses, slot);
-  } else {
-    policy_->add_candidate(slot, s.key);
-  }
-}
-
-void ExpertCache::unpin(int slot) {
-  Slot& s = slots_[static_cast<size_t>(slot)];
-  if (--s.pins > 0) return;
-  if (s.state == State::kReady || s.state == State::kFailed) park(slot);
-  // A read still queued or in flight is parked when it lands.
+         book_->state(h.slot) == CacheBook::State::kReady;
 }
 
 void ExpertCache::release(std::span<const ExpertHandle> handles) {
   std::lock_guard lock(mu_);
   for (const ExpertHandle& h : handles) {
-    if (h.slot < 0 || static_cast<uint64_t>(h.slot) >= n_slots_ ||
-        slots_[static_cast<size_t>(h.slot)].pins <= 0 ||
-        slots_[static_cast<size_t>(h.slot)].key != key_of(h.layer, h.expert))
-      fail("expert cache release: MoE layer {} expert {} is not acquired", h.layer, h.expert);
-    unpin(h.slot);
+    if (!acquired(h)) fail("expert cache release: MoE layer {} expert {} is not acquired", h.layer, h.expert);
+    book_->unpin(h.slot);
   }
 }
 
@@ -390,25 +198,20 @@ void ExpertCache::release(const ExpertHandle& h) { release(std::span<const Exper
 
 void ExpertCache::unpin_all() {
   std::lock_guard lock(mu_);
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    if (slots_[s].pins <= 0) continue;
-    slots_[s].pins = 1;
-    unpin(static_cast<int>(s));
-  }
+  book_->unpin_all();
 }
 
 void ExpertCache::drain() {
   std::unique_lock lock(mu_);
-  done_cv_.wait(lock,
-                [&] { return lists_.empty(kDemandQueue) && lists_.empty(kGuessQueue) && in_flight_ == 0; });
+  done_cv_.wait(lock, [&] { return !book_->reads_queued() && in_flight_ == 0; });
 }
 
 bool ExpertCache::resident(int layer, int expert) const {
   check_ids(layer, {}, "resident");
   std::lock_guard lock(mu_);
   if (expert < 0 || expert >= source_.layout.n_expert) return false;
-  const int s = map_[static_cast<size_t>(key_of(layer, expert))];
-  return s >= 0 && slots_[static_cast<size_t>(s)].state == State::kReady;
+  const int s = book_->slot_of(key_of(layer, expert));
+  return s >= 0 && book_->state(s) == CacheBook::State::kReady;
 }
 
 TelemetrySnapshot ExpertCache::telemetry() const {
@@ -435,19 +238,16 @@ bool ExpertCache::next_read(ReadJob& job, bool block, bool allow_guess) {
   std::unique_lock lock(mu_);
   while (true) {
     if (stopping_) return false;
-    int s = lists_.pop_front(kDemandQueue);
-    const bool guess = s == SlotLists::kNone && allow_guess;
-    if (guess) s = lists_.pop_front(kGuessQueue);
-    if (s != SlotLists::kNone) {
-      Slot& slot = slots_[static_cast<size_t>(s)];
+    bool guess = false;
+    const int s = book_->start_read(allow_guess, &guess);
+    if (s >= 0) {
       const uint64_t now = clock_now();
-      slot.state = State::kReading;
-      slot.read_start_ns = now;
+      read_start_ns_[static_cast<size_t>(s)] = now;
       if (in_flight_++ == 0) busy_since_ns_ = now;
       const int n_expert = source_.layout.n_expert;
       job.slot = s;
-      job.layer = slot.key / n_expert;
-      job.expert = slot.key % n_expert;
+      job.layer = book_->key(s) / n_expert;
+      job.expert = book_->key(s) % n_expert;
       job.guess = guess;
       job.serial = reads_started_++;
       job.file_offset = source_.layout.record_offset(job.layer, job.expert);
@@ -485,21 +285,18 @@ void ExpertCache::read_done(const ReadJob& job, const ReadResult& result) {
   }
   {
     std::lock_guard lock(mu_);
-    Slot& s = slots_[static_cast<size_t>(job.slot)];
     LayerCounters& c = telemetry_.layer(job.layer);
     const uint64_t now = clock_now();
     ++c.reads;
     c.bytes_read += result.bytes_done;
-    c.read_ns += now - s.read_start_ns;
+    c.read_ns += now - read_start_ns_[static_cast<size_t>(job.slot)];
     if (--in_flight_ == 0) telemetry_.add_busy(now - busy_since_ns_);
-    if (error.empty()) {
-      s.state = State::kReady;
-    } else {
-      s.state = State::kFailed;
-      s.error = std::move(error);
+    const bool ok = error.empty();
+    if (!ok) {
+      read_error_[static_cast<size_t>(job.slot)] = std::move(error);
       ++c.read_failures;
     }
-    if (s.pins == 0) park(job.slot);
+    book_->finish_read(job.slot, ok);
   }
   done_cv_.notify_all();
 }

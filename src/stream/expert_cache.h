@@ -11,10 +11,9 @@
 //   prefetch(layer, ids) guesses of a later layer, read at low priority into free slots, wrong guesses or the
 //                        policy's victims; never evicts a pinned slot, never blocks, drops what finds no slot
 //
-// Victims, in order: free slots, guesses whose layer has passed without using them (wrong guesses), the
-// policy's choice, then (demand only) guesses for layers still ahead, oldest first, and guesses still queued.
-// Pinned and in-flight slots never. Nothing allocates on this path: the map, queues and lists are fixed-size
-// arrays sized at construction. All methods are thread-safe; the reader runs on its own thread(s).
+// Which slot to give up is CacheBook's business (stream/cache_book.h), shared with `diskformer replay`.
+// Nothing allocates on this path: the map, queues and lists are fixed-size arrays sized at construction. All
+// methods are thread-safe; the reader runs on its own thread(s).
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -24,11 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "stream/cache_book.h"
 #include "stream/cache_telemetry.h"
 #include "stream/eviction_policy.h"
 #include "stream/read_backend.h"
 #include "stream/record_source.h"
-#include "stream/slot_lists.h"
 
 namespace df::stream {
 
@@ -102,32 +101,13 @@ class ExpertCache final : private ReadSink {
   void record_step(uint64_t tokens, uint64_t step_ns);
 
  private:
-  enum class State : uint8_t { kEmpty, kQueued, kReading, kReady, kFailed };
-  enum List : int { kFree, kDemandQueue, kGuessQueue, kStaleGuesses, kPendingGuesses, kListCount };
-  struct Slot {
-    int32_t key = -1;
-    int32_t pins = 0;
-    State state = State::kEmpty;
-    bool guessed = false;      // filled by a guess and not yet demanded
-    uint64_t guess_epoch = 0;  // epoch_ when the guess was made
-    uint64_t read_start_ns = 0;
-    std::string error;  // why the read failed (kFailed only)
-  };
-
   bool next_read(ReadJob& job, bool block, bool allow_guess) override;
   void read_done(const ReadJob& job, const ReadResult& result) override;
 
   int key_of(int layer, int expert) const { return layer * source_.layout.n_expert + expert; }
   void check_ids(int layer, std::span<const int32_t> ids, const char* what) const;
-  void enter_layer(int layer);
   ExpertHandle pin_one(std::unique_lock<std::mutex>& lock, int layer, int expert);
-  int demand_victim(std::unique_lock<std::mutex>& lock, int layer);
-  int guess_victim(int layer);
-  bool stale(const Slot& s) const;
-  void evict(int slot);
-  void assign(int slot, int key, bool guess);
-  void unpin(int slot);
-  void park(int slot);  // an unpinned slot whose read has finished goes where it may be evicted from
+  bool acquired(const ExpertHandle& h) const;
   std::string read_error(const ReadJob& job, const ReadResult& result) const;
   void wake_reader();
   uint64_t clock_now() const;
@@ -141,18 +121,14 @@ class ExpertCache final : private ReadSink {
   mutable std::mutex mu_;
   std::condition_variable work_cv_;  // reader threads: a job was queued or the cache shuts down
   std::condition_variable done_cv_;  // waiters: a read finished
-  std::vector<int32_t> map_;         // key -> slot, -1 when not resident
-  std::vector<Slot> slots_;
-  SlotLists lists_;
-  std::unique_ptr<EvictionPolicy> policy_;
-  std::vector<uint64_t> layer_done_epoch_;  // per layer: the epoch at which demand last moved past it
-  int current_layer_ = -1;
-  uint64_t epoch_ = 1;
+  CacheTelemetry telemetry_;
+  std::unique_ptr<CacheBook> book_;      // which key is where, pins, read states, the policy
+  std::vector<uint64_t> read_start_ns_;  // per slot
+  std::vector<std::string> read_error_;  // per slot: why its read failed (CacheBook::State::kFailed)
   uint64_t reads_started_ = 0;
   int in_flight_ = 0;
   uint64_t busy_since_ns_ = 0;
   bool stopping_ = false;
-  CacheTelemetry telemetry_;
 
   std::unique_ptr<ReadBackend> backend_;  // last: its threads call back into everything above
 };

@@ -1,0 +1,143 @@
+// Record, then replay: a run on a golden model with --record-routing's recorder writes the llama.cpp CSV of
+// its routing (prompt rows at -n..-1, decode rows from 0, the engine's batch order), and `diskformer
+// replay`'s engine fed that trace with the run's budget, policy and prefill chunk gives exactly the counts
+// the expert cache's own telemetry reports, per MoE layer: accesses, hits, misses and reads. At lookahead 0:
+// the engine's guesses come from the next layers' routers on hidden states the trace does not hold, and
+// whether a guess is still queued when its layer comes depends on the disk's timing (stream/trace_replay.h).
+// Recording changes no output.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "engine/generate.h"
+#include "engine/model_source.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "golden_json.h"
+#include "store/ingest.h"
+#include "stream/routing_trace.h"
+#include "stream/trace_replay.h"
+
+using df::testing::golden_json;
+using df::testing::golden_path;
+
+namespace {
+
+constexpr int kDecode = 8;
+
+std::string ingest_once(const std::string& model) {
+  df::store::IngestOptions o;
+  o.output_dir = std::string(DF_TEST_TMP) + "/stores/" + model;
+  o.use_index = false;
+  o.wait_for_lock = true;
+  return df::store::resolve_store(golden_path(model + ".gguf"), o);
+}
+
+struct Recorded {
+  std::vector<int32_t> tokens;
+  df::stream::TelemetrySnapshot telemetry;
+  int prefill_chunk = 0;
+};
+
+Recorded generate_once(const std::string& store, uint64_t slots, const std::string& policy,
+                       const std::string& trace, const std::vector<int32_t>& prompt) {
+  df::ModelSourceOptions o;
+  o.path = store;
+  o.n_threads = 2;
+  o.prefill_chunk = 16;
+  o.lookahead = 0;
+  o.cache_policy = policy;
+  o.record_routing = trace;
+  o.notice = [](const std::string&) {};
+  {
+    df::OpenedModel probe = df::open_model(o);
+    o.expert_cache_bytes = slots * probe.store->layout().record_bytes;
+  }
+  df::OpenedModel m = df::open_model(o);
+  df::Session session(*m.model, 256, m.prefill_chunk);
+  session.on_step = [&m](uint64_t t, uint64_t ns) { m.on_step(t, ns); };
+  if (m.routing) session.on_prefill = [&m](int n) { m.routing->begin_prompt(n); };
+  df::SamplingParams sp;
+  sp.temperature = 0;
+  df::Sampler sampler(m.model->info().n_vocab, sp);
+  df::GenerateOptions go;
+  go.n_predict = kDecode;
+  Recorded r;
+  // Two turns, as a chat: the second prompt extends the first, so the trace holds two sessions.
+  r.tokens = df::generate(session, sampler, prompt, go).tokens;
+  std::vector<int32_t> second = prompt;
+  second.insert(second.end(), r.tokens.begin(), r.tokens.end());
+  const auto more = df::generate(session, sampler, second, go).tokens;
+  r.tokens.insert(r.tokens.end(), more.begin(), more.end());
+  m.finish_recording();
+  r.telemetry = m.cache->telemetry();
+  r.prefill_chunk = m.prefill_chunk;
+  return r;
+}
+
+class RecordReplay : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RecordReplay, ReplayingTheRecordedTraceGivesTheEngineTelemetryCounts) {
+  const std::string model = GetParam();
+  auto prompt = golden_json(model)["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
+  if (prompt.size() > 40) prompt.resize(40);
+  const std::string store = ingest_once(model);
+  const std::string dir = std::string(DF_TEST_TMP) + "/traces";
+  std::filesystem::create_directories(dir);
+  const std::string trace_path = dir + "/" + model + ".csv";
+
+  const Recorded plain = generate_once(store, 1u << 20, "lru", "", prompt);
+  int top_k = 0, n_expert = 0;
+  for (const char* policy : df::stream::policy_names()) {
+    for (uint64_t slots : {0ull, 1ull, 2ull}) {
+      // Budgets: one layer's top-k (the minimum), a little more, and a layer's worth of experts.
+      if (top_k == 0) {
+        df::ModelSourceOptions o;
+        o.path = store;
+        o.notice = [](const std::string&) {};
+        df::OpenedModel probe = df::open_model(o);
+        top_k = probe.model->info().n_expert_used;
+        n_expert = probe.model->info().n_expert;
+      }
+      const uint64_t s = slots == 0   ? static_cast<uint64_t>(top_k)
+                         : slots == 1 ? static_cast<uint64_t>(2 * top_k + 1)
+                                      : static_cast<uint64_t>(n_expert);
+      SCOPED_TRACE(testing::Message() << model << " " << policy << " slots " << s);
+      const Recorded run = generate_once(store, s, policy, trace_path, prompt);
+      EXPECT_EQ(run.tokens, plain.tokens) << "recording or the budget changed the output";
+
+      const df::stream::RoutingTrace trace = df::stream::read_routing_trace(trace_path);
+      ASSERT_EQ(trace.k, top_k);
+      ASSERT_EQ(static_cast<size_t>(trace.n_layers), run.telemetry.layers.size());
+      // Two sessions: the prompt's rows -n..-1 per layer, kDecode - 1 decode tokens (the first token comes
+      // from the prefill's logits); the second prompt extends what the state holds by the last token only.
+      size_t prompt_rows = 0;
+      for (size_t r = 0; r < trace.rows(); ++r) prompt_rows += trace.prompt_row(r);
+      EXPECT_EQ(prompt_rows, (prompt.size() + 1) * static_cast<size_t>(trace.n_layers));
+      EXPECT_EQ(trace.rows() - prompt_rows, 2u * (kDecode - 1) * static_cast<size_t>(trace.n_layers));
+      EXPECT_EQ(trace.pos.front(), -static_cast<int32_t>(prompt.size()));
+
+      df::stream::ReplayOptions ro;
+      ro.slots = s;
+      ro.policy = df::stream::parse_policy(policy);
+      ro.policy_options.top_k = top_k;
+      ro.prefill_chunk = run.prefill_chunk;
+      ro.n_expert = n_expert;
+      const df::stream::ReplayResult replayed = df::stream::replay_trace(trace, ro);
+      for (size_t l = 0; l < run.telemetry.layers.size(); ++l) {
+        const auto& e = run.telemetry.layers[l];
+        const auto& r = replayed.layers[l];
+        EXPECT_EQ(r.accesses, e.accesses) << "MoE layer " << l;
+        EXPECT_EQ(r.hits, e.hits) << "MoE layer " << l;
+        EXPECT_EQ(r.misses, e.misses) << "MoE layer " << l;
+        EXPECT_EQ(r.reads, e.reads) << "MoE layer " << l;
+      }
+      EXPECT_GT(run.telemetry.total.misses, 0u);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, RecordReplay,
+                         ::testing::Values("lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny"));
+
+}  // namespace
