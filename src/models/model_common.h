@@ -42,7 +42,8 @@ uint64_t step_key(const void* state, int64_t T, int64_t logit_rows, size_t n_log
 template <class RunLayer>
 void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
                std::span<const int32_t> tokens, std::span<float> logits, bool all_rows, int n_layer,
-               int64_t n_embd, size_t n_moe, int k, ForwardCapture* capture, RunLayer&& run_layer);
+               int64_t n_embd, size_t n_moe, int k, ForwardCapture* capture, bool reads_back,
+               RunLayer&& run_layer);
 
 // Clears the capture for a batch of T tokens: k routing slots per token of each of the n_moe MoE layers,
 // and the per-layer residual stream when wanted.
@@ -53,7 +54,8 @@ void capture_layer(backend::Backend& be, ForwardCapture* capture, int il, backen
 template <class RunLayer>
 void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
                std::span<const int32_t> tokens, std::span<float> logits, bool all_rows, int n_layer,
-               int64_t n_embd, size_t n_moe, int k, ForwardCapture* capture, RunLayer&& run_layer) {
+               int64_t n_embd, size_t n_moe, int k, ForwardCapture* capture, bool reads_back,
+               RunLayer&& run_layer) {
   const int64_t T = static_cast<int64_t>(tokens.size()), H = n_embd;
   for (int64_t t = 0; t < T; ++t) b.pos_host[static_cast<size_t>(t)] = static_cast<int32_t>(state.n_past + t);
   be.upload(b.pos.view(), b.pos_host.data(), static_cast<size_t>(T));
@@ -62,9 +64,10 @@ void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, Mod
 
   const int64_t rows = all_rows ? T : 1;
   b.logits.resize(be, logits.size(), "logits");
-  // With a capture, residuals and routing are read back between the ops: such a forward is not one step.
+  // With a capture (residuals and routing) or `reads_back` (a routing sink), the host reads between the ops:
+  // such a forward is not one step.
   std::optional<backend::StepScope> step;
-  if (!capture) step.emplace(be, step_key(&state, T, rows, logits.size()));
+  if (!capture && !reads_back) step.emplace(be, step_key(&state, T, rows, logits.size()));
 
   be.get_rows(w.tok_embd, b.tokens.view(), T, b.x.view());
   for (int il = 0; il < n_layer; ++il) {

@@ -101,7 +101,7 @@ void MoeModelBase::forward_trunk(MoeSequenceState& st, std::span<const int32_t> 
                                  RunLayer&& run_layer) {
   run_trunk(*backend_, TrunkWeights{tok_embd_, output_norm_, info_.rms_eps, output_}, st.trunk, st, tokens,
             logits, all_rows, info_.n_layer, info_.n_embd, expert_layout_.layers.size(), info_.n_expert_used,
-            capture, std::forward<RunLayer>(run_layer));
+            capture, routing_sink_ != nullptr, std::forward<RunLayer>(run_layer));
 }
 
 }  // namespace df::models
