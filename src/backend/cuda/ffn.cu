@@ -172,11 +172,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
   const FfnItem it = items[blockIdx.y];
   const FfnDesc& d = descs[it.task];
   const int64_t e0 = d.entry0 + it.local0;
-  float ga[kMmaCols / 8][4], ua[kMmaCols / 8][4];
-  mma_rows<W, kMmaCols>(d.gate, s.gate_row_bytes, s.n_ff, o0, s.n_in, qg + e0 * qg_stride, qg_stride, it.cols,
-                        ga);
-  mma_rows<W, kMmaCols>(d.up, s.up_row_bytes, s.n_ff, o0, s.n_in, qg + e0 * qg_stride, qg_stride, it.cols,
-                        ua);
+  float acc[2][kMmaCols / 8][4];  // gate, up
+  const uint8_t* const ws[2] = {d.gate, d.up};
+  const size_t rbs[2] = {s.gate_row_bytes, s.up_row_bytes};
+  mma_rows<W, kMmaCols, 2>(ws, rbs, s.n_ff, o0, s.n_in, qg + e0 * qg_stride, qg_stride, it.cols, acc);
 #pragma unroll
   for (int j = 0; j < kMmaCols / 8; ++j)
 #pragma unroll
@@ -184,7 +183,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
       const int64_t o = o0 + g + (i >= 2 ? 8 : 0);
       const int c = j * 8 + 2 * t + (i & 1);
       if (o >= s.n_ff || c >= it.cols) continue;
-      float gv = ga[j][i], uv = ua[j][i];
+      float gv = acc[0][j][i], uv = acc[1][j][i];
       if (d.gate_bias) gv += d.gate_bias[o];
       if (d.up_bias) uv += d.up_bias[o];
       h[(e0 + c) * s.n_ff + o] = activate(s, gv, uv);
@@ -201,9 +200,10 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
   const FfnItem it = items[blockIdx.y];
   const FfnDesc& d = descs[it.task];
   const int64_t e0 = d.entry0 + it.local0;
-  float acc[kMmaCols / 8][4];
-  mma_rows<W, kMmaCols>(d.down, s.down_row_bytes, s.n_out, o0, s.n_ff, qh + e0 * qh_stride, qh_stride,
-                        it.cols, acc);
+  float acc[1][kMmaCols / 8][4];
+  const uint8_t* const ws[1] = {d.down};
+  const size_t rbs[1] = {s.down_row_bytes};
+  mma_rows<W, kMmaCols, 1>(ws, rbs, s.n_out, o0, s.n_ff, qh + e0 * qh_stride, qh_stride, it.cols, acc);
 #pragma unroll
   for (int j = 0; j < kMmaCols / 8; ++j)
 #pragma unroll
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
         record(err, kErrFfnOutRow, row, static_cast<int32_t>(out_rows_total));
         continue;
       }
-      float v = acc[j][i];
+      float v = acc[0][j][i];
       if (d.down_bias) v += d.down_bias[o];
       if (d.out_scale != 1.0f) v *= d.out_scale;
       out[row * s.n_out + o] = v;

@@ -81,15 +81,17 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
   if (o0 >= n_out) return;  // the whole warp leaves
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kMmaCols;
   const int nc = static_cast<int>(cols - c0 < kMmaCols ? cols - c0 : kMmaCols);
-  float acc[kMmaCols / 8][4];
-  mma_rows<W, kMmaCols>(w, row_bytes, n_out, o0, n_in, act + c0 * act_stride, act_stride, nc, acc);
+  float acc[1][kMmaCols / 8][4];
+  const uint8_t* const ws[1] = {w};
+  const size_t rbs[1] = {row_bytes};
+  mma_rows<W, kMmaCols, 1>(ws, rbs, n_out, o0, n_in, act + c0 * act_stride, act_stride, nc, acc);
 #pragma unroll
   for (int j = 0; j < kMmaCols / 8; ++j)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t o = o0 + g + (i >= 2 ? 8 : 0);
       const int c = j * 8 + 2 * t + (i & 1);
-      if (o < n_out && c < nc) y[(c0 + c) * y_stride + o] = acc[j][i];
+      if (o < n_out && c < nc) y[(c0 + c) * y_stride + o] = acc[0][j][i];
     }
 }
 

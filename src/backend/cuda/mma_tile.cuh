@@ -61,16 +61,22 @@ constexpr int kMmaRowsPerBlock = 16 * kMmaWarps;
 // Activation rows per tile (the column tile of the mma kernels' grid, and of an FFN work item).
 constexpr int kMmaCols = 32;
 
-// acc[j][i] (C layout above, n-tile j) = Σ_blocks of W rows o0.. o0 + 15 against activation rows 0..NT-1 of
-// `act` (Q8_0, the backend's aligned layout: n_in quants then n_in / 32 float scales, rows act_stride apart).
-// Rows past n_rows and activation rows past n_cols are read clamped (their results are garbage, not stored).
-template <class W, int NT>
-__device__ __forceinline__ void mma_rows(const uint8_t* w, size_t row_bytes, int64_t n_rows, int64_t o0,
-                                         int64_t n_in, const uint8_t* act, size_t act_stride, int n_cols,
-                                         float (&acc)[NT / 8][4]) {
+// acc[m][j][i] (C layout above, n-tile j) = Σ_blocks of rows o0 .. o0 + 15 of weight m (m < NW: gate and up
+// share their activations, so one pass loads them once for both) against activation rows 0 .. NT - 1 of `act`
+// (Q8_0, the backend's aligned layout: n_in quants then n_in / 32 float scales, rows act_stride apart). Rows
+// past n_rows and activation rows past n_cols are read clamped (their results are garbage, not stored).
+template <class W, int NT, int NW>
+__device__ __forceinline__ void mma_rows(const uint8_t* const (&w)[NW], const size_t (&row_bytes)[NW],
+                                         int64_t n_rows, int64_t o0, int64_t n_in, const uint8_t* act,
+                                         size_t act_stride, int n_cols, float (&acc)[NW][NT / 8][4]) {
   const int lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
-  const uint8_t* w_g = w + static_cast<size_t>(min(o0 + g, n_rows - 1)) * row_bytes;
-  const uint8_t* w_g8 = w + static_cast<size_t>(min(o0 + g + 8, n_rows - 1)) * row_bytes;
+  const uint8_t* w_g[NW];
+  const uint8_t* w_g8[NW];
+#pragma unroll
+  for (int m = 0; m < NW; ++m) {
+    w_g[m] = w[m] + static_cast<size_t>(min(o0 + g, n_rows - 1)) * row_bytes[m];
+    w_g8[m] = w[m] + static_cast<size_t>(min(o0 + g + 8, n_rows - 1)) * row_bytes[m];
+  }
   const uint8_t* b_row[NT / 8];  // this lane's B column: activation row j * 8 + g
   const float* s_col0[NT / 8];   // the scales of C's columns 2t and 2t + 1
   const float* s_col1[NT / 8];
@@ -82,27 +88,35 @@ __device__ __forceinline__ void mma_rows(const uint8_t* w, size_t row_bytes, int
     s_col1[j] = reinterpret_cast<const float*>(
         act + static_cast<size_t>(min(j * 8 + 2 * t + 1, n_cols - 1)) * act_stride + n_in);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
+    for (int m = 0; m < NW; ++m)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[m][j][i] = 0.0f;
   }
   const int64_t nb = n_in / 32;
 #pragma unroll 2
   for (int64_t b = 0; b < nb; ++b) {
-    uint32_t a[4];
-    float d_g, d_g8;
-    W::load(w_g + b * W::kBlockBytes, t, a[0], a[2], d_g);
-    W::load(w_g8 + b * W::kBlockBytes, t, a[1], a[3], d_g8);
+    uint32_t a[NW][4];
+    float d_g[NW], d_g8[NW];
+#pragma unroll
+    for (int m = 0; m < NW; ++m) {
+      W::load(w_g[m] + b * W::kBlockBytes, t, a[m][0], a[m][2], d_g[m]);
+      W::load(w_g8[m] + b * W::kBlockBytes, t, a[m][1], a[m][3], d_g8[m]);
+    }
 #pragma unroll
     for (int j = 0; j < NT / 8; ++j) {
       const uint8_t* q = b_row[j] + b * 32;
       const uint32_t bf[2] = {*reinterpret_cast<const uint32_t*>(q + 4 * t),
                               *reinterpret_cast<const uint32_t*>(q + 16 + 4 * t)};
-      int c[4];
-      mma_s8_16x8x32(c, a, bf);
       const float da0 = s_col0[j][b], da1 = s_col1[j][b];
-      acc[j][0] += W::block_float(c[0], d_g, da0);
-      acc[j][1] += W::block_float(c[1], d_g, da1);
-      acc[j][2] += W::block_float(c[2], d_g8, da0);
-      acc[j][3] += W::block_float(c[3], d_g8, da1);
+#pragma unroll
+      for (int m = 0; m < NW; ++m) {
+        int c[4];
+        mma_s8_16x8x32(c, a[m], bf);
+        acc[m][j][0] += W::block_float(c[0], d_g[m], da0);
+        acc[m][j][1] += W::block_float(c[1], d_g[m], da1);
+        acc[m][j][2] += W::block_float(c[2], d_g8[m], da0);
+        acc[m][j][3] += W::block_float(c[3], d_g8[m], da1);
+      }
     }
   }
 }

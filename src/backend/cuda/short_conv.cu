@@ -1,32 +1,47 @@
-// LFM2's gated short convolution (the CPU backend's short_conv.cpp): one thread per channel walks the rows
-// in order with the channel's history in registers, accumulating in float in tap order, as the CPU does.
+// LFM2's gated short convolution (the CPU backend's short_conv.cpp), bit for bit: a thread per (token,
+// channel), accumulating in float in tap order as the CPU does, then the state advanced.
+#include <algorithm>
+
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace df::backend::cuda {
 namespace {
 
-constexpr int kMaxTaps = 64;
+// A token's output needs the b ⊙ x of the l_cache - 1 tokens before it, which are inputs (this batch's rows
+// or the state), not outputs: every (token, channel) is computed on its own thread, with the same operations
+// in the same order as the CPU's sequential walk (b ⊙ x, then the taps oldest first, then c ⊙ sum).
+__device__ __forceinline__ float conv_input(const float* bcx, int64_t n, const float* state, int hist_len,
+                                            int64_t s, int64_t ch) {
+  if (s < 0) return state[(hist_len + s) * n + ch];
+  const float* row = bcx + s * 3 * n;
+  return row[ch] * row[2 * n + ch];
+}
 
 __global__ void short_conv_kernel(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache,
-                                  float* state, float* y) {
+                                  const float* state, float* y) {
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ch >= n) return;
   const int hist_len = l_cache - 1;
-  float hist[kMaxTaps];
-  for (int j = 0; j < hist_len; ++j) hist[j] = state[j * n + ch];
   const float* w = conv_w + ch * l_cache;
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* row = bcx + t * 3 * n;
-    const float z = row[ch] * row[2 * n + ch];
+  for (int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
     float sum = 0.0f;
-    for (int j = 0; j < hist_len; ++j) sum += w[j] * hist[j];
-    sum += w[hist_len] * z;
-    y[t * n + ch] = row[n + ch] * sum;
-    for (int j = 0; j + 1 < hist_len; ++j) hist[j] = hist[j + 1];
-    hist[hist_len - 1] = z;
+    for (int j = 0; j < hist_len; ++j)
+      sum += w[j] * conv_input(bcx, n, state, hist_len, t - hist_len + j, ch);
+    sum += w[hist_len] * conv_input(bcx, n, state, hist_len, t, ch);
+    y[t * n + ch] = bcx[t * 3 * n + n + ch] * sum;
   }
-  for (int j = 0; j < hist_len; ++j) state[j * n + ch] = hist[j];
+}
+
+// The new state: the b ⊙ x of the last l_cache - 1 tokens, oldest first. Ascending, each slot reads a later
+// slot of the old state (rows >= 1), which is not yet overwritten.
+__global__ void short_conv_state_kernel(const float* bcx, int64_t rows, int64_t n, int l_cache,
+                                        float* state) {
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= n) return;
+  const int hist_len = l_cache - 1;
+  for (int i = 0; i < hist_len; ++i)
+    state[i * n + ch] = conv_input(bcx, n, state, hist_len, rows - hist_len + i, ch);
 }
 
 }  // namespace
@@ -34,9 +49,13 @@ __global__ void short_conv_kernel(const float* bcx, int64_t rows, int64_t n, con
 void launch_short_conv(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache,
                        float* state, float* y, cudaStream_t stream) {
   if (n <= 0) return;
-  short_conv_kernel<<<static_cast<unsigned>((n + 127) / 128), 128, 0, stream>>>(bcx, rows, n, conv_w, l_cache,
-                                                                                state, y);
+  if (rows <= 0) return;
+  const unsigned blocks = static_cast<unsigned>((n + 127) / 128);
+  short_conv_kernel<<<dim3(blocks, static_cast<unsigned>(std::min<int64_t>(rows, 65535))), 128, 0, stream>>>(
+      bcx, rows, n, conv_w, l_cache, state, y);
   check_launch("short_conv kernel");
+  short_conv_state_kernel<<<blocks, 128, 0, stream>>>(bcx, rows, n, l_cache, state);
+  check_launch("short_conv state kernel");
 }
 
 }  // namespace df::backend::cuda
