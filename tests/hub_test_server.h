@@ -1,7 +1,7 @@
 #pragma once
-// Starts tests/scripts/hf_test_server.py (a loopback stand-in for the Hugging Face hub) for one test and stops
-// it afterwards. The test describes the repositories and the faults as JSON (configure), and reads back every
-// request the server saw (requests).
+// Starts tests/scripts/hf_test_server.py (a loopback stand-in for the Hugging Face hub) for one test and
+// stops it afterwards. The test describes the repositories and the faults as JSON (configure), and reads back
+// every request the server saw (requests).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -22,7 +22,8 @@ namespace df::testing {
 class HubTestServer {
  public:
   // `dir` holds the config and the request log.
-  explicit HubTestServer(const std::string& dir) : config_(dir + "/hub-config.json"), log_(dir + "/hub-requests.log") {
+  explicit HubTestServer(const std::string& dir)
+      : config_(dir + "/hub-config.json"), log_(dir + "/hub-requests.log") {
     configure(nlohmann::json{{"repos", nlohmann::json::object()}});
     int out[2];
     if (::pipe(out) != 0) throw std::runtime_error("pipe");
@@ -47,7 +48,8 @@ class HubTestServer {
       line.append(buf, static_cast<size_t>(n));
     }
     ::close(out[0]);
-    if (!line.starts_with("PORT ")) throw std::runtime_error("the test hub server did not start: '" + line + "'");
+    if (!line.starts_with("PORT "))
+      throw std::runtime_error("the test hub server did not start: '" + line + "'");
     port_ = std::stoi(line.substr(5));
   }
   ~HubTestServer() {
@@ -93,7 +95,8 @@ class HubTestServer {
 };
 
 // A repository of the config: files map repository paths to files on disk.
-inline nlohmann::json hub_repo(const std::string& commit, const std::vector<std::pair<std::string, std::string>>& files) {
+inline nlohmann::json hub_repo(const std::string& commit,
+                               const std::vector<std::pair<std::string, std::string>>& files) {
   nlohmann::json r{{"commit", commit}, {"branches", {"main"}}, {"files", nlohmann::json::object()}};
   for (const auto& [name, path] : files) r["files"][name] = {{"source", path}};
   return r;

@@ -36,17 +36,18 @@ struct CliPull : ::testing::Test {
   HubTestServer server{dir};
 
   void serve(nlohmann::json faults = nlohmann::json::object()) {
-    server.configure({{"repos",
-                       {{kRepo, hub_repo(kCommit, {{"LFM2-tiny-Q4_0.gguf", golden("lfm2moe-tiny.gguf")},
-                                                   {"LFM2-tiny-F16.gguf", golden("lfm2moe-tiny-f16.gguf")},
-                                                   {"LFM2-tiny-imat-F16.gguf", golden("lfm2moe-tiny-f16.gguf")}})}}},
-                      {"faults", faults}});
+    server.configure(
+        {{"repos",
+          {{kRepo, hub_repo(kCommit, {{"LFM2-tiny-Q4_0.gguf", golden("lfm2moe-tiny.gguf")},
+                                      {"LFM2-tiny-F16.gguf", golden("lfm2moe-tiny-f16.gguf")},
+                                      {"LFM2-tiny-imat-F16.gguf", golden("lfm2moe-tiny-f16.gguf")}})}}},
+         {"faults", faults}});
   }
   // The environment of every run: the cache under the scratch directory, fast retries, no token or endpoint
   // from the user's shell.
   std::string env(const std::string& extra = "") {
-    return fmt::format("env -u HF_TOKEN -u HF_ENDPOINT XDG_CACHE_HOME='{}' DISKFORMER_PULL_RETRY_MS=1 {} ", xdg,
-                       extra);
+    return fmt::format("env -u HF_TOKEN -u HF_ENDPOINT XDG_CACHE_HOME='{}' DISKFORMER_PULL_RETRY_MS=1 {} ",
+                       xdg, extra);
   }
   CliRun run(const std::string& args, const std::string& extra_env = "") {
     const std::string out = dir + "/stdout.txt", err = dir + "/stderr.txt";
@@ -183,7 +184,8 @@ TEST_F(CliPull, CtrlCKeepsThePartAndTheNextPullResumesIt) {
     const uint64_t n = std::filesystem::file_size(part, ec);
     return ec ? 0 : n;
   };
-  for (int i = 0; i < 1000 && part_bytes() < 300000; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 1000 && part_bytes() < 300000; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ::kill(pid, SIGINT);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);

@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <thread>
 
+#include "error_matchers.h"
 #include "hub/download.h"
 #include "hub/hf_api.h"
 #include "hub/sha256.h"
-#include "error_matchers.h"
 #include "hub_test_server.h"
 #include "test_store_util.h"
 
@@ -45,7 +45,8 @@ struct DownloadTest : ::testing::Test {
     server.configure(cfg);
   }
   RequestContext ctx(bool has_token = false) {
-    return RequestContext{kRepo, "main", kFile, file_url(server.endpoint(), kRepo, kCommit, kFile), has_token};
+    return RequestContext{kRepo, "main", kFile, file_url(server.endpoint(), kRepo, kCommit, kFile),
+                          has_token};
   }
   DownloadOptions options(const std::atomic<bool>* cancel = nullptr) {
     DownloadOptions o;
@@ -68,7 +69,10 @@ struct DownloadTest : ::testing::Test {
     }
     return "(no error)";
   }
-  void write_part(size_t n) { write_file(part_path_of(target), std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(n))); }
+  void write_part(size_t n) {
+    write_file(part_path_of(target),
+               std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<long>(n)));
+  }
   bool exists(const std::string& p) { return std::filesystem::exists(p); }
 };
 
@@ -153,8 +157,9 @@ TEST_F(DownloadTest, WrongSha256RemovesThePartAndRefuses) {
   HttpClient http(HttpOptions{});
   ExpectedFile wrong = expected();
   wrong.sha256 = std::string(64, '0');
-  const std::string msg = expect_error([&] { download_file(http, ctx(), target, wrong, options()); },
-                                       {"sha256 mismatch", kFile, std::string(64, '0'), expected().sha256, "removed"});
+  const std::string msg =
+      expect_error([&] { download_file(http, ctx(), target, wrong, options()); },
+                   {"sha256 mismatch", kFile, std::string(64, '0'), expected().sha256, "removed"});
   EXPECT_FALSE(exists(target));
   EXPECT_FALSE(exists(part_path_of(target)));
 }
@@ -197,7 +202,9 @@ TEST_F(DownloadTest, CancelKeepsThePartAndResumesLater) {
   serve({{"slow_bps", 2000000}});
   std::atomic<bool> cancel{false};
   std::thread stopper([&] {
-    for (int i = 0; i < 500 && !(exists(part_path_of(target)) && std::filesystem::file_size(part_path_of(target)) > 200000); ++i)
+    for (int i = 0; i < 500 && !(exists(part_path_of(target)) &&
+                                 std::filesystem::file_size(part_path_of(target)) > 200000);
+         ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     cancel = true;
   });
@@ -230,11 +237,13 @@ TEST_F(DownloadTest, ListingFetchRetriesAndExplainsMissingRepos) {
   ASSERT_NE(l.find(kFile), nullptr);
   EXPECT_EQ(l.find(kFile)->sha256, expected().sha256);
   EXPECT_EQ(l.find(kFile)->size, bytes.size());
-  expect_error([&] { fetch_listing(http, server.endpoint(), "test-org/nothing", "main", false, fast, nullptr); },
-               {"no such model or revision", "test-org/nothing", "404"});
+  expect_error(
+      [&] { fetch_listing(http, server.endpoint(), "test-org/nothing", "main", false, fast, nullptr); },
+      {"no such model or revision", "test-org/nothing", "404"});
   expect_error([&] { fetch_listing(http, server.endpoint(), kRepo, "v9", false, fast, nullptr); },
                {"no such model or revision", "'v9'"});
-  EXPECT_EQ(server.requests_to("/api/models/").back()["path"], "/api/models/" + kRepo + "/revision/v9?blobs=true");
+  EXPECT_EQ(server.requests_to("/api/models/").back()["path"],
+            "/api/models/" + kRepo + "/revision/v9?blobs=true");
 }
 
 TEST_F(DownloadTest, NothingListeningIsRetriedThenReported) {

@@ -43,14 +43,15 @@ RepoListing listing_of(const std::vector<std::string>& files) {
 TEST(HubNames, RepoNamesFollowTheHubsRules) {
   EXPECT_NO_THROW(check_repo_name("LiquidAI/LFM2.5-24B-A2B-GGUF"));
   EXPECT_NO_THROW(check_repo_name("a/b_c.d-e"));
-  for (const char* bad : {"", "noslash", "/x", "x/", "a/b/c", "../x", "a/..", "a/b..c", "a--b/c", "a/-b", "a/.b",
-                          "a/b c", "a/b?c", "a/b%2e", "a:b/c"})
+  for (const char* bad : {"", "noslash", "/x", "x/", "a/b/c", "../x", "a/..", "a/b..c", "a--b/c", "a/-b",
+                          "a/.b", "a/b c", "a/b?c", "a/b%2e", "a:b/c"})
     EXPECT_THROW(check_repo_name(bad), Error) << bad;
   EXPECT_THROW(check_repo_name(std::string(97, 'a') + "/b"), Error);
 }
 
 TEST(HubNames, RepoFilesAreRelativeAndPlain) {
-  for (const char* ok : {"a.gguf", "Q4_K_M/model-Q4_K_M.gguf", "x+y-1.0_a.gguf", ".gitattributes", "a/.b"}) EXPECT_TRUE(is_safe_repo_file(ok)) << ok;
+  for (const char* ok : {"a.gguf", "Q4_K_M/model-Q4_K_M.gguf", "x+y-1.0_a.gguf", ".gitattributes", "a/.b"})
+    EXPECT_TRUE(is_safe_repo_file(ok)) << ok;
   for (const char* bad : {"", "/etc/passwd", "../a.gguf", "a/../b.gguf", "a//b.gguf", "a/", "a/./b", "./a",
                           "a b.gguf", "a\\b.gguf", "a\nb", "..", "."})
     EXPECT_FALSE(is_safe_repo_file(bad)) << bad;
@@ -61,7 +62,8 @@ TEST(HubNames, RevisionsAreBranchesTagsOrCommits) {
   EXPECT_NO_THROW(check_revision("main"));
   EXPECT_NO_THROW(check_revision("refs/pr/1"));
   EXPECT_NO_THROW(check_revision(kCommit));
-  for (const char* bad : {"", "-x", "/main", "a..b", "a b", "a?b", "a#b"}) EXPECT_THROW(check_revision(bad), Error) << bad;
+  for (const char* bad : {"", "-x", "/main", "a..b", "a b", "a?b", "a#b"})
+    EXPECT_THROW(check_revision(bad), Error) << bad;
   EXPECT_TRUE(is_commit_id(kCommit));
   EXPECT_FALSE(is_commit_id("0123"));
   EXPECT_FALSE(is_commit_id(std::string(40, 'g')));
@@ -78,8 +80,9 @@ TEST(HubModelRef, KnownNameTakesThePinExactly) {
 }
 
 TEST(HubModelRef, TheReadmesRepoAndQuantTakeThePinToo) {
-  for (const char* spec : {"LiquidAI/LFM2.5-24B-A2B-GGUF:Q4_0", "liquidai/lfm2.5-24b-a2b-gguf:q4_0",
-                           "LiquidAI/LFM2.5-24B-A2B-GGUF", "LiquidAI/LFM2.5-24B-A2B-GGUF/LFM2.5-24B-A2B-QAD-Q4_0.gguf"}) {
+  for (const char* spec :
+       {"LiquidAI/LFM2.5-24B-A2B-GGUF:Q4_0", "liquidai/lfm2.5-24b-a2b-gguf:q4_0",
+        "LiquidAI/LFM2.5-24B-A2B-GGUF", "LiquidAI/LFM2.5-24B-A2B-GGUF/LFM2.5-24B-A2B-QAD-Q4_0.gguf"}) {
     const ModelRef r = parse_model_ref(spec);
     ASSERT_NE(r.pin, nullptr) << spec;
     EXPECT_EQ(r.revision, "f97fc8a443da86c71818adf91baecde5b7ef4c50");
@@ -132,8 +135,9 @@ TEST(HubFileChoice, QuantTagsMatchBetweenSeparators) {
 }
 
 TEST(HubFileChoice, PicksTheOneMatchOrListsThemAll) {
-  const RepoListing l = listing_of({"README.md", "m-Q4_0.gguf", "m-Q8_0.gguf", "m-imat-Q8_0.gguf",
-                                    "mmproj-m-F16.gguf", "big-Q2_K-00001-of-00002.gguf", "big-Q2_K-00002-of-00002.gguf"});
+  const RepoListing l =
+      listing_of({"README.md", "m-Q4_0.gguf", "m-Q8_0.gguf", "m-imat-Q8_0.gguf", "mmproj-m-F16.gguf",
+                  "big-Q2_K-00001-of-00002.gguf", "big-Q2_K-00002-of-00002.gguf"});
   EXPECT_EQ(choose_file(l, {"", "Q4_0"}, "org/m", "main").path, "m-Q4_0.gguf");
   EXPECT_EQ(choose_file(l, {"m-Q8_0.gguf", ""}, "org/m", "main").path, "m-Q8_0.gguf");
   const std::string several = error_of([&] { choose_file(l, {"", "Q8_0"}, "org/m", "main"); });
@@ -145,12 +149,19 @@ TEST(HubFileChoice, PicksTheOneMatchOrListsThemAll) {
   EXPECT_HAS(none, "m-Q4_0.gguf");
   EXPECT_EQ(none.find("mmproj"), std::string::npos) << none;
   EXPECT_HAS(error_of([&] { choose_file(l, {"", "Q2_K"}, "org/m", "main"); }), "split into 2 files");
-  EXPECT_HAS(error_of([&] { choose_file(l, {"big-Q2_K-00001-of-00002.gguf", ""}, "org/m", "main"); }), "split");
-  EXPECT_HAS(error_of([&] { choose_file(l, {"nope.gguf", ""}, "org/m", "main"); }), "has no file 'nope.gguf'");
+  EXPECT_HAS(error_of([&] {
+               choose_file(l, {"big-Q2_K-00001-of-00002.gguf", ""}, "org/m", "main");
+             }),
+             "split");
+  EXPECT_HAS(error_of([&] {
+               choose_file(l, {"nope.gguf", ""}, "org/m", "main");
+             }),
+             "has no file 'nope.gguf'");
   EXPECT_HAS(error_of([&] { choose_file(l, {"README.md", ""}, "org/m", "main"); }), "not a GGUF");
   EXPECT_HAS(error_of([&] { choose_file(l, {"", ""}, "org/m", "main"); }), "GGUF files match");
-  EXPECT_EQ(choose_file(listing_of({"a.txt", "only-Q4_0.gguf", "mmproj-x.gguf"}), {"", ""}, "org/m", "main").path,
-            "only-Q4_0.gguf");
+  EXPECT_EQ(
+      choose_file(listing_of({"a.txt", "only-Q4_0.gguf", "mmproj-x.gguf"}), {"", ""}, "org/m", "main").path,
+      "only-Q4_0.gguf");
 }
 
 TEST(HubListing, ReadsTheHubsShape) {
@@ -159,7 +170,9 @@ TEST(HubListing, ReadsTheHubsShape) {
       {"sha", kCommit},
       {"siblings",
        {{{"rfilename", ".gitattributes"}, {"size", 1519}, {"blobId", "x"}},
-        {{"rfilename", "m-Q4_0.gguf"}, {"size", 1234}, {"lfs", {{"sha256", std::string(64, 'B')}, {"size", 1234}, {"pointerSize", 134}}}},
+        {{"rfilename", "m-Q4_0.gguf"},
+         {"size", 1234},
+         {"lfs", {{"sha256", std::string(64, 'B')}, {"size", 1234}, {"pointerSize", 134}}}},
         {{"rfilename", "m-Q8_0.gguf"}, {"lfs", {{"oid", "sha256:" + std::string(64, 'c')}, {"size", 99}}}}}}};
   const RepoListing l = parse_listing(j.dump(), "main", "test");
   EXPECT_EQ(l.commit, kCommit);
@@ -183,14 +196,16 @@ TEST(HubListing, RefusesHostileOrBrokenAnswers) {
   EXPECT_HAS(err(R"({"siblings": []})"), "does not say which commit");
   EXPECT_HAS(err(R"({"sha": "abc", "siblings": []})"), "not a commit id");
   EXPECT_HAS(err(nlohmann::json{{"sha", kCommit}}.dump()), "no \"siblings\"");
-  EXPECT_HAS(err(nlohmann::json{{"sha", kCommit}, {"siblings", {}}}.dump(), std::string(40, 'f')), "asked for commit");
+  EXPECT_HAS(err(nlohmann::json{{"sha", kCommit}, {"siblings", {}}}.dump(), std::string(40, 'f')),
+             "asked for commit");
   EXPECT_HAS(err(with({{"rfilename", "../../etc/passwd.gguf"}})), "unsafe file");
   EXPECT_HAS(err(with({{"rfilename", "/abs.gguf"}})), "unsafe file");
   EXPECT_HAS(err(with({{"rfilename", 7}})), "rfilename");
   EXPECT_HAS(err(with({{"rfilename", "a.gguf"}, {"size", -1}})), "not a file size");
   EXPECT_HAS(err(with({{"rfilename", "a.gguf"}, {"size", 1.5}})), "not a file size");
   EXPECT_HAS(err(with({{"rfilename", "a.gguf"}, {"size", "12"}})), "not a file size");
-  EXPECT_HAS(err(with({{"rfilename", "a.gguf"}, {"lfs", {{"sha256", kSha}, {"size", 1ull << 60}}}})), "not a file size");
+  EXPECT_HAS(err(with({{"rfilename", "a.gguf"}, {"lfs", {{"sha256", kSha}, {"size", 1ull << 60}}}})),
+             "not a file size");
   EXPECT_HAS(err(with({{"rfilename", "a.gguf"}, {"lfs", {{"sha256", "xyz"}, {"size", 1}}}})), "LFS sha256");
   EXPECT_HAS(err(with({{"rfilename", "a.gguf"}, {"lfs", {{"sha256", kSha}}}})), "no size");
   EXPECT_HAS(err(with({{"rfilename", "a.gguf"}, {"lfs", "x"}})), "not an object");

@@ -38,7 +38,8 @@ struct PullTest : ::testing::Test {
   HubTestServer server{dir};
   std::vector<std::string> notes;
 
-  void serve(nlohmann::json faults = nlohmann::json::object(), nlohmann::json file_overrides = nlohmann::json::object()) {
+  void serve(nlohmann::json faults = nlohmann::json::object(),
+             nlohmann::json file_overrides = nlohmann::json::object()) {
     nlohmann::json repo = hub_repo(kCommit, {{"LFM2-tiny-Q4_0.gguf", golden("lfm2moe-tiny.gguf")},
                                              {"LFM2-tiny-F16.gguf", golden("lfm2moe-tiny-f16.gguf")},
                                              {"LFM2-tiny-imat-F16.gguf", golden("lfm2moe-tiny-f16.gguf")}});
@@ -67,7 +68,7 @@ TEST_F(PullTest, RepoAndQuantBecomeACompleteStoreOfTheVerifiedFile) {
   const store::Store s = store::Store::open(r.dir);
   EXPECT_EQ(s.source().sha256, sha_of_file(golden("lfm2moe-tiny.gguf")));
   EXPECT_EQ(s.source().name, "LFM2-tiny-Q4_0.gguf");
-  EXPECT_GT(s.verify(false), 0u);  // every record and dense tensor checks out
+  EXPECT_GT(s.verify(false), 0u);                        // every record and dense tensor checks out
   EXPECT_FALSE(exists(r.dir + "/LFM2-tiny-Q4_0.gguf"));  // deleted after the ingest
   EXPECT_FALSE(exists(r.dir + "/LFM2-tiny-Q4_0.gguf.part"));
   const auto rec = read_record(r.dir);
@@ -123,9 +124,9 @@ TEST_F(PullTest, AFullDiskStopsBeforeTheFirstByteAndSaysHowMuch) {
   serve();
   PullOptions o = options();
   o.free_bytes_for_test = 1000000;
-  const std::string msg = expect_error([&] { pull(parse_model_ref(kRepo + ":Q4_0"), o); },
-                                       {"not enough disk space", entry(), "still to download", "expert store",
-                                        "976.6 KiB free", "-o"});
+  const std::string msg = expect_error(
+      [&] { pull(parse_model_ref(kRepo + ":Q4_0"), o); },
+      {"not enough disk space", entry(), "still to download", "expert store", "976.6 KiB free", "-o"});
   EXPECT_TRUE(server.requests_to("/resolve/").empty());
   EXPECT_FALSE(exists(entry() + "/LFM2-tiny-Q4_0.gguf.part"));
 }
@@ -154,12 +155,13 @@ TEST_F(PullTest, AnInterruptedDownloadResumesInTheNextPull) {
 
 TEST_F(PullTest, TheBuiltInPinIsAskedForByCommitAndCheckedExactly) {
   const std::string pin_commit = "f97fc8a443da86c71818adf91baecde5b7ef4c50";
-  server.configure({{"repos",
-                     {{"LiquidAI/LFM2.5-24B-A2B-GGUF",
-                       hub_repo(pin_commit, {{"LFM2.5-24B-A2B-QAD-Q4_0.gguf", golden("lfm2moe-tiny.gguf")}})}}}});
+  server.configure(
+      {{"repos",
+        {{"LiquidAI/LFM2.5-24B-A2B-GGUF",
+          hub_repo(pin_commit, {{"LFM2.5-24B-A2B-QAD-Q4_0.gguf", golden("lfm2moe-tiny.gguf")}})}}}});
   expect_error([&] { pull(parse_model_ref("lfm2.5-24b"), options()); },
-               {"disagrees with diskformer's pin", "89617cc4d3a52e973ee8dea72c7df04285f582107385796ba903f81e540e4afa",
-                "13578190880 bytes"});
+               {"disagrees with diskformer's pin",
+                "89617cc4d3a52e973ee8dea72c7df04285f582107385796ba903f81e540e4afa", "13578190880 bytes"});
   EXPECT_EQ(server.requests_to("/api/models/").at(0)["path"],
             "/api/models/LiquidAI/LFM2.5-24B-A2B-GGUF/revision/" + pin_commit + "?blobs=true");
   EXPECT_TRUE(server.requests_to("/resolve/").empty());
@@ -199,7 +201,8 @@ TEST_F(PullTest, ListAndRemove) {
   EXPECT_EQ(other->dir, ingested);
 
   EXPECT_EQ(find_local_model(cache, kRepo + ":Q4_0").dir, entry());
-  expect_error([&] { find_local_model(cache, "nothing-like-it"); }, {"no model 'nothing-like-it'", pulled->name});
+  expect_error([&] { find_local_model(cache, "nothing-like-it"); },
+               {"no model 'nothing-like-it'", pulled->name});
   EXPECT_GT(remove_local_model(find_local_model(cache, pulled->name)), 0u);
   EXPECT_FALSE(exists(entry()));
   remove_local_model(find_local_model(cache, other->name));

@@ -91,8 +91,8 @@ void bench(const BenchFlags& f) {
   const uint64_t cache_bytes = m.cache ? m.cache->pool_bytes() : m.expert_bytes;
   const int threads = m.n_threads;
 
-  fmt::print("model        {} ({}, {} layers, {} experts top-{})\n", f.model.display_name(), info.arch, info.n_layer,
-             info.n_expert, info.n_expert_used);
+  fmt::print("model        {} ({}, {} layers, {} experts top-{})\n", f.model.display_name(), info.arch,
+             info.n_layer, info.n_expert, info.n_expert_used);
   fmt::print("memory       experts {} ({}), trunk {}, KV {}, peak RSS {}\n",
              stream::format_bytes(cache_bytes), m.cache ? "cache" : "resident",
              stream::format_bytes(m.trunk_bytes), stream::format_bytes(kv_bytes),

@@ -35,13 +35,13 @@ void run_list() {
   }
   size_t w = 4;
   for (const auto& m : models) w = std::max(w, m.name.size());
-  fmt::print("{:<{}}  {:>10}  {:<24}  {:<12}  {:<16}  {}\n", "NAME", w, "SIZE", "STATE", "REVISION", "LAST USED",
-             "SOURCE", w);
+  fmt::print("{:<{}}  {:>10}  {:<24}  {:<12}  {:<16}  {}\n", "NAME", w, "SIZE", "STATE", "REVISION",
+             "LAST USED", "SOURCE", w);
   for (const auto& m : models) {
     const std::string rev = m.record ? m.record->commit.substr(0, 12) : "-";
     const std::string used = m.record ? date_text(m.record->last_used) : "-";
-    fmt::print("{:<{}}  {:>10}  {:<24}  {:<12}  {:<16}  {}\n", m.name, w, store::format_bytes(m.bytes), m.state,
-               rev, used, m.source);
+    fmt::print("{:<{}}  {:>10}  {:<24}  {:<12}  {:<16}  {}\n", m.name, w, store::format_bytes(m.bytes),
+               m.state, rev, used, m.source);
   }
 }
 

@@ -26,8 +26,9 @@ struct PullArgs {
 
 void run_pull(const PullArgs& args) {
   const hub::ModelRef ref = hub::parse_model_ref(args.model, args.revision);
-  if (ref.pin) fmt::print(stderr, "{}: pinned to {} at commit {} (sha256 {})\n", args.model, ref.pin->file,
-                          ref.pin->revision, ref.pin->sha256);
+  if (ref.pin)
+    fmt::print(stderr, "{}: pinned to {} at commit {} (sha256 {})\n", args.model, ref.pin->file,
+               ref.pin->revision, ref.pin->sha256);
   PullProgress progress;
   hub::PullOptions o = pull_options(args.hub, progress);
   o.output_dir = args.output;
@@ -58,11 +59,13 @@ void register_pull(CLI::App& app) {
       "pull",
       "Download a model from the Hugging Face hub (resumable, sha256-verified) and ingest it into an expert "
       "store");
-  cmd->add_option("MODEL", args->model,
-                  "a known model's name, ORG/NAME[:QUANT] (QUANT picks the GGUF by its quant tag, e.g. Q4_0) or "
-                  "ORG/NAME/FILE.gguf")
+  cmd->add_option(
+         "MODEL", args->model,
+         "a known model's name, ORG/NAME[:QUANT] (QUANT picks the GGUF by its quant tag, e.g. Q4_0) or "
+         "ORG/NAME/FILE.gguf")
       ->required();
-  cmd->add_option("--revision", args->revision, "branch, tag or commit (default: main, or the known model's pin)");
+  cmd->add_option("--revision", args->revision,
+                  "branch, tag or commit (default: main, or the known model's pin)");
   cmd->add_option("-o,--output", args->output,
                   "the model's directory: its expert store, and the download while it runs (default: "
                   "$XDG_CACHE_HOME/diskformer/models/ORG--NAME--FILE)");

@@ -16,7 +16,8 @@ namespace df::cli {
 void register_rm(CLI::App& app) {
   auto name = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("rm", "Remove a model that `diskformer list` shows");
-  cmd->add_option("NAME", *name, "the model's name in `diskformer list`, or ORG/NAME[:QUANT|/FILE]")->required();
+  cmd->add_option("NAME", *name, "the model's name in `diskformer list`, or ORG/NAME[:QUANT|/FILE]")
+      ->required();
   cmd->callback([name] {
     const hub::LocalModel m = hub::find_local_model(store::default_cache_root(), *name);
     const uint64_t freed = hub::remove_local_model(m);

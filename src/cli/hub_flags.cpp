@@ -3,9 +3,10 @@
 namespace df::cli {
 
 void HubFlags::add(CLI::App* app) {
-  app->add_option("--hf-endpoint", endpoint,
-                  "the Hugging Face hub to download from (default: $HF_ENDPOINT, else https://huggingface.co); "
-                  "HF_TOKEN in the environment is sent as the bearer token for gated and private repositories");
+  app->add_option(
+      "--hf-endpoint", endpoint,
+      "the Hugging Face hub to download from (default: $HF_ENDPOINT, else https://huggingface.co); "
+      "HF_TOKEN in the environment is sent as the bearer token for gated and private repositories");
 }
 
 hub::PullOptions pull_options(const HubFlags& flags, PullProgress& progress) {

@@ -1,10 +1,10 @@
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "util/error.h"

@@ -14,10 +14,12 @@
 namespace df::cli {
 
 void ModelFlags::add(CLI::App* app) {
-  app->add_option("-m,--model", model, "model: a GGUF file (ingested into an expert store on first use) or a store");
-  app->add_option("--hf-repo", hf_repo,
-                  "-hf ORG/NAME[:QUANT], or a known model's name: pulled from the Hugging Face hub into a store "
-                  "on first use (`diskformer pull`), then run from there");
+  app->add_option("-m,--model", model,
+                  "model: a GGUF file (ingested into an expert store on first use) or a store");
+  app->add_option(
+      "--hf-repo", hf_repo,
+      "-hf ORG/NAME[:QUANT], or a known model's name: pulled from the Hugging Face hub into a store "
+      "on first use (`diskformer pull`), then run from there");
   hub.add(app);
   app->add_option("--store", store, "where the expert store of a GGUF lives (default: $XDG_CACHE_HOME/diskformer)");
   app->add_flag("--resident", resident, "keep every expert in RAM, read from the GGUF (no store, no streaming)");
@@ -63,7 +65,8 @@ OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx) {
     fail("name the model once: -m FILE.gguf, -m STORE_DIR or -hf ORG/NAME[:QUANT]");
   if (!flags.hf_repo.empty() && (flags.resident || !flags.store.empty()))
     fail(
-        "-hf runs the model from its expert store: --resident and --store need a GGUF given with -m (`diskformer "
+        "-hf runs the model from its expert store: --resident and --store need a GGUF given with -m "
+        "(`diskformer "
         "pull --keep-gguf` keeps the file)");
   if (flags.resident && (!flags.expert_cache.empty() || !flags.store.empty()))
     fail("--resident keeps every expert in RAM: it cannot be combined with --expert-cache or --store");

@@ -29,9 +29,9 @@ struct ModelFlags {
   const std::string& display_name() const { return hf_repo.empty() ? model : hf_repo; }
 };
 
-// Opens the model named by the flags (-m, or -hf pulled first when it is not here yet), for a context of n_ctx
-// tokens (0: -c), and prints what the expert cache got (stderr); warns when -t asks for more threads than the
-// CPUs this process may use.
+// Opens the model named by the flags (-m, or -hf pulled first when it is not here yet), for a context of
+// n_ctx tokens (0: -c), and prints what the expert cache got (stderr); warns when -t asks for more threads
+// than the CPUs this process may use.
 OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx = 0);
 // --verbose-prompt (llama.cpp's flag): the prompt's token ids, as the model will see them, on stderr.
 void print_prompt_ids(std::span<const int32_t> ids);

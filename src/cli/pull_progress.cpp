@@ -52,7 +52,8 @@ void PullProgress::draw(Clock::time_point now) {
   last_draw_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double rate = elapsed > 0.25 ? static_cast<double>(done_ - start_done_) / elapsed : 0;
-  const double fraction = total_ > 0 ? static_cast<double>(std::min(done_, total_)) / static_cast<double>(total_) : 1;
+  const double fraction =
+      total_ > 0 ? static_cast<double>(std::min(done_, total_)) / static_cast<double>(total_) : 1;
   const std::string speed = rate > 0 ? store::format_bytes(static_cast<uint64_t>(rate)) + "/s" : "--";
   if (!tty_) {
     fmt::print(stderr, "{}: {:3.0f}% ({} of {}, {})\n", phase_, fraction * 100, store::format_bytes(done_),

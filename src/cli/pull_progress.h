@@ -19,8 +19,8 @@ class PullProgress {
   PullProgress& operator=(const PullProgress&) = delete;
 
   void update(std::string_view phase, uint64_t done, uint64_t total);
-  void finish();                             // ends an open bar line
-  void message(const std::string& text);     // "note: TEXT" on its own line
+  void finish();                          // ends an open bar line
+  void message(const std::string& text);  // "note: TEXT" on its own line
   store::ProgressFn fn() {
     return [this](std::string_view phase, uint64_t done, uint64_t total) { update(phase, done, total); };
   }

@@ -132,9 +132,9 @@ std::optional<ContentRange> parse_content_range(std::string_view s) {
 
 // What went wrong inside one transfer's callbacks.
 struct AttemptState {
-  bool restart = false;        // the answer does not continue the .part: empty it and ask again
-  bool wrong_file = false;     // the server's file is not the expected one: remove the .part
-  std::string error;           // why the transfer was aborted
+  bool restart = false;     // the answer does not continue the .part: empty it and ask again
+  bool wrong_file = false;  // the server's file is not the expected one: remove the .part
+  std::string error;        // why the transfer was aborted
 };
 
 }  // namespace
@@ -173,7 +173,8 @@ void download_file(HttpClient& http, const RequestContext& ctx, const std::strin
         }
         if (!cr || cr->start != have) {
           st.restart = true;
-          st.error = fmt::format("the server answered the request for bytes {}- with '{}'", have, content_range);
+          st.error =
+              fmt::format("the server answered the request for bytes {}- with '{}'", have, content_range);
           return false;
         }
         return true;
@@ -205,17 +206,18 @@ void download_file(HttpClient& http, const RequestContext& ctx, const std::strin
     switch (r.outcome) {
       case HttpResult::Outcome::kCancelled:
         part.sync();
-        throw Interrupted(fmt::format(
-            "interrupted: {} of {} are kept in {}; run the same command again to resume",
-            store::format_bytes(have), store::format_bytes(expected.size), part.path()));
+        throw Interrupted(
+            fmt::format("interrupted: {} of {} are kept in {}; run the same command again to resume",
+                        store::format_bytes(have), store::format_bytes(expected.size), part.path()));
       case HttpResult::Outcome::kAborted:
         if (st.wrong_file) {
           part.close_and_remove();
           fsync_parent_dir(part.path());
           fail("{}: {}; the partial download was removed", ctx.url, st.error);
         }
-        if (!st.restart) fail("{} (the {} downloaded so far are kept in {})", st.error, store::format_bytes(have),
-                              part.path());
+        if (!st.restart)
+          fail("{} (the {} downloaded so far are kept in {})", st.error, store::format_bytes(have),
+               part.path());
         part.empty();
         sha.reset();
         have = 0;
@@ -257,16 +259,17 @@ void download_file(HttpClient& http, const RequestContext& ctx, const std::strin
         throw;
       } catch (const Error& e) {
         part.sync();
-        fail("{}; the {} downloaded so far are kept in {} for the next run", e.what(), store::format_bytes(have),
-             part.path());
+        fail("{}; the {} downloaded so far are kept in {} for the next run", e.what(),
+             store::format_bytes(have), part.path());
       }
     }
     note(o, fmt::format("{} at {} of {}: retrying ({} of {} tries)", retry_reason, store::format_bytes(have),
                         store::format_bytes(expected.size), failures + 1, o.retry.max_attempts));
     if (!wait_before_retry(o.retry, failures + 1, o.cancel)) {
       part.sync();
-      throw Interrupted(fmt::format("interrupted: {} of {} are kept in {}; run the same command again to resume",
-                                    store::format_bytes(have), store::format_bytes(expected.size), part.path()));
+      throw Interrupted(
+          fmt::format("interrupted: {} of {} are kept in {}; run the same command again to resume",
+                      store::format_bytes(have), store::format_bytes(expected.size), part.path()));
     }
   }
 

@@ -48,7 +48,8 @@ bool matches_quant(std::string_view file, std::string_view quant) {
   const std::string tag = to_lower(quant);
   for (size_t at = stem.find(tag); at != std::string::npos; at = stem.find(tag, at + 1)) {
     const size_t end = at + tag.size();
-    if ((at == 0 || is_separator(stem[at - 1])) && (end == stem.size() || is_separator(stem[end]))) return true;
+    if ((at == 0 || is_separator(stem[at - 1])) && (end == stem.size() || is_separator(stem[end])))
+      return true;
   }
   return false;
 }
@@ -63,7 +64,8 @@ int split_part_count(std::string_view file) {
       if (c < '0' || c > '9') return false;
     return true;
   };
-  if (tail[0] != '-' || !digits(tail.substr(1, 5)) || tail.substr(6, 4) != "-of-" || !digits(tail.substr(10, 5)))
+  if (tail[0] != '-' || !digits(tail.substr(1, 5)) || tail.substr(6, 4) != "-of-" ||
+      !digits(tail.substr(10, 5)))
     return 0;
   return std::stoi(std::string(tail.substr(10, 5)));
 }
@@ -92,7 +94,8 @@ const RepoFile& choose_file(const RepoListing& listing, const FileSelector& sele
   }
   if (all.empty()) fail("{} has no GGUF files", what);
   if (matches.empty())
-    fail("{} has no GGUF file with the quant tag '{}'; its GGUF files:\n{}", what, selector.quant, list_of(all));
+    fail("{} has no GGUF file with the quant tag '{}'; its GGUF files:\n{}", what, selector.quant,
+         list_of(all));
   // The parts of one split GGUF are one candidate.
   bool all_parts_of_one_split = split_part_count(matches.front()->path) > 0;
   for (const RepoFile* f : matches)
@@ -102,7 +105,8 @@ const RepoFile& choose_file(const RepoListing& listing, const FileSelector& sele
   if (all_parts_of_one_split) refuse_split(*matches.front(), what);
   if (matches.size() > 1)
     fail("{}: {} GGUF files match{}:\n{}\nname one of them as {}/FILE", what, matches.size(),
-         selector.quant.empty() ? "" : fmt::format(" the quant tag '{}'", selector.quant), list_of(matches), repo);
+         selector.quant.empty() ? "" : fmt::format(" the quant tag '{}'", selector.quant), list_of(matches),
+         repo);
   if (split_part_count(matches.front()->path) > 0) refuse_split(*matches.front(), what);
   return *matches.front();
 }

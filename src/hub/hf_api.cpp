@@ -48,7 +48,8 @@ std::string listing_url(const std::string& endpoint, const std::string& repo, co
 
 std::string file_url(const std::string& endpoint, const std::string& repo, const std::string& commit,
                      const std::string& file) {
-  return endpoint + "/" + repo + "/resolve/" + percent_encode(commit, false) + "/" + percent_encode(file, true);
+  return endpoint + "/" + repo + "/resolve/" + percent_encode(commit, false) + "/" +
+         percent_encode(file, true);
 }
 
 void fail_answer(const HttpResult& r, const RequestContext& ctx, int attempts) {
@@ -56,8 +57,8 @@ void fail_answer(const HttpResult& r, const RequestContext& ctx, int attempts) {
   if (r.outcome == HttpResult::Outcome::kCancelled) throw Interrupted("interrupted");
   if (!r.answered()) {
     if (r.outcome == HttpResult::Outcome::kTransient)
-      fail("cannot get {}: {} (gave up after {} attempt{}; {})", what, r.error, attempts, attempts == 1 ? "" : "s",
-           ctx.url);
+      fail("cannot get {}: {} (gave up after {} attempt{}; {})", what, r.error, attempts,
+           attempts == 1 ? "" : "s", ctx.url);
     fail("cannot get {}: {} ({})", what, r.error, ctx.url);
   }
   const std::string says = server_says(r.body);
@@ -79,7 +80,8 @@ void fail_answer(const HttpResult& r, const RequestContext& ctx, int attempts) {
       if (!ctx.has_token)
         fail("{}: the hub answered 403 Forbidden: this repository needs a token: set HF_TOKEN{}", what, says);
       fail(
-          "{}: HF_TOKEN was refused for this repository (403 Forbidden): accept the model's terms on its page "
+          "{}: HF_TOKEN was refused for this repository (403 Forbidden): accept the model's terms on its "
+          "page "
           "or ask for access{}",
           what, says);
     default:

@@ -15,7 +15,8 @@ namespace df::hub {
 
 constexpr const char* kDefaultEndpoint = "https://huggingface.co";
 
-// `flag` if given, else $HF_ENDPOINT, else the public hub; checked to be an http(s) URL, trailing '/' removed.
+// `flag` if given, else $HF_ENDPOINT, else the public hub; checked to be an http(s) URL, trailing '/'
+// removed.
 std::string resolve_endpoint(std::string_view flag);
 
 std::string listing_url(const std::string& endpoint, const std::string& repo, const std::string& revision);

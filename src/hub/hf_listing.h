@@ -10,8 +10,8 @@
 
 namespace df::hub {
 
-constexpr uint64_t kMaxFileBytes = 1ull << 48;    // 256 TiB: no model file is larger
-constexpr size_t kMaxListingBytes = 32u << 20;    // a listing answer larger than this is refused
+constexpr uint64_t kMaxFileBytes = 1ull << 48;  // 256 TiB: no model file is larger
+constexpr size_t kMaxListingBytes = 32u << 20;  // a listing answer larger than this is refused
 constexpr size_t kMaxListingFiles = 100000;
 
 struct RepoFile {
@@ -26,8 +26,8 @@ struct RepoListing {
   const RepoFile* find(std::string_view path) const;
 };
 
-// `where` names the answer in messages ("the hub's listing of ORG/NAME at main"); `revision` is what was asked
-// for: when it is a commit id, the answer must be of that commit.
+// `where` names the answer in messages ("the hub's listing of ORG/NAME at main"); `revision` is what was
+// asked for: when it is a commit id, the answer must be of that commit.
 RepoListing parse_listing(std::string_view json_text, std::string_view revision, const std::string& where);
 
 }  // namespace df::hub

@@ -12,18 +12,18 @@
 namespace df::hub {
 
 struct HttpOptions {
-  std::string token;                     // sent as "Authorization: Bearer TOKEN" when not empty
+  std::string token;  // sent as "Authorization: Bearer TOKEN" when not empty
   long connect_timeout_s = 30;
-  long stall_timeout_s = 60;             // no byte for this long: the transfer is abandoned as a timeout
+  long stall_timeout_s = 60;                  // no byte for this long: the transfer is abandoned as a timeout
   const std::atomic<bool>* cancel = nullptr;  // set (e.g. by SIGINT): the transfer stops at once
 };
 
 struct HttpResult {
   enum class Outcome { kAnswered, kTransient, kCancelled, kAborted, kFailed };
   Outcome outcome = Outcome::kFailed;
-  long status = 0;         // the final answer's status (kAnswered; also set after a cut answer)
-  std::string error;       // curl's reason, for kTransient / kFailed
-  std::string body;        // get(): the body; fetch(): the start of a body that was not 200/206
+  long status = 0;    // the final answer's status (kAnswered; also set after a cut answer)
+  std::string error;  // curl's reason, for kTransient / kFailed
+  std::string body;   // get(): the body; fetch(): the start of a body that was not 200/206
   bool answered() const { return outcome == Outcome::kAnswered; }
   bool retryable() const {
     return outcome == Outcome::kTransient ||

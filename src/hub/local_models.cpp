@@ -122,8 +122,10 @@ std::vector<LocalModel> list_local_models(const std::string& cache_root) {
   std::error_code ec;
   const fs::path models = models_dir(cache_root);
   for (auto it = fs::directory_iterator(models, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-    if (it->is_directory(ec) && fs::exists(it->path() / kRecordFile, ec)) out.push_back(describe_pulled(it->path()));
-  for (auto it = fs::directory_iterator(cache_root, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+    if (it->is_directory(ec) && fs::exists(it->path() / kRecordFile, ec))
+      out.push_back(describe_pulled(it->path()));
+  for (auto it = fs::directory_iterator(cache_root, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec))
     if (it->is_directory(ec) && is_hex16(it->path().filename().string()) &&
         fs::exists(it->path() / store::kManifestFile, ec))
       out.push_back(describe_ingested(it->path()));
@@ -144,8 +146,9 @@ LocalModel find_local_model(const std::string& cache_root, const std::string& na
   if (ref)
     for (const LocalModel& m : all)
       if (m.record && to_lower(m.record->repo) == to_lower(ref->repo) &&
-          (ref->selector.file.empty() ? ref->selector.quant.empty() || matches_quant(m.record->file, ref->selector.quant)
-                                      : m.record->file == ref->selector.file))
+          (ref->selector.file.empty()
+               ? ref->selector.quant.empty() || matches_quant(m.record->file, ref->selector.quant)
+               : m.record->file == ref->selector.file))
         matches.push_back(m);
   if (matches.size() == 1) return matches.front();
   if (matches.size() > 1)
@@ -161,7 +164,8 @@ uint64_t remove_local_model(const LocalModel& model) {
     EntryLock lock(model.dir, /*wait=*/false);
     // The records and the data go first, the lock file last: a crash in between leaves a directory that
     // `list` no longer shows as a model.
-    for (auto it = fs::directory_iterator(model.dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+    for (auto it = fs::directory_iterator(model.dir, ec); !ec && it != fs::directory_iterator();
+         it.increment(ec))
       if (it->path().filename() != kLockFile) {
         fs::remove_all(it->path(), ec);
         if (ec) fail("cannot remove '{}': {}", it->path().string(), ec.message());
@@ -175,7 +179,8 @@ uint64_t remove_local_model(const LocalModel& model) {
 std::optional<LocalModel> find_pulled(const std::string& cache_root, const ModelRef& ref) {
   std::vector<LocalModel> found;
   for (LocalModel& m : list_local_models(cache_root))
-    if (m.ready && m.record && m.record->complete && record_matches(*m.record, ref)) found.push_back(std::move(m));
+    if (m.ready && m.record && m.record->complete && record_matches(*m.record, ref))
+      found.push_back(std::move(m));
   if (found.size() != 1) return std::nullopt;
   return found.front();
 }

@@ -25,11 +25,11 @@ ModelRef parse_model_ref(std::string_view spec, std::string_view revision) {
     r.selector.file = std::string(k->file);
   } else {
     const size_t slash = spec.find('/');
-    if (slash == std::string_view::npos)
-      fail(
-          "'{}' is neither a known model (`diskformer pull --known` lists them) nor a Hugging Face "
-          "repository ORG/NAME[:QUANT]",
-          spec);
+    if (slash == std::string_view::npos) {
+      std::string known;
+      for (const KnownModel& k : known_models()) known += (known.empty() ? "" : ", ") + std::string(k.alias);
+      fail("'{}' is neither a known model ({}) nor a Hugging Face repository ORG/NAME[:QUANT]", spec, known);
+    }
     const size_t file_slash = spec.find('/', slash + 1);
     std::string_view repo = spec.substr(0, file_slash);
     if (file_slash != std::string_view::npos) {

@@ -15,7 +15,8 @@ bool is_hex_lower(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= '
 bool is_repo_part(std::string_view p) {
   if (p.empty() || p.size() > 96 || !is_alnum(p.front())) return false;
   if (p.find("--") != std::string_view::npos || p.find("..") != std::string_view::npos) return false;
-  return std::all_of(p.begin(), p.end(), [](char c) { return is_alnum(c) || c == '.' || c == '_' || c == '-'; });
+  return std::all_of(p.begin(), p.end(),
+                     [](char c) { return is_alnum(c) || c == '.' || c == '_' || c == '-'; });
 }
 
 }  // namespace
@@ -70,12 +71,13 @@ void check_revision(std::string_view revision) {
          revision);
 }
 
-bool is_commit_id(std::string_view s) { return s.size() == 40 && std::all_of(s.begin(), s.end(), is_hex_lower); }
+bool is_commit_id(std::string_view s) {
+  return s.size() == 40 && std::all_of(s.begin(), s.end(), is_hex_lower);
+}
 
 bool is_sha256_hex(std::string_view s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
-           return is_hex_lower(c) || (c >= 'A' && c <= 'F');
-         });
+  return s.size() == 64 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return is_hex_lower(c) || (c >= 'A' && c <= 'F'); });
 }
 
 }  // namespace df::hub

@@ -47,15 +47,18 @@ struct Target {
 
 Target find_target(HttpClient& http, const ModelRef& ref, const std::string& endpoint, bool has_token,
                    const PullOptions& o, const std::atomic<bool>* cancel) {
-  const RepoListing listing = fetch_listing(http, endpoint, ref.repo, ref.revision, has_token, o.retry, cancel);
+  const RepoListing listing =
+      fetch_listing(http, endpoint, ref.repo, ref.revision, has_token, o.retry, cancel);
   Target t{choose_file(listing, ref.selector, ref.repo, ref.revision), listing.commit};
   if (t.file.sha256.empty())
     fail(
-        "the hub gives no sha256 for {} in {} (it is not stored in LFS): diskformer does not download a model "
+        "the hub gives no sha256 for {} in {} (it is not stored in LFS): diskformer does not download a "
+        "model "
         "it cannot verify",
         t.file.path, ref.repo);
   if (t.file.size == 0) fail("the hub lists {} in {} with 0 bytes", t.file.path, ref.repo);
-  if (ref.pin && (t.file.sha256 != ref.pin->sha256 || t.file.size != ref.pin->size || t.commit != ref.pin->revision))
+  if (ref.pin &&
+      (t.file.sha256 != ref.pin->sha256 || t.file.size != ref.pin->size || t.commit != ref.pin->revision))
     fail(
         "the hub's metadata for {} in {} at {} disagrees with diskformer's pin of it: sha256 {}, {} bytes, "
         "pinned sha256 {}, {} bytes; refusing to download",
@@ -72,8 +75,8 @@ uint64_t file_size_or_zero(const std::string& path) {
 uint64_t free_bytes(const std::string& dir, const PullOptions& o) {
   if (o.free_bytes_for_test) return *o.free_bytes_for_test;
   struct statvfs vfs {};
-  if (::statvfs(dir.c_str(), &vfs) != 0) fail("cannot ask the file system of {} for its free space: {}", dir,
-                                              std::strerror(errno));
+  if (::statvfs(dir.c_str(), &vfs) != 0)
+    fail("cannot ask the file system of {} for its free space: {}", dir, std::strerror(errno));
   return static_cast<uint64_t>(vfs.f_bavail) * static_cast<uint64_t>(vfs.f_frsize);
 }
 
@@ -110,7 +113,8 @@ std::string manifest_owner(const std::string& dir) {
 }
 
 void remove_if_there(const std::string& path) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) fail("cannot remove '{}': {}", path, std::strerror(errno));
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    fail("cannot remove '{}': {}", path, std::strerror(errno));
 }
 
 }  // namespace
@@ -128,8 +132,9 @@ PullResult pull(const ModelRef& ref, const PullOptions& o) {
 
   const Target t = find_target(http, ref, endpoint, !token.empty(), o, cancel);
   PullResult result;
-  result.dir = o.output_dir.empty() ? (fs::path(models_dir(cache_root)) / entry_name(ref.repo, t.file.path)).string()
-                                    : o.output_dir;
+  result.dir = o.output_dir.empty()
+                   ? (fs::path(models_dir(cache_root)) / entry_name(ref.repo, t.file.path)).string()
+                   : o.output_dir;
   std::error_code ec;
   fs::create_directories(result.dir, ec);
   if (ec) fail("cannot create '{}': {}", result.dir, ec.message());
@@ -137,8 +142,8 @@ PullResult pull(const ModelRef& ref, const PullOptions& o) {
 
   const std::optional<PullRecord> old = read_record(result.dir);
   if (old && (to_lower(old->repo) != to_lower(ref.repo) || old->file != t.file.path))
-    fail("{} holds {}/{}, not {}/{}: choose another directory with -o, or `diskformer rm` it first", result.dir,
-         old->repo, old->file, ref.repo, t.file.path);
+    fail("{} holds {}/{}, not {}/{}: choose another directory with -o, or `diskformer rm` it first",
+         result.dir, old->repo, old->file, ref.repo, t.file.path);
   PullRecord& rec = result.record;
   rec.repo = ref.repo;
   rec.file = t.file.path;
@@ -177,7 +182,8 @@ PullResult pull(const ModelRef& ref, const PullOptions& o) {
       remove_if_there(gguf);
     }
   }
-  const uint64_t to_download = have_gguf ? 0 : rec.size - std::min(rec.size, file_size_or_zero(part_path_of(gguf)));
+  const uint64_t to_download =
+      have_gguf ? 0 : rec.size - std::min(rec.size, file_size_or_zero(part_path_of(gguf)));
   check_space(result.dir, t.file.path, to_download, store_bytes_estimate(rec.size), o);
 
   if (!have_gguf) {
@@ -186,8 +192,8 @@ PullResult pull(const ModelRef& ref, const PullOptions& o) {
     d.progress = o.progress;
     d.on_message = o.on_message;
     d.cancel = cancel;
-    const RequestContext ctx{ref.repo, ref.revision, t.file.path, file_url(endpoint, ref.repo, t.commit, t.file.path),
-                             !token.empty()};
+    const RequestContext ctx{ref.repo, ref.revision, t.file.path,
+                             file_url(endpoint, ref.repo, t.commit, t.file.path), !token.empty()};
     download_file(http, ctx, gguf, ExpectedFile{rec.size, rec.sha256}, d);
     store::index_remember(cache_root, gguf, rec.sha256);  // the ingest then skips its own hashing pass
   }

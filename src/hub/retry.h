@@ -7,7 +7,7 @@
 namespace df::hub {
 
 struct RetryPolicy {
-  int max_attempts = 8;      // tries of one request without progress before giving up
+  int max_attempts = 8;  // tries of one request without progress before giving up
   uint64_t base_ms = 1000;
   static RetryPolicy from_env();
 };
