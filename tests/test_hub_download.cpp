@@ -58,7 +58,10 @@ struct DownloadTest : ::testing::Test {
   }
   ExpectedFile expected() const { return ExpectedFile{bytes.size(), sha_of(bytes)}; }
   void download(const std::string& token = "", const std::atomic<bool>* cancel = nullptr) {
-    HttpClient http(HttpOptions{token, 10, 10, cancel});
+    HttpOptions ho;
+    ho.token = token;
+    ho.cancel = cancel;
+    HttpClient http(ho);
     download_file(http, ctx(!token.empty()), target, expected(), options(cancel));
   }
   std::string download_error(const std::string& token = "") {
@@ -186,6 +189,33 @@ TEST_F(DownloadTest, MissingFileSaysNoSuchFile) {
   expect_error([&] { download_file(http, c, dir + "/nope.gguf", expected(), options()); },
                {"no such file", "nope.gguf", "404"});
   EXPECT_FALSE(exists(dir + "/nope.gguf"));
+}
+
+TEST_F(DownloadTest, AnEndlessRefusalIsCutShortAndStillExplained) {
+  serve({{"error_padding", 50 << 20}});
+  HttpClient http(HttpOptions{});
+  RequestContext c = ctx();
+  c.file = "nope.gguf";
+  c.url = file_url(server.endpoint(), kRepo, kCommit, "nope.gguf");
+  expect_error([&] { download_file(http, c, dir + "/nope.gguf", expected(), options()); },
+               {"no such file", "nope.gguf", "404"});
+}
+
+TEST_F(DownloadTest, HostileListingsAreRefused) {
+  HttpClient http(HttpOptions{});
+  const RetryPolicy fast{2, 1};
+  for (
+      const auto& [body, says] : std::vector<std::pair<std::string, std::string>>{
+          {"<html>", "not JSON"},
+          {R"({"sha": "c0ffee0000000000000000000000000000000001", "siblings": [{"rfilename": "../x.gguf"}]})",
+           "unsafe file"},
+          {R"({"sha": "c0ffee0000000000000000000000000000000001", "siblings": [{"rfilename": "a.gguf",
+               "lfs": {"sha256": "zz", "size": 1}}]})",
+           "LFS sha256"}}) {
+    serve({{"listing_body", body}});
+    expect_error([&] { fetch_listing(http, server.endpoint(), kRepo, "main", false, fast, nullptr); },
+                 {says});
+  }
 }
 
 TEST_F(DownloadTest, UnauthorizedSaysItNeedsOrRefusedTheToken) {

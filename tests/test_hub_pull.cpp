@@ -101,6 +101,20 @@ TEST_F(PullTest, KeepGgufKeepsTheByteIdenticalFile) {
   EXPECT_TRUE(read_record(r.dir)->gguf_kept);
 }
 
+TEST_F(PullTest, NeverOverwritesAStoreItDidNotMake) {
+  serve();
+  store::IngestOptions io;
+  io.cache_root = cache;
+  io.output_dir = dir + "/other";
+  store::ingest(golden("qwen3moe-tiny.gguf"), io);
+  PullOptions o = options();
+  o.output_dir = dir + "/other";
+  expect_error([&] { pull(parse_model_ref(kRepo + ":Q4_0"), o); },
+               {"holds the expert store of another model"});
+  EXPECT_EQ(store::Store::open(dir + "/other").source().name, "qwen3moe-tiny.gguf");
+  EXPECT_TRUE(server.requests_to("/resolve/").empty());
+}
+
 TEST_F(PullTest, SeveralMatchingFilesAreListedAndNothingIsWritten) {
   serve();
   expect_error([&] { pull(parse_model_ref(kRepo + ":F16"), options()); },
@@ -146,7 +160,7 @@ TEST_F(PullTest, AnInterruptedDownloadResumesInTheNextPull) {
   ASSERT_EQ(std::filesystem::file_size(entry() + "/LFM2-tiny-Q4_0.gguf.part"), 1234567u);
   const auto listed = list_local_models(cache);
   ASSERT_EQ(listed.size(), 1u);
-  EXPECT_EQ(listed[0].state, "downloading 22%");
+  EXPECT_EQ(listed[0].state, "downloaded 22%");
   server.clear_log();
   pull(parse_model_ref(kRepo + ":Q4_0"), options());
   EXPECT_EQ(server.requests_to("/resolve/").at(0)["range"], "bytes=1234567-");

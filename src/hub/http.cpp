@@ -68,6 +68,7 @@ struct HttpClient::Transfer {
   const BodySink* sink = nullptr;  // null: collect the body (get)
   size_t max_bytes = 0;
   bool too_large = false;
+  bool error_body_full = false;  // a refusal's body reached kErrorBodyBytes: the rest is not waited for
   bool started = false;  // the current answer's status is known and was handed to the sink
   bool to_sink = false;  // the current answer is 200/206 and goes to the sink
   bool aborted = false;
@@ -108,12 +109,13 @@ struct HttpClient::Transfer {
     }
     const size_t cap = t->sink ? kErrorBodyBytes : t->max_bytes;
     if (t->body.size() + bytes > cap) {
-      if (!t->sink) {
+      if (t->sink) {
+        t->body.append(data, cap - t->body.size());
+        t->error_body_full = true;
+      } else {
         t->too_large = true;
-        return kWriteAbort;
       }
-      t->body.append(data, cap - t->body.size());
-      return bytes;
+      return kWriteAbort;
     }
     t->body.append(data, bytes);
     return bytes;
@@ -157,6 +159,8 @@ HttpResult HttpClient::perform(const std::string& url, uint64_t offset, Transfer
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, options_.connect_timeout_s);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, options_.stall_timeout_s);
+  // A listing is small: one that trickles for minutes is a broken or hostile server. A file may take hours.
+  if (!t.sink) curl_easy_setopt(c, CURLOPT_TIMEOUT, options_.small_request_timeout_s);
   curl_easy_setopt(c, CURLOPT_USERAGENT, "diskformer/0.1");
   // Compressed answers for the JSON only: a file's bytes and its Range offsets must be the stored ones.
   if (!t.sink) curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
@@ -187,6 +191,10 @@ HttpResult HttpClient::perform(const std::string& url, uint64_t offset, Transfer
     r.outcome = HttpResult::Outcome::kCancelled;
   } else if (code == CURLE_WRITE_ERROR && t.aborted) {
     r.outcome = HttpResult::Outcome::kAborted;
+  } else if (code == CURLE_WRITE_ERROR && t.error_body_full) {
+    r.outcome =
+        HttpResult::Outcome::kAnswered;  // the status is what matters; the body was only an explanation
+    r.error.clear();
   } else if (code == CURLE_WRITE_ERROR && t.too_large) {
     r.outcome = HttpResult::Outcome::kFailed;
     r.error = "the answer is larger than " + std::to_string(t.max_bytes) + " bytes";

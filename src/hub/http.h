@@ -15,6 +15,7 @@ struct HttpOptions {
   std::string token;  // sent as "Authorization: Bearer TOKEN" when not empty
   long connect_timeout_s = 30;
   long stall_timeout_s = 60;                  // no byte for this long: the transfer is abandoned as a timeout
+  long small_request_timeout_s = 300;         // get(): the whole answer within this time
   const std::atomic<bool>* cancel = nullptr;  // set (e.g. by SIGINT): the transfer stops at once
 };
 

@@ -67,7 +67,7 @@ LocalModel describe_pulled(const fs::path& dir) {
     std::error_code ec;
     const uint64_t part = fs::file_size(part_path_of(gguf), ec);
     if (!ec && r.size > 0)
-      m.state = fmt::format("downloading {}%", part * 100 / r.size);
+      m.state = fmt::format("downloaded {}%", part * 100 / r.size);  // resumed by the next pull
     else if (fs::exists(gguf, ec))
       m.state = "downloaded, not ingested";
   }

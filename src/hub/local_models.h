@@ -17,7 +17,7 @@ struct LocalModel {
   std::string dir;
   std::optional<PullRecord> record;  // pulled models
   std::string source;                // "ORG/REPO/FILE", or the GGUF a store was ingested from
-  std::string state;   // "ready", "downloading 42%", "not ingested", "incomplete", "damaged: ..."
+  std::string state;   // "ready", "downloaded 42%", "not ingested", "incomplete", "damaged: ..."
   uint64_t bytes = 0;  // on disk
   bool ready = false;
 };

@@ -128,7 +128,10 @@ PullResult pull(const ModelRef& ref, const PullOptions& o) {
   std::unique_ptr<SigintFlag> sigint;
   if (o.catch_sigint) sigint = std::make_unique<SigintFlag>();
   const std::atomic<bool>* cancel = sigint ? sigint->flag() : o.cancel;
-  HttpClient http(HttpOptions{token, 30, 60, cancel});
+  HttpOptions ho;
+  ho.token = token;
+  ho.cancel = cancel;
+  HttpClient http(ho);
 
   const Target t = find_target(http, ref, endpoint, !token.empty(), o, cancel);
   PullResult result;
@@ -144,6 +147,10 @@ PullResult pull(const ModelRef& ref, const PullOptions& o) {
   if (old && (to_lower(old->repo) != to_lower(ref.repo) || old->file != t.file.path))
     fail("{} holds {}/{}, not {}/{}: choose another directory with -o, or `diskformer rm` it first",
          result.dir, old->repo, old->file, ref.repo, t.file.path);
+  const std::string owner = manifest_owner(result.dir);
+  if (!old && !owner.empty() && owner != t.file.sha256)
+    fail("{} holds the expert store of another model (sha256 {}); choose another directory with -o",
+         result.dir, owner);
   PullRecord& rec = result.record;
   rec.repo = ref.repo;
   rec.file = t.file.path;
@@ -203,7 +210,6 @@ PullResult pull(const ModelRef& ref, const PullOptions& o) {
   io.output_dir = result.dir;
   io.cache_root = cache_root;
   io.wait_for_lock = true;
-  const std::string owner = manifest_owner(result.dir);
   io.force = !owner.empty() && owner != rec.sha256;  // the store of an earlier revision: rebuilt
   io.progress = o.progress;
   io.on_message = o.on_message;

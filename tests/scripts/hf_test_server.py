@@ -16,7 +16,8 @@ Config:
               "ignore_range": true,       Range is ignored: always 200 with the whole file
               "slow_bps": B,              downloads are sent at about B bytes per second
               "redirect": true,           resolve/ answers 302 to /_blob/
-              "listing_body": "..."}}     the listing's raw body instead of the real one (hostile JSON)
+              "listing_body": "...",      the listing's raw body instead of the real one (hostile JSON)
+              "error_padding": N}}        N spaces after every error body (a refusal that never ends)
 A change of the config's content resets the fault counters. Every request is appended to --log as a JSON line
 {"method", "path", "range", "auth", "status"}. The chosen port is printed on stdout as "PORT N".
 """
@@ -84,14 +85,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         for k, v in headers:
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the client stopped reading, as it may
+            self.close_connection = True
 
     def error(self, status, message):
-        self.answer(status, json.dumps({"error": message}).encode())
+        padding = b" " * getattr(self, "faults", {}).get("error_padding", 0)
+        self.answer(status, json.dumps({"error": message}).encode() + padding)
 
     def do_GET(self):
         cfg = load_config(self.config_path)
         faults = cfg.get("faults") or {}
+        self.faults = faults
         with lock:
             fail_now = state["fail_5xx_done"] < faults.get("fail_5xx", 0)
             if fail_now:
