@@ -13,7 +13,7 @@ constexpr std::array kKnown = {
     KnownModel{"lfm2.5-24b", "LiquidAI/LFM2.5-24B-A2B-GGUF", "LFM2.5-24B-A2B-QAD-Q4_0.gguf",
                "f97fc8a443da86c71818adf91baecde5b7ef4c50",
                "89617cc4d3a52e973ee8dea72c7df04285f582107385796ba903f81e540e4afa", 13578190880ull,
-               "LFM2.5 24B-A2B (Liquid AI), Q4_0 with quantization-aware distillation"},
+               "LFM2.5 24B-A2B (Liquid AI), Q4_0: the seed's reference file"},
 };
 
 }  // namespace

@@ -170,6 +170,11 @@ PullResult pull(const ModelRef& ref, const PullOptions& o) {
     result.already_there = true;
     if (rec.gguf_kept) result.gguf_path = gguf;
     note(o, fmt::format("{} is already pulled: {}", t.file.path, result.dir));
+    if (o.keep_gguf && !rec.gguf_kept)
+      note(o,
+           fmt::format("its GGUF was deleted after the ingest; to have it, `diskformer rm {}` and pull again "
+                       "with --keep-gguf",
+                       fs::path(result.dir).filename().string()));
     return result;
   }
   if (old && old->sha256 != rec.sha256) {  // another revision's bytes: no prefix of this file
