@@ -92,8 +92,8 @@ void bench(const BenchFlags& f) {
   const uint64_t cache_bytes = m.cache ? m.cache->pool_bytes() : m.expert_bytes;
   const int threads = m.n_threads;
 
-  fmt::print("model        {} ({}, {} layers, {} experts top-{})\n", f.model.model, info.arch, info.n_layer,
-             info.n_expert, info.n_expert_used);
+  fmt::print("model        {} ({}, {} layers, {} experts top-{})\n", f.model.display_name(), info.arch,
+             info.n_layer, info.n_expert, info.n_expert_used);
   fmt::print("memory       experts {} ({}), trunk {}, KV {}, peak RSS {}\n",
              stream::format_bytes(cache_bytes), m.cache ? "cache" : "resident",
              stream::format_bytes(m.trunk_bytes), stream::format_bytes(kv_bytes),
@@ -108,7 +108,7 @@ void bench(const BenchFlags& f) {
 
   if (f.json) {
     nlohmann::json j;
-    j["model"] = f.model.model;
+    j["model"] = f.model.display_name();
     j["arch"] = info.arch;
     j["threads"] = threads;
     j["n_prompt"] = f.n_prompt;

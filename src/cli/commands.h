@@ -12,5 +12,8 @@ void register_ingest(CLI::App& app);
 void register_verify(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_replay(CLI::App& app);
+void register_pull(CLI::App& app);
+void register_list(CLI::App& app);
+void register_rm(CLI::App& app);
 
 }  // namespace df::cli

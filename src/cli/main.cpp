@@ -1,8 +1,10 @@
-#include <cstdio>
-#include <exception>
+#include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "util/error.h"
@@ -18,10 +20,24 @@ int main(int argc, char** argv) {
   df::cli::register_verify(app);
   df::cli::register_bench(app);
   df::cli::register_replay(app);
+  df::cli::register_pull(app);
+  df::cli::register_list(app);
+  df::cli::register_rm(app);
+  // llama.cpp spells the hub option "-hf", a one-dash name of two letters that CLI11 would read as -h -f.
+  std::vector<std::string> args(argv, argv + argc);
+  for (std::string& a : args) {
+    if (a == "--") break;
+    if (a == "-hf") a = "--hf-repo";
+  }
+  std::vector<const char*> arg_ptrs;
+  for (const std::string& a : args) arg_ptrs.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const df::Interrupted& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 130;
   } catch (const df::Error& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;

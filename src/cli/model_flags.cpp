@@ -15,8 +15,13 @@
 namespace df::cli {
 
 void ModelFlags::add(CLI::App* app) {
-  app->add_option("-m,--model", model, "model: a GGUF file (ingested into an expert store on first use) or a store")
-      ->required();
+  app->add_option("-m,--model", model,
+                  "model: a GGUF file (ingested into an expert store on first use) or a store");
+  app->add_option(
+      "--hf-repo", hf_repo,
+      "-hf ORG/NAME[:QUANT], or a known model's name: pulled from the Hugging Face hub into a store "
+      "on first use (`diskformer pull`), then run from there");
+  hub.add(app);
   app->add_option("--store", store, "where the expert store of a GGUF lives (default: $XDG_CACHE_HOME/diskformer)");
   app->add_flag("--resident", resident, "keep every expert in RAM, read from the GGUF (no store, no streaming)");
   app->add_option("--expert-cache", expert_cache, "expert cache budget, e.g. 512M, 2G (default: from free memory)");
@@ -67,6 +72,13 @@ ModelSourceOptions ModelFlags::source() const {
 }
 
 OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx) {
+  if (flags.model.empty() == flags.hf_repo.empty())
+    fail("name the model once: -m FILE.gguf, -m STORE_DIR or -hf ORG/NAME[:QUANT]");
+  if (!flags.hf_repo.empty() && (flags.resident || !flags.store.empty()))
+    fail(
+        "-hf runs the model from its expert store: --resident and --store need a GGUF given with -m "
+        "(`diskformer "
+        "pull --keep-gguf` keeps the file)");
   if (flags.resident && (!flags.expert_cache.empty() || !flags.store.empty()))
     fail("--resident keeps every expert in RAM: it cannot be combined with --expert-cache or --store");
   if (flags.threads < 0)
@@ -81,6 +93,12 @@ OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx) {
           flags.threads, cpus.usable(), cpus.usable() == 1 ? "" : "s", cpus.describe());
   }
   ModelSourceOptions options = flags.source();
+  if (!flags.hf_repo.empty()) {
+    PullProgress progress;
+    hub::PullOptions po = pull_options(flags.hub, progress);
+    po.wait_for_lock = true;  // two runs of a new model: the second waits for the first one's pull
+    options.path = hub::resolve_hf(flags.hf_repo, po);
+  }
   if (n_ctx > 0) options.n_ctx = n_ctx;
   OpenedModel m = open_model(options);
   fmt::print(stderr, "{}\n", m.cache_description);

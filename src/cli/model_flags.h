@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 
+#include "cli/hub_flags.h"
 #include "engine/model_source.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -16,6 +17,8 @@ namespace df::cli {
 struct ModelFlags {
   std::string model, store, expert_cache, io = "direct", cache_policy = "lru", device = "cpu";
   std::string record_routing;  // --record-routing FILE
+  std::string hf_repo;  // -hf REPO[:QUANT] (or a known model's name): pulled on first use (hub/pull.h)
+  HubFlags hub;
   bool resident = false;
   int threads = 0;
   int ctx = 0;     // 0: min(training context, 4096), resolved by open_model (OpenedModel::n_ctx)
@@ -24,10 +27,12 @@ struct ModelFlags {
   bool prompt_snapshot = false;  // set by chat: Session::keep_prompt_snapshot() holds a second state
   void add(CLI::App* app);
   ModelSourceOptions source() const;
+  const std::string& display_name() const { return hf_repo.empty() ? model : hf_repo; }
 };
 
-// Opens the model named by the flags, for a context of n_ctx tokens (0: -c), and prints what the expert
-// cache got (stderr); warns when -t asks for more threads than the CPUs this process may use.
+// Opens the model named by the flags (-m, or -hf pulled first when it is not here yet), for a context of
+// n_ctx tokens (0: -c), and prints what the expert cache got (stderr); warns when -t asks for more threads
+// than the CPUs this process may use.
 OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx = 0);
 // --verbose-prompt (llama.cpp's flag): the prompt's token ids, as the model will see them, on stderr.
 void print_prompt_ids(std::span<const int32_t> ids);
