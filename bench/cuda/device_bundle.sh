@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Fills the ignored folder .device/ of the checkout with what one call to the lent GPU machine needs (64 MiB
+# at most travel), from a CUDA build in build/:
+#   bench/cuda/device_bundle.sh tests [GOLDEN_MODELS...]  the gpu-labelled test binaries (stripped), their CTest
+#       files, libfmt, and the golden models named (default: the four small ones; lfm2moe-medium alone fits
+#       in a second call). There: ln -sfn $PWD/.device/golden /work/shared/golden;
+#       ln -sfn $PWD/.device/build /work/main/build; LD_LIBRARY_PATH=$PWD/.device/lib ctest --test-dir
+#       /work/main/build -L gpu
+#   bench/cuda/device_bundle.sh bench   diskformer and df_cuda_bandwidth (stripped) with their shared libraries
+#       in .device/bench/lib, and run_gpu_bench.sh. There: LD_LIBRARY_PATH=$PWD/.device/bench/lib ...
+# The test binaries hold the build's absolute paths (/work/main/build/tests, /work/shared/golden): the links
+# above put the carried files there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${BUILD_DIR:-build}
+case "${1:-}" in
+  tests)
+    shift
+    models=("$@")
+    [ ${#models[@]} -gt 0 ] || models=(lfm2moe-tiny lfm2moe-tiny-f16 qwen3moe-tiny gpt-oss-tiny)
+    rm -rf .device/build .device/golden .device/lib
+    mkdir -p .device/build/tests .device/golden .device/lib
+    cp "$(ldd "$build/tests/test_backend_cuda_ops" | awk '/libfmt/ {print $3}')" .device/lib/
+    for t in test_backend_cuda_ops test_models_cuda_golden test_models_cuda_graphs; do
+      strip -o ".device/build/tests/$t" "$build/tests/$t"
+      cp "$build/tests/${t}[1]_tests.cmake" ".device/build/tests/${t}_tests.cmake"
+      echo "include(\"$(cd "$build" && pwd)/tests/${t}_tests.cmake\")" >> .device/build/tests/CTestTestfile.cmake
+    done
+    echo 'subdirs("tests")' > .device/build/CTestTestfile.cmake
+    golden=${DF_GOLDEN:-../shared/golden}
+    for m in "${models[@]}"; do cp "$golden/$m".* .device/golden/; done
+    cp "$golden/README.md" .device/golden/
+    ;;
+  bench)
+    rm -rf .device/bench
+    mkdir -p .device/bench/lib
+    strip -o .device/bench/diskformer "$build/diskformer"
+    cp "$build/df_cuda_bandwidth" .device/bench/
+    # Every shared library but the C and C++ runtimes (the GPU machine has no dev packages, and libcurl's
+    # dependencies may be missing there).
+    ldd "$build/diskformer" | awk '$3 ~ /^\// {print $3}' |
+      grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|ld-linux[^/]*)\.so' |
+      while read -r lib; do cp "$lib" .device/bench/lib/; done
+    cp bench/cuda/run_gpu_bench.sh .device/bench/
+    ;;
+  *)
+    echo "usage: $0 tests [GOLDEN_MODELS...] | bench" >&2
+    exit 2
+    ;;
+esac
+du -sh .device/* | sed 's/^/carry: /'
