@@ -31,6 +31,19 @@ int32_t parse_int(std::string_view field, const std::string& name, size_t line, 
   return static_cast<int32_t>(v);
 }
 
+// f(line, line_no) for every line of text that is not blank, trimmed; line numbers count from 1.
+template <class F>
+void for_each_line(std::string_view text, F&& f) {
+  size_t line_no = 0;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    const std::string_view line = trim(text.substr(0, nl));
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    ++line_no;
+    if (!line.empty()) f(line, line_no);
+  }
+}
+
 void check_row(std::span<const int32_t> ids, int32_t layer, const std::string& name, size_t line) {
   if (layer < 0 || layer >= kMaxIds) fail("{}:{}: layer {} out of range", name, line, layer);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -62,14 +75,8 @@ RoutingTrace parse_llama_csv(std::string_view text, const std::string& name) {
   RoutingTrace t;
   t.name = name;
   std::vector<int32_t> row;
-  size_t line_no = 0;
-  while (!text.empty()) {
-    const size_t nl = text.find('\n');
-    const std::string_view line = trim(text.substr(0, nl));
-    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
-    ++line_no;
-    if (line.empty()) continue;
-    if (line_no == 1 && line.substr(0, 3) == "pos") continue;  // a header line, as some tools add
+  for_each_line(text, [&](std::string_view line, size_t line_no) {
+    if (line_no == 1 && line.substr(0, 3) == "pos") return;  // a header line, as some tools add
     row.clear();
     int32_t pos = 0, layer = 0;
     size_t field = 0;
@@ -91,7 +98,7 @@ RoutingTrace parse_llama_csv(std::string_view text, const std::string& name) {
       fail("{}:{}: {} expert ids, the rows before have {}", name, line_no, row.size(), t.k);
     check_row(row, layer, name, line_no);
     t.add_row(pos, layer, row);
-  }
+  });
   finish(t, 0);
   return t;
 }
@@ -101,22 +108,16 @@ RoutingTrace parse_vllm_jsonl(std::string_view text, const std::string& name) {
   raw.name = name;
   int declared = 0;
   std::vector<int32_t> row;
-  size_t line_no = 0;
-  while (!text.empty()) {
-    const size_t nl = text.find('\n');
-    const std::string_view line = trim(text.substr(0, nl));
-    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
-    ++line_no;
-    if (line.empty()) continue;
+  for_each_line(text, [&](std::string_view line, size_t line_no) {
     nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) fail("{}:{}: not a JSON object", name, line_no);
     const std::string type = j.value("type", "");
     if (type == "meta") {
       if (j.contains("num_experts") && j["num_experts"].is_number_integer())
         declared = j["num_experts"].get<int>();
-      continue;
+      return;
     }
-    if (type != "route") continue;
+    if (type != "route") return;
     const auto& tok = j["token_idx"];
     const auto& lay = j["layer"];
     const auto& ids = j["topk_ids"];
@@ -133,7 +134,7 @@ RoutingTrace parse_vllm_jsonl(std::string_view text, const std::string& name) {
     const int32_t layer = lay.get<int32_t>();
     check_row(row, layer, name, line_no);
     raw.add_row(tok.get<int32_t>(), layer, row);
-  }
+  });
   if (raw.rows() == 0) fail("{}: no route lines", name);
   // Drop warm-up passes: runs of kWarmupRun or more rows with the same layer and ids.
   RoutingTrace t;
