@@ -18,6 +18,13 @@
 
 namespace df::models::golden {
 
+// A golden model's name as a test name ('-' is not allowed there).
+inline std::string golden_test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
 using nlohmann::json;
 
 inline std::vector<float> read_f32(const std::string& path) {

@@ -334,10 +334,4 @@ TEST_P(MoeGolden, GreedyStepsOnTheReferenceIdsThroughTheDecodePath) {
   }
 }
 
-inline std::string golden_test_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string s = info.param;
-  std::replace(s.begin(), s.end(), '-', '_');
-  return s;
-}
-
 }  // namespace df::models::golden

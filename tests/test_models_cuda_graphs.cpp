@@ -14,6 +14,7 @@
 
 #include "backend/backend_factory.h"
 #include "gguf/gguf.h"
+#include "golden_checks.h"
 #include "models/model.h"
 
 namespace df::models {
@@ -88,12 +89,7 @@ TEST_P(CudaGraphs, ReplayedStepsGiveTheBitsOfEagerSteps) {
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaGraphs,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny",
                                            "gpt-oss-tiny"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s)
-                             if (c == '-') c = '_';
-                           return s;
-                         });
+                         golden::golden_test_name);
 
 }  // namespace
 }  // namespace df::models

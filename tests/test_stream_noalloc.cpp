@@ -4,27 +4,9 @@
 #include <cstdlib>
 #include <new>
 
+#include "counting_operator_new.h"
 #include "stream/expert_cache.h"
 #include "test_stream_fixture.h"
-
-namespace {
-std::atomic<uint64_t> g_allocations{0};
-}
-
-// The replaced operator new below is malloc underneath, so free() is its matching release; GCC cannot see
-// that through inlining and warns.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-void* operator new(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 namespace df::stream {
 namespace {
