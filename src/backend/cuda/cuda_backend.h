@@ -94,9 +94,6 @@ class CudaBackend final : public Backend {
   void end_step() override;
   void cancel_step() noexcept override;
   uint64_t steps_replayed() const override { return graph_.counts().replays; }
-  // On by default (DF_CUDA_GRAPH=0 turns them off); off also while the op profile is on.
-  void set_step_graphs(bool on) { graph_.set_enabled(on && !profile_.on()); }
-  cuda::StepGraphs::Counts step_graph_counts() const { return graph_.counts(); }
 
  protected:
   void free_memory(void* data, size_t bytes) noexcept override;
