@@ -21,7 +21,7 @@ class HostCpuBackend : public CpuBackend {
   using CpuBackend::get_rows;
   using CpuBackend::kv_store;
   using CpuBackend::matmul;
-  using CpuBackend::moe_combine;
+  using CpuBackend::moe_combine_add;
   using CpuBackend::rms_norm;
   using CpuBackend::rope;
   using CpuBackend::route;
@@ -69,9 +69,9 @@ class HostCpuBackend : public CpuBackend {
   void route(const RouterParams& p, const float* logits, int64_t rows, int32_t* ids, float* weights) {
     route(p, h(logits), rows, h(ids), h(weights));
   }
-  void moe_combine(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
-                   float* out) {
-    moe_combine(h(expert_out), h(weights), rows, k, n, h(out));
+  void moe_combine_add(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
+                       float* x) {
+    moe_combine_add(h(expert_out), h(weights), rows, k, n, h(x));
   }
 };
 

@@ -481,23 +481,29 @@ TEST(Route, SoftmaxTiesScaleAndClamp) {
   EXPECT_THROW(be.route(p, neg.data(), 1, ids.data(), w.data()), Error);
 }
 
-TEST(MoeCombine, WeightedSumInSlotOrderMatchesFloat64) {
+TEST(MoeCombine, AddsTheWeightedSumInSlotOrderToTheResidual) {
   HostCpuBackend be(1);
   const int rows = 3, K = 4;
   const int64_t n = 33;
   const auto e = random_floats(size_t(rows * K * n), 51);
   const auto w = random_floats(size_t(rows * K), 52);
-  std::vector<float> out(size_t(rows * n));
-  be.moe_combine(e.data(), w.data(), rows, K, n, out.data());
+  const auto x0 = random_floats(size_t(rows * n), 53);
+  std::vector<float> x = x0;
+  be.moe_combine_add(e.data(), w.data(), rows, K, n, x.data());
   for (int r = 0; r < rows; ++r)
     for (int64_t i = 0; i < n; ++i) {
+      // The sum is formed first, in slot order, then added: float for float what the kernel must do.
+      float sum = e[size_t(r * K * n + i)] * w[size_t(r * K)];
       double ref = 0, mag = 0;
       for (int j = 0; j < K; ++j) {
         const double t = double(w[size_t(r * K + j)]) * e[size_t((r * K + j) * n + i)];
         ref += t;
         mag += std::abs(t);
+        if (j > 0) sum = sum + e[size_t((r * K + j) * n + i)] * w[size_t(r * K + j)];
       }
-      ASSERT_NEAR(out[size_t(r * n + i)], ref, 1e-6 * mag + 1e-9);
+      const size_t at = size_t(r * n + i);
+      ASSERT_EQ(x[at], x0[at] + sum);
+      ASSERT_NEAR(x[at], x0[at] + ref, 1e-6 * (mag + std::abs(x0[at])) + 1e-9);
     }
 }
 

@@ -456,26 +456,28 @@ TEST(CudaOps, RoutingChoosesTheSameExpertsWithTheSameWeights) {
 
 TEST(CudaOps, ShortConvAndElementwiseOpsMatchTheCpu) {
   NEED_GPU();
-  const int64_t rows = 5, n = 200;
+  const int64_t n = 200;
   const int l_cache = 3;
-  const auto bcx = random_floats(static_cast<size_t>(rows * 3 * n), 71);
-  const auto w = random_floats(static_cast<size_t>(n * l_cache), 72);
-  const auto st = random_floats(static_cast<size_t>((l_cache - 1) * n), 73);
-  std::vector<float> c;
-  auto g = on_both(
-      cpu, gpu,
-      [&](Backend& b) {
-        DeviceBuffer dbcx = put(b, bcx), dw = put(b, w), ds = put(b, st);
-        DeviceBuffer dy = b.alloc_array<float>(rows * n, "y");
-        b.short_conv(dbcx.as<const float>(), rows, n, dw.as<const float>(), l_cache, ds.as<float>(),
-                     dy.as<float>());
-        auto y = get<float>(b, dy, rows * n);
-        auto s = get<float>(b, ds, st.size());
-        y.insert(y.end(), s.begin(), s.end());
-        return y;
-      },
-      &c);
-  EXPECT_LT(rel_l2(g, c), 1e-6);
+  std::vector<float> c, g;
+  for (const int64_t rows : {1, 5, 20}) {  // decode sizes take one fused launch, prefill chunks two
+    const auto bcx = random_floats(static_cast<size_t>(rows * 3 * n), 71);
+    const auto w = random_floats(static_cast<size_t>(n * l_cache), 72);
+    const auto st = random_floats(static_cast<size_t>((l_cache - 1) * n), 73);
+    g = on_both(
+        cpu, gpu,
+        [&](Backend& b) {
+          DeviceBuffer dbcx = put(b, bcx), dw = put(b, w), ds = put(b, st);
+          DeviceBuffer dy = b.alloc_array<float>(rows * n, "y");
+          b.short_conv(dbcx.as<const float>(), rows, n, dw.as<const float>(), l_cache, ds.as<float>(),
+                       dy.as<float>());
+          auto y = get<float>(b, dy, rows * n);
+          auto s = get<float>(b, ds, st.size());
+          y.insert(y.end(), s.begin(), s.end());
+          return y;
+        },
+        &c);
+    EXPECT_EQ(g, c) << rows << " rows";  // the CPU's float operations in the CPU's order
+  }
 
   const auto a = random_floats(1000, 74), bb = random_floats(1000, 75), bias = random_floats(100, 76);
   g = on_both(
@@ -492,14 +494,15 @@ TEST(CudaOps, ShortConvAndElementwiseOpsMatchTheCpu) {
   EXPECT_LT(rel_l2(g, c), 1e-6);
 
   const int k = 4;
+  const int64_t rows = 5;
   const auto eo = random_floats(static_cast<size_t>(rows * k * n), 77),
              ew = random_floats(static_cast<size_t>(rows * k), 78);
   g = on_both(
       cpu, gpu,
       [&](Backend& b) {
         DeviceBuffer de = put(b, eo), dw2 = put(b, ew);
-        DeviceBuffer out = b.alloc_array<float>(rows * n, "out");
-        b.moe_combine(de.as<const float>(), dw2.as<const float>(), rows, k, n, out.as<float>());
+        DeviceBuffer out = put(b, random_floats(static_cast<size_t>(rows * n), 79));  // the residual
+        b.moe_combine_add(de.as<const float>(), dw2.as<const float>(), rows, k, n, out.as<float>());
         return get<float>(b, out, rows * n);
       },
       &c);

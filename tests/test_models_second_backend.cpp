@@ -200,12 +200,12 @@ class ForwardingBackend final : public backend::Backend {
     owned(weights, "route");
     inner_->route(p, logits, rows, ids, weights);
   }
-  void moe_combine(backend::Buf<const float> expert_out, backend::Buf<const float> weights, int64_t rows,
-                   int k, int64_t n, backend::Buf<float> out) override {
-    ++calls["moe_combine"];
-    for (const auto& b : {expert_out, weights}) owned(b, "moe_combine");
-    owned(out, "moe_combine");
-    inner_->moe_combine(expert_out, weights, rows, k, n, out);
+  void moe_combine_add(backend::Buf<const float> expert_out, backend::Buf<const float> weights, int64_t rows,
+                       int k, int64_t n, backend::Buf<float> x) override {
+    ++calls["moe_combine_add"];
+    for (const auto& b : {expert_out, weights}) owned(b, "moe_combine_add");
+    owned(x, "moe_combine_add");
+    inner_->moe_combine_add(expert_out, weights, rows, k, n, x);
   }
 
  protected:
@@ -273,8 +273,9 @@ TEST_P(SecondBackend, AForwardingBackendGivesTheSameBitsAndSeesEveryOp) {
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
 
-  std::vector<std::string> expected = {"get_rows",    "rms_norm",  "matmul",   "route", "ffn",        "add",
-                                       "moe_combine", "attention", "kv_store", "rope",  "matmul_many"};
+  std::vector<std::string> expected = {"get_rows", "rms_norm", "matmul",          "route",
+                                       "ffn",      "add",      "moe_combine_add", "attention",
+                                       "kv_store", "rope",     "matmul_many"};
   if (name.rfind("lfm2moe", 0) == 0) expected.push_back("short_conv");
   if (name == "gpt-oss-tiny") expected.push_back("add_bias_rows");
   expected.push_back("routed_ffn");  // the decode steps (the prompt chunks of 16 take the grouped ffn)

@@ -289,9 +289,10 @@ class Backend {
   // (descending score, lowest id first on exact ties) and their weights (rows × k), as build_moe_ffn does.
   virtual void route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,
                      Buf<float> weights) = 0;
-  // out[r] = Σ_j weights[r][j] · expert_out[r][j] in slot order (expert_out = rows × k × n).
-  virtual void moe_combine(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k,
-                           int64_t n, Buf<float> out) = 0;
+  // x[r] += Σ_j weights[r][j] · expert_out[r][j], the sum formed in slot order before it is added
+  // (expert_out = rows × k × n): the MoE output combined into the residual stream in one pass.
+  virtual void moe_combine_add(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k,
+                               int64_t n, Buf<float> x) = 0;
 
  protected:
   friend class DeviceBuffer;

@@ -5,7 +5,7 @@
 namespace df::models {
 
 void MoeBuffers::reserve(backend::Backend& be, size_t t, size_t H, size_t E, size_t K) {
-  for (auto* buf : {&moe, &guess_xn}) buf->resize(be, t * H, "MoE batch buffers");
+  guess_xn.resize(be, t * H, "MoE batch buffers");
   router_logits.resize(be, t * E, "router logits");
   guess_logits.resize(be, t * E, "router logits");
   expert_ids.resize(be, t * K, "routing ids");
@@ -29,7 +29,7 @@ void MoeBuffers::reserve(backend::Backend& be, size_t t, size_t H, size_t E, siz
 size_t MoeBuffers::bytes() const {
   size_t total = guess_mask.size();
   for (const auto* buf :
-       {&router_logits, &expert_weights, &expert_out, &moe, &guess_xn, &guess_logits, &guess_weights})
+       {&router_logits, &expert_weights, &expert_out, &guess_xn, &guess_logits, &guess_weights})
     total += buf->size() * sizeof(float);
   for (const auto* buf : {&expert_ids_host, &expert_count, &expert_start, &expert_entries, &entry_tokens,
                           &used, &guess_ids_host, &guess_list})
@@ -40,10 +40,10 @@ size_t MoeBuffers::bytes() const {
 }
 
 size_t MoeBuffers::bytes_for(size_t t, size_t H, size_t E, size_t K) {
-  // floats: moe, guess_xn (tH); router_logits, guess_logits (tE); expert_weights, guess_weights (tK);
+  // floats: guess_xn (tH); router_logits, guess_logits (tE); expert_weights, guess_weights (tK);
   // expert_out (tKH). int32: expert_ids, guess_ids and their host copies, expert_entries, entry_tokens and
   // their uploads (tK); expert_count, used, guess_list (E), expert_start (E + 1). guess_mask: E bytes.
-  return (2 * t * H + 2 * t * E + 2 * t * K + t * K * H) * sizeof(float) +
+  return (t * H + 2 * t * E + 2 * t * K + t * K * H) * sizeof(float) +
          (8 * t * K + 3 * E + (E + 1)) * sizeof(int32_t) + E;
 }
 
@@ -152,8 +152,7 @@ void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_inde
 
 void add_expert_outputs(backend::Backend& be, MoeBuffers& b, backend::Buf<float> x, int64_t T, int k,
                         int64_t n_embd) {
-  be.moe_combine(b.expert_out.view(), b.expert_weights.view(), T, k, n_embd, b.moe.view());
-  be.add(x, b.moe.view(), T * n_embd);
+  be.moe_combine_add(b.expert_out.view(), b.expert_weights.view(), T, k, n_embd, x);
 }
 
 void report_routing(backend::Backend& be, RoutingSink* sink, int moe_index, int first_pos, int64_t T, int k,

@@ -40,7 +40,7 @@ class DeviceArray {
 // back (the one crossing a MoE layer needs: it picks which experts to fetch), groups the batch by expert
 // and hands the groups' row lists back for the expert FFNs.
 struct MoeBuffers {
-  DeviceArray<float> router_logits, expert_weights, expert_out, moe;
+  DeviceArray<float> router_logits, expert_weights, expert_out;
   DeviceArray<int32_t> expert_ids;
   std::vector<int32_t> expert_ids_host;  // expert_ids, read back
   // Per-expert batches: the (token, slot) entries routed to each expert, grouped by expert, and the token

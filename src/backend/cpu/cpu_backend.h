@@ -97,8 +97,8 @@ class CpuBackend : public Backend {
 
   void route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,
              Buf<float> weights) override;
-  void moe_combine(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k, int64_t n,
-                   Buf<float> out) override;
+  void moe_combine_add(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k, int64_t n,
+                       Buf<float> x) override;
 
  protected:
   void free_memory(void* data, size_t bytes) noexcept override;

@@ -104,18 +104,20 @@ void CpuBackend::route(const RouterParams& p, Buf<const float> logits_buf, int64
   }
 }
 
-void CpuBackend::moe_combine(Buf<const float> expert_out_buf, Buf<const float> weights_buf, int64_t rows,
-                             int k, int64_t n, Buf<float> out_buf) {
+void CpuBackend::moe_combine_add(Buf<const float> expert_out_buf, Buf<const float> weights_buf, int64_t rows,
+                                 int k, int64_t n, Buf<float> x_buf) {
   const float* expert_out = detail::raw(expert_out_buf.first(static_cast<size_t>(rows * k * n)));
   const float* weights = detail::raw(weights_buf.first(static_cast<size_t>(rows * k)));
-  float* out = detail::raw(out_buf.first(static_cast<size_t>(rows * n)));
+  float* x = detail::raw(x_buf.first(static_cast<size_t>(rows * n)));
   for (int64_t r = 0; r < rows; ++r) {
     const float* w = weights + r * k;
     const float* e = expert_out + r * k * n;
-    float* o = out + r * n;
-    for (int64_t i = 0; i < n; ++i) o[i] = e[i] * w[0];
-    for (int j = 1; j < k; ++j)
-      for (int64_t i = 0; i < n; ++i) o[i] = o[i] + e[j * n + i] * w[j];
+    float* xr = x + r * n;
+    for (int64_t i = 0; i < n; ++i) {
+      float o = e[i] * w[0];
+      for (int j = 1; j < k; ++j) o = o + e[j * n + i] * w[j];
+      xr[i] = xr[i] + o;
+    }
   }
 }
 

@@ -13,6 +13,7 @@ constexpr int kAttnWarps = 4;
 
 __global__ void kv_store_kernel(uint16_t* k_cache, uint16_t* v_cache, int n_ctx, int64_t row, const float* k,
                                 const float* v, int pos0, const int32_t* pos0_device) {
+  pdl_begin();
   const int64_t r = blockIdx.y;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= row) return;
@@ -43,6 +44,7 @@ __device__ double block_sum(double v, double* red) {
 __global__ void __launch_bounds__(kAttnWarps* kWarp)
     attention_kernel(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int pos0,
                      const int32_t* pos0_device, AttnArgs a, float* out, float* scores) {
+  pdl_begin();
   extern __shared__ float s_q[];  // head_dim values of q rounded to f16, then head_dim partial-sum slots
   __shared__ float red_f[kAttnWarps];
   __shared__ double red_d[kAttnWarps];
@@ -135,8 +137,8 @@ void launch_kv_store(uint16_t* k_cache, uint16_t* v_cache, int n_ctx, int64_t ro
                      const float* v, int64_t rows, int pos0, const int32_t* pos0_device,
                      cudaStream_t stream) {
   if (rows <= 0 || row <= 0) return;
-  kv_store_kernel<<<dim3(static_cast<unsigned>((row + 255) / 256), static_cast<unsigned>(rows)), 256, 0,
-                    stream>>>(k_cache, v_cache, n_ctx, row, k, v, pos0, pos0_device);
+  launch_kernel(kv_store_kernel, dim3(static_cast<unsigned>((row + 255) / 256), static_cast<unsigned>(rows)),
+                256, 0, stream, k_cache, v_cache, n_ctx, row, k, v, pos0, pos0_device);
   check_launch("kv_store kernel");
 }
 
@@ -144,9 +146,9 @@ void launch_attention(const uint16_t* k_cache, const uint16_t* v_cache, const fl
                       int pos0, const int32_t* pos0_device, const AttnArgs& a, float* out, float* scores,
                       cudaStream_t stream) {
   if (rows <= 0) return;
-  attention_kernel<<<dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(rows)), kAttnWarps * kWarp,
-                     attention_smem_bytes(a.head_dim), stream>>>(k_cache, v_cache, q, pos0, pos0_device, a,
-                                                                 out, scores);
+  launch_kernel(attention_kernel, dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(rows)),
+                kAttnWarps * kWarp, attention_smem_bytes(a.head_dim), stream, k_cache, v_cache, q, pos0,
+                pos0_device, a, out, scores);
   check_launch("attention kernel");
 }
 

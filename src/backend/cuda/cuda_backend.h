@@ -83,8 +83,8 @@ class CudaBackend final : public Backend {
 
   void route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,
              Buf<float> weights) override;
-  void moe_combine(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k, int64_t n,
-                   Buf<float> out) override;
+  void moe_combine_add(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k, int64_t n,
+                       Buf<float> x) override;
 
   // Waits for every op queued so far and reports a failure a kernel recorded (see DeviceError below).
   void synchronize();
@@ -116,7 +116,7 @@ class CudaBackend final : public Backend {
   void check_error_word();
   void ffn_launches(const FfnTask& a, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
                     Buf<float> out, int64_t out_rows_total, uint8_t* table, size_t items_off, size_t task_off,
-                    size_t map_off, int64_t entries, int64_t n_items, int max_cols);
+                    size_t map_off, int64_t entries, int64_t n_items, int max_cols, bool row_map_ready);
   // Times the op in scope when DF_CUDA_PROFILE is set (op_profile.h).
   auto timed(const cuda::OpKey& key) {
     return cuda::OpTimer(

@@ -6,6 +6,7 @@ namespace df::backend::cuda {
 namespace {
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* y) {
+  pdl_begin();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float g = gate[i];
@@ -13,11 +14,13 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
+  pdl_begin();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] += y[i];
 }
 
 __global__ void add_bias_rows_kernel(float* x, const float* bias, int64_t rows, int64_t n) {
+  pdl_begin();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < rows * n) x[i] += bias[i % n];
 }
@@ -125,6 +128,7 @@ __device__ float dequant_value(GgmlType t, const uint8_t* row, int64_t i) {
 
 __global__ void get_rows_kernel(GgmlType type, const uint8_t* table, size_t row_bytes, int64_t n_rows,
                                 int64_t n_in, const int32_t* ids, float* out, DeviceError* err) {
+  pdl_begin();
   const int32_t id = ids[blockIdx.x];
   float* o = out + static_cast<int64_t>(blockIdx.x) * n_in;
   const bool ok = id >= 0 && id < n_rows;
@@ -142,27 +146,27 @@ unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + 255) / 256); 
 
 void launch_swiglu(const float* gate, const float* up, int64_t n, float* y, cudaStream_t stream) {
   if (n <= 0) return;
-  swiglu_kernel<<<blocks_for(n), 256, 0, stream>>>(gate, up, n, y);
+  launch_kernel(swiglu_kernel, blocks_for(n), 256, 0, stream, gate, up, n, y);
   check_launch("swiglu kernel");
 }
 
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  add_kernel<<<blocks_for(n), 256, 0, stream>>>(x, y, n);
+  launch_kernel(add_kernel, blocks_for(n), 256, 0, stream, x, y, n);
   check_launch("add kernel");
 }
 
 void launch_add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n, cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return;
-  add_bias_rows_kernel<<<blocks_for(rows * n), 256, 0, stream>>>(x, bias, rows, n);
+  launch_kernel(add_bias_rows_kernel, blocks_for(rows * n), 256, 0, stream, x, bias, rows, n);
   check_launch("add_bias_rows kernel");
 }
 
 void launch_get_rows(GgmlType type, const uint8_t* table, size_t row_bytes, int64_t n_rows, int64_t n_in,
                      const int32_t* ids, int64_t n, float* out, DeviceError* err, cudaStream_t stream) {
   if (n <= 0) return;
-  get_rows_kernel<<<static_cast<unsigned>(n), 256, 0, stream>>>(type, table, row_bytes, n_rows, n_in, ids,
-                                                                out, err);
+  launch_kernel(get_rows_kernel, static_cast<unsigned>(n), 256, 0, stream, type, table, row_bytes, n_rows,
+                n_in, ids, out, err);
   check_launch("get_rows kernel");
 }
 

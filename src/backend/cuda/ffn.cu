@@ -5,6 +5,7 @@
 // kernels), the y dimension of the grid.
 #include "backend/cuda/matvec.cuh"
 #include "backend/cuda/mma_tile.cuh"
+#include "backend/cuda/q8_block.cuh"
 
 namespace df::backend::cuda {
 namespace {
@@ -18,6 +19,7 @@ __device__ __forceinline__ void record(DeviceError* err, int32_t code, int32_t v
 
 __global__ void ffn_row_map_kernel(const int32_t* entry_task, const FfnDesc* descs, int64_t entries,
                                    int64_t x_rows, int32_t* row_map, DeviceError* err) {
+  pdl_begin();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= entries) return;
   const FfnDesc& d = descs[entry_task[e]];
@@ -31,8 +33,9 @@ __global__ void ffn_row_map_kernel(const int32_t* entry_task, const FfnDesc* des
 }
 
 __global__ void routed_tables_kernel(ExpertStacks st, const int32_t* ids, int64_t entries, int k,
-                                     FfnDesc* descs, FfnItem* items, int32_t* entry_task, int32_t* rows,
-                                     DeviceError* err) {
+                                     FfnDesc* descs, FfnItem* items, int32_t* entry_task, int32_t* row_map,
+                                     int32_t* rows, DeviceError* err) {
+  pdl_begin();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= entries) return;
   int32_t e = ids[i];
@@ -42,6 +45,7 @@ __global__ void routed_tables_kernel(ExpertStacks st, const int32_t* ids, int64_
   }
   const size_t ue = static_cast<size_t>(e);
   rows[2 * i] = static_cast<int32_t>(i / k);  // x row: the token
+  row_map[i] = static_cast<int32_t>(i / k);   // the same, for the input's gather (no row-map launch)
   rows[2 * i + 1] = static_cast<int32_t>(i);  // out row: the entry
   FfnDesc d;
   d.gate = st.gate + ue * st.gate_stride;
@@ -83,63 +87,103 @@ __device__ __forceinline__ float activate(const FfnShape& s, float g, float u) {
   }
 }
 
-// kMode 0: gate and up of the same type, fused; 1: gate only, activation against up's products in u_buf;
-// 2: up only, products (+ bias) to u_buf.
-template <class T, int NC, int kMode>
+// kMode 0: gate and up of the same type, fused (they share the quantized input: qg); 1: gate only,
+// activation against up's products in u_buf; 2: up only, products (+ bias) to u_buf. A warp computes
+// kRowsPerWarp output rows: in mode 0 their gate and up rows, 2 * kRowsPerWarp weight rows in flight.
+// kQuantize (mode 0 only): the block quantizes its entries' input rows x_raw + row_map[entry] * n_in into
+// shared memory first, in place of qg.
+template <class T, int NC, int kMode, bool kQuantize>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     ffn_gate_up_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qg,
-                       size_t qg_stride, const uint8_t* qu, size_t qu_stride, float* h, float* u_buf) {
-  __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kSmemPerWarp];
+                       size_t qg_stride, const uint8_t* qu, size_t qu_stride, float* h, float* u_buf,
+                       const float* x_raw, const int32_t* row_map) {
+  pdl_begin();
+  static_assert(!kQuantize || kMode == 0, "in-kernel quantization serves the fused gate/up kernel");
+  constexpr int kPerRow = kMode == 0 ? 2 : 1, R = kRowsPerWarp * kPerRow;
+  __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][R * smem_slot<T>()];
+  extern __shared__ __align__(16) uint8_t act_smem[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
-  if (o >= s.n_ff) return;
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp) * kRowsPerWarp;
   const FfnItem it = items[blockIdx.y];
   const FfnDesc& d = descs[it.task];
   const int64_t e0 = d.entry0 + it.local0;
-  typename T::Acc g[NC], u[NC];
-  if (kMode != 2)
-    row_dot<T, NC>(d.gate + o * s.gate_row_bytes, s.n_in, qg + e0 * qg_stride, qg_stride, it.cols, smem[warp],
-                   g);
-  if (kMode != 1)
-    row_dot<T, NC>(d.up + o * s.up_row_bytes, s.n_in, qu + e0 * qu_stride, qu_stride, it.cols, smem[warp], u);
+  const uint8_t* act = kMode == 2 ? qu + e0 * qu_stride : qg + e0 * qg_stride;
+  size_t act_stride = kMode == 2 ? qu_stride : qg_stride;
+  if constexpr (kQuantize) {
+    act_stride = act_row_stride(GgmlType::Q8_0, s.n_in);
+    block_quantize_q8_0([&](int c) { return x_raw + static_cast<int64_t>(row_map[e0 + c]) * s.n_in; },
+                        it.cols, s.n_in, act_smem, act_stride);
+    __syncthreads();
+    act = act_smem;
+  }
+  if (o0 >= s.n_ff) return;
+  const uint8_t* rows[R];
+#pragma unroll
+  for (int j = 0; j < kRowsPerWarp; ++j) {
+    const int64_t o = o0 + j < s.n_ff ? o0 + j : o0;
+    if (kMode != 2) rows[j * kPerRow] = d.gate + o * s.gate_row_bytes;
+    if (kMode != 1) rows[j * kPerRow + kPerRow - 1] = d.up + o * s.up_row_bytes;
+  }
+  typename T::Acc acc[R][NC];
+  rows_dot<T, NC, R>(rows, s.n_in, act, act_stride, it.cols, smem[warp], acc);
   if (lane != 0) return;
 #pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    if (c >= it.cols) break;
-    const int64_t e = e0 + c;
-    if (kMode == 2) {
-      float uv = static_cast<float>(u[c]);
-      if (d.up_bias) uv += d.up_bias[o];
-      u_buf[e * s.n_ff + o] = uv;
-      continue;
+  for (int j = 0; j < kRowsPerWarp; ++j) {
+    const int64_t o = o0 + j;
+    if (o >= s.n_ff) break;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= it.cols) break;
+      const int64_t e = e0 + c;
+      if (kMode == 2) {
+        float uv = static_cast<float>(acc[j][c]);
+        if (d.up_bias) uv += d.up_bias[o];
+        u_buf[e * s.n_ff + o] = uv;
+        continue;
+      }
+      float gv = static_cast<float>(acc[j * kPerRow][c]);
+      if (d.gate_bias) gv += d.gate_bias[o];
+      float uv;
+      if (kMode == 0) {
+        uv = static_cast<float>(acc[j * kPerRow + 1][c]);
+        if (d.up_bias) uv += d.up_bias[o];
+      } else {
+        uv = u_buf[e * s.n_ff + o];
+      }
+      h[e * s.n_ff + o] = activate(s, gv, uv);
     }
-    float gv = static_cast<float>(g[c]);
-    if (d.gate_bias) gv += d.gate_bias[o];
-    float uv;
-    if (kMode == 0) {
-      uv = static_cast<float>(u[c]);
-      if (d.up_bias) uv += d.up_bias[o];
-    } else {
-      uv = u_buf[e * s.n_ff + o];
-    }
-    h[e * s.n_ff + o] = activate(s, gv, uv);
   }
 }
 
-template <class T, int NC>
+// kQuantize: the block quantizes its entries' rows of h_raw (n_ff floats apart) first, in place of qh.
+template <class T, int NC, bool kQuantize>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     ffn_down_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qh,
-                    size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err) {
-  __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kSmemPerWarp];
+                    size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err,
+                    const float* h_raw) {
+  pdl_begin();
+  __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kRowsPerWarp * smem_slot<T>()];
+  extern __shared__ __align__(16) uint8_t act_smem[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
-  if (o >= s.n_out) return;
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp) * kRowsPerWarp;
   const FfnItem it = items[blockIdx.y];
   const FfnDesc& d = descs[it.task];
   const int64_t e0 = d.entry0 + it.local0;
-  typename T::Acc acc[NC];
-  row_dot<T, NC>(d.down + o * s.down_row_bytes, s.n_ff, qh + e0 * qh_stride, qh_stride, it.cols, smem[warp],
-                 acc);
+  const uint8_t* act = qh + e0 * qh_stride;
+  if constexpr (kQuantize) {
+    qh_stride = act_row_stride(GgmlType::Q8_0, s.n_ff);
+    block_quantize_q8_0([&](int c) { return h_raw + (e0 + c) * s.n_ff; }, it.cols, s.n_ff, act_smem,
+                        qh_stride);
+    __syncthreads();
+    act = act_smem;
+  }
+  if (o0 >= s.n_out) return;
+  const uint8_t* rows[kRowsPerWarp];
+#pragma unroll
+  for (int j = 0; j < kRowsPerWarp; ++j)
+    rows[j] = d.down + (o0 + j < s.n_out ? o0 + j : o0) * s.down_row_bytes;
+  typename T::Acc acc[kRowsPerWarp][NC];
+  rows_dot<T, NC, kRowsPerWarp>(rows, s.n_ff, act, qh_stride, it.cols, smem[warp], acc);
   if (lane != 0) return;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
@@ -150,10 +194,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
       record(err, kErrFfnOutRow, row, static_cast<int32_t>(out_rows_total));
       continue;
     }
-    float v = static_cast<float>(acc[c]);
-    if (d.down_bias) v += d.down_bias[o];
-    if (d.out_scale != 1.0f) v *= d.out_scale;
-    out[row * s.n_out + o] = v;
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp; ++j) {
+      const int64_t o = o0 + j;
+      if (o >= s.n_out) break;
+      float v = static_cast<float>(acc[j][c]);
+      if (d.down_bias) v += d.down_bias[o];
+      if (d.out_scale != 1.0f) v *= d.out_scale;
+      out[row * s.n_out + o] = v;
+    }
   }
 }
 
@@ -166,6 +215,7 @@ template <class W>
 __global__ void __launch_bounds__(kMmaWarps* kWarp)
     ffn_gate_up_mma_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qg,
                            size_t qg_stride, float* h) {
+  pdl_begin();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsPerBlock + warp * 16;
   if (o0 >= s.n_ff) return;
@@ -194,6 +244,7 @@ template <class W>
 __global__ void __launch_bounds__(kMmaWarps* kWarp)
     ffn_down_mma_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qh,
                         size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err) {
+  pdl_begin();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsPerBlock + warp * 16;
   if (o0 >= s.n_out) return;
@@ -230,45 +281,60 @@ void launch_ffn_gather_quantize(GgmlType act, const float* x, int64_t x_rows, in
                                 const int32_t* entry_task, const FfnDesc* descs, int64_t entries,
                                 int32_t* row_map, uint8_t* dst, DeviceError* err, cudaStream_t stream) {
   if (entries <= 0) return;
-  ffn_row_map_kernel<<<static_cast<unsigned>((entries + 127) / 128), 128, 0, stream>>>(
-      entry_task, descs, entries, x_rows, row_map, err);
-  check_launch("ffn row map kernel");
+  launch_ffn_row_map(x, x_rows, entry_task, descs, entries, row_map, err, stream);
   launch_quantize(act, x, n_in, row_map, entries, n_in, dst, stream);
+}
+
+void launch_ffn_row_map(const float*, int64_t x_rows, const int32_t* entry_task, const FfnDesc* descs,
+                        int64_t entries, int32_t* row_map, DeviceError* err, cudaStream_t stream) {
+  if (entries <= 0) return;
+  launch_kernel(ffn_row_map_kernel, static_cast<unsigned>((entries + 127) / 128), 128, 0, stream, entry_task,
+                descs, entries, x_rows, row_map, err);
+  check_launch("ffn row map kernel");
 }
 
 void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* items, int64_t n_items,
                         const uint8_t* qg, size_t qg_stride, const uint8_t* qu, size_t qu_stride, float* h,
-                        float* u_scratch, int64_t, cudaStream_t stream) {
+                        float* u_scratch, int64_t, const float* x_raw, const int32_t* row_map,
+                        cudaStream_t stream) {
   if (n_items <= 0 || s.n_ff <= 0) return;
   if (s.max_cols > 8) {
     const dim3 grid(static_cast<unsigned>((s.n_ff + kMmaRowsPerBlock - 1) / kMmaRowsPerBlock),
                     static_cast<unsigned>(n_items));
     with_mma_weight(s.gate_type, [&]<class W>() {
-      ffn_gate_up_mma_kernel<W><<<grid, kMmaWarps * kWarp, 0, stream>>>(s, descs, items, qg, qg_stride, h);
+      launch_kernel(ffn_gate_up_mma_kernel<W>, grid, kMmaWarps * kWarp, 0, stream, s, descs, items, qg,
+                    qg_stride, h);
     });
     check_launch("ffn gate/up kernel (mma)");
     return;
   }
-  const dim3 grid(static_cast<unsigned>((s.n_ff + kWarpsPerBlock - 1) / kWarpsPerBlock),
+  constexpr int64_t kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
+  const dim3 grid(static_cast<unsigned>((s.n_ff + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(n_items));
   const unsigned threads = kWarpsPerBlock * kWarp;
+  const size_t quant_smem =
+      x_raw ? act_row_stride(GgmlType::Q8_0, s.n_in) * static_cast<size_t>(s.max_cols) : 0;
   // The column tile covers the largest item (smaller items skip the extra columns at run time); a decode
   // step's items all have one row and get the lean 1-column kernel.
   with_col_tile(col_tile(s.max_cols), [&]<int NC>() {
     if (s.gate_type == s.up_type) {
       with_weight_traits(s.gate_type, [&]<class T>() {
-        ffn_gate_up_kernel<T, NC, 0>
-            <<<grid, threads, 0, stream>>>(s, descs, items, qg, qg_stride, qu, qu_stride, h, nullptr);
+        if (x_raw)
+          launch_kernel(ffn_gate_up_kernel<T, NC, 0, true>, grid, threads, quant_smem, stream, s, descs,
+                        items, qg, qg_stride, qu, qu_stride, h, nullptr, x_raw, row_map);
+        else
+          launch_kernel(ffn_gate_up_kernel<T, NC, 0, false>, grid, threads, 0, stream, s, descs, items, qg,
+                        qg_stride, qu, qu_stride, h, nullptr, nullptr, nullptr);
       });
     } else {
       with_weight_traits(s.up_type, [&]<class T>() {
-        ffn_gate_up_kernel<T, NC, 2>
-            <<<grid, threads, 0, stream>>>(s, descs, items, qg, qg_stride, qu, qu_stride, h, u_scratch);
+        launch_kernel(ffn_gate_up_kernel<T, NC, 2, false>, grid, threads, 0, stream, s, descs, items, qg,
+                      qg_stride, qu, qu_stride, h, u_scratch, nullptr, nullptr);
       });
       check_launch("ffn up kernel");
       with_weight_traits(s.gate_type, [&]<class T>() {
-        ffn_gate_up_kernel<T, NC, 1>
-            <<<grid, threads, 0, stream>>>(s, descs, items, qg, qg_stride, qu, qu_stride, h, u_scratch);
+        launch_kernel(ffn_gate_up_kernel<T, NC, 1, false>, grid, threads, 0, stream, s, descs, items, qg,
+                      qg_stride, qu, qu_stride, h, u_scratch, nullptr, nullptr);
       });
     }
   });
@@ -277,36 +343,43 @@ void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* 
 
 void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* items, int64_t n_items,
                      const uint8_t* qh, size_t qh_stride, float* out, int64_t out_rows_total,
-                     DeviceError* err, cudaStream_t stream) {
+                     DeviceError* err, const float* h_raw, cudaStream_t stream) {
   if (n_items <= 0 || s.n_out <= 0) return;
   if (s.max_cols > 8) {
     const dim3 grid(static_cast<unsigned>((s.n_out + kMmaRowsPerBlock - 1) / kMmaRowsPerBlock),
                     static_cast<unsigned>(n_items));
     with_mma_weight(s.down_type, [&]<class W>() {
-      ffn_down_mma_kernel<W>
-          <<<grid, kMmaWarps * kWarp, 0, stream>>>(s, descs, items, qh, qh_stride, out, out_rows_total, err);
+      launch_kernel(ffn_down_mma_kernel<W>, grid, kMmaWarps * kWarp, 0, stream, s, descs, items, qh,
+                    qh_stride, out, out_rows_total, err);
     });
     check_launch("ffn down kernel (mma)");
     return;
   }
-  const dim3 grid(static_cast<unsigned>((s.n_out + kWarpsPerBlock - 1) / kWarpsPerBlock),
+  constexpr int64_t kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
+  const dim3 grid(static_cast<unsigned>((s.n_out + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(n_items));
+  const size_t quant_smem =
+      h_raw ? act_row_stride(GgmlType::Q8_0, s.n_ff) * static_cast<size_t>(s.max_cols) : 0;
   with_col_tile(col_tile(s.max_cols), [&]<int NC>() {
     with_weight_traits(s.down_type, [&]<class T>() {
-      ffn_down_kernel<T, NC><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(s, descs, items, qh, qh_stride, out,
-                                                                          out_rows_total, err);
+      if (h_raw)
+        launch_kernel(ffn_down_kernel<T, NC, true>, grid, kWarpsPerBlock * kWarp, quant_smem, stream, s,
+                      descs, items, qh, qh_stride, out, out_rows_total, err, h_raw);
+      else
+        launch_kernel(ffn_down_kernel<T, NC, false>, grid, kWarpsPerBlock * kWarp, 0, stream, s, descs, items,
+                      qh, qh_stride, out, out_rows_total, err, nullptr);
     });
   });
   check_launch("ffn down kernel");
 }
 
 void launch_routed_tables(const ExpertStacks& st, const int32_t* ids, int64_t entries, int k, FfnDesc* descs,
-                          FfnItem* items, int32_t* entry_task, int32_t* rows, DeviceError* err,
-                          cudaStream_t stream) {
+                          FfnItem* items, int32_t* entry_task, int32_t* row_map, int32_t* rows,
+                          DeviceError* err, cudaStream_t stream) {
   if (entries <= 0) return;
   const int threads = 128;
-  routed_tables_kernel<<<static_cast<unsigned>((entries + threads - 1) / threads), threads, 0, stream>>>(
-      st, ids, entries, k, descs, items, entry_task, rows, err);
+  launch_kernel(routed_tables_kernel, static_cast<unsigned>((entries + threads - 1) / threads), threads, 0,
+                stream, st, ids, entries, k, descs, items, entry_task, row_map, rows, err);
 }
 
 }  // namespace df::backend::cuda

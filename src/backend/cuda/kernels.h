@@ -68,11 +68,18 @@ DF_HD inline size_t act_row_stride(GgmlType act, int64_t n) {
 void launch_quantize(GgmlType act, const float* x, int64_t x_stride, const int32_t* rows_map, int64_t rows,
                      int64_t n, uint8_t* dst, cudaStream_t stream);
 
+// Decode products (at most 8 activation rows) of weights whose activation format is Q8_0 quantize their input
+// rows inside the kernel, without the quantize launch, when those rows take at most kInKernelQuantBytes of
+// shared memory and each is 16-byte aligned (x and x_stride floats apart).
+constexpr size_t kInKernelQuantBytes = 8192;
+bool in_kernel_quantize(GgmlType w_type, const float* x, int64_t x_stride, int64_t n, int64_t cols);
+
 // ---- Matrix products. y[c * y_stride + o] = W[o] · act row c, for o < n_out, c < cols (act rows act_stride
-// apart, quantized by launch_quantize to the weight's activation format).
+// apart, quantized by launch_quantize to the weight's activation format). With x_raw (in_kernel_quantize
+// holds for it, rows n_in floats apart), the kernel quantizes those float rows itself and act is not read.
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,
                    const uint8_t* act, size_t act_stride, int64_t cols, float* y, int64_t y_stride,
-                   cudaStream_t stream);
+                   const float* x_raw, cudaStream_t stream);
 
 // ---- Grouped FFN (ffn.cu). One descriptor per FFN task; one work item per (task, up to 8 entries).
 struct FfnDesc {
@@ -113,19 +120,28 @@ struct FfnShape {
 void launch_ffn_gather_quantize(GgmlType act, const float* x, int64_t x_rows, int64_t n_in,
                                 const int32_t* entry_task, const FfnDesc* descs, int64_t entries,
                                 int32_t* row_map, uint8_t* dst, DeviceError* err, cudaStream_t stream);
+// Only the row map of launch_ffn_gather_quantize, for kernels that quantize their input themselves.
+void launch_ffn_row_map(const float* x, int64_t x_rows, const int32_t* entry_task, const FfnDesc* descs,
+                        int64_t entries, int32_t* row_map, DeviceError* err, cudaStream_t stream);
 // h[entry][o] = act(gate · qg + gate_bias, up · qu + up_bias) for o < n_ff (qu may equal qg). When gate
-// and up differ in type, u_scratch (entries × n_ff floats) holds up's products between two launches.
+// and up differ in type, u_scratch (entries × n_ff floats) holds up's products between two launches. With
+// x_raw (gate and up share a type, at most 8 rows an item, in_kernel_quantize holds for x_raw, n_in and
+// max_cols), each block quantizes its entries' rows x_raw + row_map[entry] * n_in itself; qg is not read.
 void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* items, int64_t n_items,
                         const uint8_t* qg, size_t qg_stride, const uint8_t* qu, size_t qu_stride, float* h,
-                        float* u_scratch, int64_t entries, cudaStream_t stream);
-// out[out_row][o] = (down · qh[entry] + down_bias) · out_scale.
+                        float* u_scratch, int64_t entries, const float* x_raw, const int32_t* row_map,
+                        cudaStream_t stream);
+// out[out_row][o] = (down · qh[entry] + down_bias) · out_scale. With h_raw (at most 8 rows an item,
+// in_kernel_quantize holds for h_raw, n_ff and max_cols), each block quantizes its entries' rows of h_raw
+// (n_ff floats apart) itself; qh is not read.
 void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* items, int64_t n_items,
                      const uint8_t* qh, size_t qh_stride, float* out, int64_t out_rows_total,
-                     DeviceError* err, cudaStream_t stream);
+                     DeviceError* err, const float* h_raw, cudaStream_t stream);
 
 // routed_ffn's tables, built on the device from the routing ids (no host round trip): entry i = t · k + j is
 // task i, one row (x row t, out row i) of expert ids[i], whose matrices are the stacks' ids[i]-th and whose
-// biases are the tables' ids[i]-th rows (null tables: none). Ids out of range are recorded and read as 0.
+// biases are the tables' ids[i]-th rows (null tables: none); row_map[i] = t, the row map that
+// launch_ffn_gather_quantize would build. Ids out of range are recorded and read as 0.
 struct ExpertStacks {
   const uint8_t *gate, *up, *down;
   size_t gate_stride, up_stride, down_stride;
@@ -134,8 +150,8 @@ struct ExpertStacks {
   int64_t n_ff, n_out;
 };
 void launch_routed_tables(const ExpertStacks& st, const int32_t* ids, int64_t entries, int k, FfnDesc* descs,
-                          FfnItem* items, int32_t* entry_task, int32_t* rows, DeviceError* err,
-                          cudaStream_t stream);
+                          FfnItem* items, int32_t* entry_task, int32_t* row_map, int32_t* rows,
+                          DeviceError* err, cudaStream_t stream);
 
 // ---- get_rows: out[i] = dequantized row ids[i] of the table (ids checked against n_rows).
 void launch_get_rows(GgmlType type, const uint8_t* table, size_t row_bytes, int64_t n_rows, int64_t n_in,
@@ -176,8 +192,8 @@ struct RouteArgs {
 };
 void launch_route(const RouteArgs& a, const float* logits, int64_t rows, int32_t* ids, float* weights,
                   cudaStream_t stream);
-void launch_moe_combine(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
-                        float* out, cudaStream_t stream);
+void launch_moe_combine_add(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
+                            float* x, cudaStream_t stream);
 
 // ---- LFM2 short convolution (short_conv.cu).
 void launch_short_conv(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache,

@@ -1,30 +1,44 @@
-// matmul: one warp per output row (F32 weights: a block per row), one launch per product, grid (rows / 4,
-// activation rows / NC). For decode (1-8 activation rows) each weight byte is read from HBM once; for more
-// rows the grid's y dimension walks tiles of 8 rows, each re-reading the weight (from L2 when it fits: 50 MB
-// on an H100/H200) — a register-tiled product, not a tensor-core GEMM (docs/ARCHITECTURE.md "CUDA backend"
-// lists that as to do).
+// matmul, one launch per product. Up to 8 activation rows (decode): one warp per kRowsPerWarp output rows
+// (F32 weights: a block per row), grid (output rows / 8, activation rows / NC), each weight byte read from
+// HBM once. More rows with Q4_0 / Q8_0 weights: int8 tensor-core tiles (mma_tile.cuh); other types walk tiles
+// of 8 activation rows in the grid's y dimension, each re-reading the weight (from L2 when it fits).
 #include "backend/cuda/matvec.cuh"
 #include "backend/cuda/mma_tile.cuh"
+#include "backend/cuda/q8_block.cuh"
 
 namespace df::backend::cuda {
 namespace {
 
-template <class T, int NC>
+template <class T, int NC, bool kQuantize>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in, const uint8_t* act,
-                  size_t act_stride, int64_t cols, float* y, int64_t y_stride) {
-  __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kSmemPerWarp];
+                  size_t act_stride, int64_t cols, float* y, int64_t y_stride, const float* x_raw) {
+  pdl_begin();
+  __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kRowsPerWarp * smem_slot<T>()];
+  extern __shared__ __align__(16) uint8_t act_smem[];  // kQuantize: this tile's quantized input rows
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
-  if (o >= n_out) return;  // the whole warp leaves
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp) * kRowsPerWarp;
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * NC;
   const int nc = static_cast<int>(cols - c0 < NC ? cols - c0 : NC);
-  typename T::Acc acc[NC];
-  row_dot<T, NC>(w + o * row_bytes, n_in, act + c0 * act_stride, act_stride, nc, smem[warp], acc);
+  const uint8_t* tile_act = act + c0 * act_stride;
+  if constexpr (kQuantize) {
+    act_stride = act_row_stride(GgmlType::Q8_0, n_in);
+    block_quantize_q8_0([&](int c) { return x_raw + (c0 + c) * n_in; }, nc, n_in, act_smem, act_stride);
+    __syncthreads();
+    tile_act = act_smem;
+  }
+  if (o0 >= n_out) return;  // the whole warp leaves
+  const uint8_t* rows[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) rows[r] = w + (o0 + r < n_out ? o0 + r : o0) * row_bytes;
+  typename T::Acc acc[kRowsPerWarp][NC];
+  rows_dot<T, NC, kRowsPerWarp>(rows, n_in, tile_act, act_stride, nc, smem[warp], acc);
   if (lane == 0)
 #pragma unroll
-    for (int c = 0; c < NC; ++c)
-      if (c < nc) y[(c0 + c) * y_stride + o] = static_cast<float>(acc[c]);
+    for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+      for (int c = 0; c < NC; ++c)
+        if (c < nc && o0 + r < n_out) y[(c0 + c) * y_stride + o0 + r] = static_cast<float>(acc[r][c]);
 }
 
 // F32 weights (routers: a few dozen rows of a few thousand values, too few rows to occupy the GPU one warp
@@ -35,6 +49,7 @@ template <int NC>
 __global__ void __launch_bounds__(kF32Threads)
     matmul_f32_kernel(const float* w, size_t row_floats, int64_t n_in, const uint8_t* act, size_t act_stride,
                       int64_t cols, float* y, int64_t y_stride) {
+  pdl_begin();
   __shared__ double partial[NC][kF32Threads / kWarp];
   const int64_t o = blockIdx.x;
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * NC;
@@ -76,6 +91,7 @@ template <class W>
 __global__ void __launch_bounds__(kMmaWarps* kWarp)
     matmul_mma_kernel(const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in, const uint8_t* act,
                       size_t act_stride, int64_t cols, float* y, int64_t y_stride) {
+  pdl_begin();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsPerBlock + warp * 16;
   if (o0 >= n_out) return;  // the whole warp leaves
@@ -99,17 +115,22 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
 
 bool mma_supported(GgmlType w_type) { return w_type == GgmlType::Q4_0 || w_type == GgmlType::Q8_0; }
 
+bool in_kernel_quantize(GgmlType w_type, const float* x, int64_t x_stride, int64_t n, int64_t cols) {
+  return (w_type == GgmlType::Q4_0 || w_type == GgmlType::Q8_0 || w_type == GgmlType::MXFP4) && cols >= 1 &&
+         cols <= 8 && n % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && x_stride % 4 == 0 &&
+         act_row_stride(GgmlType::Q8_0, n) * static_cast<size_t>(col_tile(cols)) <= kInKernelQuantBytes;
+}
+
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,
                    const uint8_t* act, size_t act_stride, int64_t cols, float* y, int64_t y_stride,
-                   cudaStream_t stream) {
+                   const float* x_raw, cudaStream_t stream) {
   if (n_out <= 0 || cols <= 0) return;
   const int nc = col_tile(cols);
   if (w_type == GgmlType::F32) {
     const dim3 grid(static_cast<unsigned>(n_out), static_cast<unsigned>((cols + nc - 1) / nc));
     with_col_tile(nc, [&]<int NC>() {
-      matmul_f32_kernel<NC><<<grid, kF32Threads, 0, stream>>>(reinterpret_cast<const float*>(w),
-                                                              row_bytes / sizeof(float), n_in, act,
-                                                              act_stride, cols, y, y_stride);
+      launch_kernel(matmul_f32_kernel<NC>, grid, kF32Threads, 0, stream, reinterpret_cast<const float*>(w),
+                    row_bytes / sizeof(float), n_in, act, act_stride, cols, y, y_stride);
     });
     check_launch("matmul kernel (f32)");
     return;
@@ -118,18 +139,24 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
     const dim3 grid(static_cast<unsigned>((n_out + kMmaRowsPerBlock - 1) / kMmaRowsPerBlock),
                     static_cast<unsigned>((cols + kMmaCols - 1) / kMmaCols));
     with_mma_weight(w_type, [&]<class W>() {
-      matmul_mma_kernel<W><<<grid, kMmaWarps * kWarp, 0, stream>>>(w, row_bytes, n_out, n_in, act, act_stride,
-                                                                   cols, y, y_stride);
+      launch_kernel(matmul_mma_kernel<W>, grid, kMmaWarps * kWarp, 0, stream, w, row_bytes, n_out, n_in, act,
+                    act_stride, cols, y, y_stride);
     });
     check_launch("matmul kernel (mma)");
     return;
   }
-  const dim3 grid(static_cast<unsigned>((n_out + kWarpsPerBlock - 1) / kWarpsPerBlock),
+  constexpr int64_t kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
+  const dim3 grid(static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>((cols + nc - 1) / nc));
+  const size_t quant_smem = x_raw ? act_row_stride(GgmlType::Q8_0, n_in) * static_cast<size_t>(nc) : 0;
   with_weight_traits(w_type, [&]<class T>() {
     with_col_tile(nc, [&]<int NC>() {
-      matmul_kernel<T, NC><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(w, row_bytes, n_out, n_in, act,
-                                                                        act_stride, cols, y, y_stride);
+      if (x_raw)
+        launch_kernel(matmul_kernel<T, NC, true>, grid, kWarpsPerBlock * kWarp, quant_smem, stream, w,
+                      row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, x_raw);
+      else
+        launch_kernel(matmul_kernel<T, NC, false>, grid, kWarpsPerBlock * kWarp, 0, stream, w, row_bytes,
+                      n_out, n_in, act, act_stride, cols, y, y_stride, nullptr);
     });
   });
   check_launch("matmul kernel");

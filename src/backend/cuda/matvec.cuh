@@ -1,12 +1,13 @@
 #pragma once
-// The dot products of one weight row against up to 8 activation rows, by one warp: the core of matmul and of
-// the grouped FFN. Decode (1-8 rows) is bound by reading the weights, so the row is streamed in chunks of
-// ~2 KB with 16-byte coalesced loads into the warp's slice of shared memory (the GGUF blocks are 17-210
-// bytes and only 1- or 2-byte aligned in a row, which rules out vector loads straight into registers), then
-// each lane takes whole blocks (or, for the 256-value K-quants, an eighth of a super-block, so that a short
-// row still keeps all 32 lanes busy) from shared memory, decodes them once into registers and meets each of
-// the NC activation rows with dp4a integer dot products. Activations are in the backend's aligned layout
-// (kernels.h), read with vector loads from L1/L2 (every warp of the launch reads the same few KB).
+// The dot products of a few weight rows against up to 8 activation rows, by one warp: the core of matmul and
+// of the grouped FFN. Decode (1-8 rows) is bound by reading the weights, so each row is streamed in chunks of
+// ~2 KB with 16-byte coalesced asynchronous copies into the warp's slice of shared memory (the GGUF blocks
+// are 17-210 bytes and only 1- or 2-byte aligned in a row, which rules out vector loads straight into
+// registers), then each lane takes whole blocks (or, for the 256-value K-quants, an eighth of a super-block,
+// so that a short row still keeps all 32 lanes busy) from shared memory, decodes them once into registers and
+// meets each of the NC activation rows with dp4a integer dot products. Activations are in the backend's
+// aligned layout (kernels.h), read with vector loads from L1/L2 (every warp of the launch reads the same few
+// KB).
 //
 // Numerics: each block's integer sum and its float scaling are those of the quant/ scalar reference of the
 // type (the same operations in the same order, --fmad=false), so a block contributes the same float as on
@@ -17,10 +18,14 @@
 
 namespace df::backend::cuda {
 
-// Shared memory per warp: the largest chunk (64 Q8_0 or 128 MXFP4 blocks, 2176 bytes), 16 bytes of
-// alignment slack in front and 16 behind (lds_words reads one word past its last).
+// Shared memory per staged row: at most the largest chunk (64 Q8_0 or 128 MXFP4 blocks, 2176 bytes), with 16
+// bytes of alignment slack in front and 16 behind (lds_words reads one word past its last); smem_slot<T>()
+// is the slot of weight type T (1200 bytes for Q4_0), so that more blocks fit an SM.
 constexpr int kChunkBytesMax = 2176;
-constexpr int kSmemPerWarp = kChunkBytesMax + 48;
+template <class T>
+__host__ __device__ constexpr int smem_slot() {
+  return (T::kChunkBlocks * T::kBlockBytes + 48 + 15) / 16 * 16;
+}
 constexpr int kWarpsPerBlock = 4;
 
 __device__ __forceinline__ int4 ld_act16(const uint8_t* p) { return *reinterpret_cast<const int4*>(p); }
@@ -327,39 +332,66 @@ struct TF32 {
   }
 };
 
-// One warp: acc[c] (this lane's share) = W row · activation row c for c < cols (<= NC). `act` is the first
-// activation row, rows act_stride apart; smem the warp's kSmemPerWarp bytes. Every lane of the warp must
-// call it (it synchronises the warp).
-template <class T, int NC>
-__device__ __forceinline__ void row_dot(const uint8_t* wrow, int64_t n_in, const uint8_t* act,
-                                        size_t act_stride, int cols, uint8_t* smem,
-                                        typename T::Acc (&acc)[NC]) {
+// Global -> shared copies of 16 bytes that bypass the registers (cp.async, sm_80+): a warp puts all its rows'
+// chunks in flight at once and waits for them together.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Output rows per warp of the matrix-vector kernels: two, so that a decode launch (one warp per pair of rows)
+// fits the GPU in one wave and each warp keeps two rows' bytes in flight.
+constexpr int kRowsPerWarp = 2;
+
+// One warp: acc[r][c] (this lane's share) = W row r · activation row c, for the R weight rows `wrows` and
+// c < cols (<= NC). `act` is the first activation row, rows act_stride apart; smem the warp's
+// R * smem_slot<T>() bytes. Every chunk of all R rows is copied to shared memory before any is read, so the
+// warp waits for memory once per chunk, not once per row. Each row's sum is formed in the same order
+// whatever R is. Every lane of the warp must call it (it synchronises the warp).
+template <class T, int NC, int R>
+__device__ __forceinline__ void rows_dot(const uint8_t* const (&wrows)[R], int64_t n_in, const uint8_t* act,
+                                         size_t act_stride, int cols, uint8_t* smem,
+                                         typename T::Acc (&acc)[R][NC]) {
   static_assert(T::kChunkBlocks * T::kBlockBytes <= kChunkBytesMax, "chunk larger than the staging buffer");
   const int lane = threadIdx.x % kWarp;
   const int64_t nb = n_in / T::kBlockValues;
 #pragma unroll
-  for (int c = 0; c < NC; ++c) acc[c] = 0;
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[r][c] = 0;
   for (int64_t cb = 0; cb < nb; cb += T::kChunkBlocks) {
     const int blocks = static_cast<int>((nb - cb < T::kChunkBlocks ? nb - cb : int64_t{T::kChunkBlocks}));
-    const uint8_t* g0 = wrow + cb * T::kBlockBytes;
-    const uint8_t* g1 = g0 + blocks * T::kBlockBytes;
-    const uint4* a0 = reinterpret_cast<const uint4*>(reinterpret_cast<uintptr_t>(g0) & ~uintptr_t{15});
-    const int n16 = static_cast<int>((g1 - reinterpret_cast<const uint8_t*>(a0) + 15) / 16);
-    const int pad = static_cast<int>(g0 - reinterpret_cast<const uint8_t*>(a0));
+    int pad[R];
     __syncwarp();  // the previous chunk's reads are done
-    for (int i = lane; i < n16; i += kWarp) reinterpret_cast<uint4*>(smem)[i] = __ldg(a0 + i);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* g0 = wrows[r] + cb * T::kBlockBytes;
+      const uint8_t* g1 = g0 + blocks * T::kBlockBytes;
+      const uint4* a0 = reinterpret_cast<const uint4*>(reinterpret_cast<uintptr_t>(g0) & ~uintptr_t{15});
+      const int n16 = static_cast<int>((g1 - reinterpret_cast<const uint8_t*>(a0) + 15) / 16);
+      pad[r] = static_cast<int>(g0 - reinterpret_cast<const uint8_t*>(a0));
+      uint4* dst = reinterpret_cast<uint4*>(smem + r * smem_slot<T>());
+      for (int i = lane; i < n16; i += kWarp) cp_async16(dst + i, a0 + i);
+    }
+    cp_async_wait_all();
     __syncwarp();
     const int units = blocks * T::kParts;
     for (int un = lane; un < units; un += kWarp) {
       const int blk = un / T::kParts, part = un % T::kParts;
-      const typename T::Unit u = T::load(smem, pad + blk * T::kBlockBytes, part);
 #pragma unroll
-      for (int c = 0; c < NC; ++c)
-        if (c < cols) acc[c] += T::dot(u, act + c * act_stride, n_in, cb + blk, part);
+      for (int r = 0; r < R; ++r) {
+        const typename T::Unit u = T::load(smem + r * smem_slot<T>(), pad[r] + blk * T::kBlockBytes, part);
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+          if (c < cols) acc[r][c] += T::dot(u, act + c * act_stride, n_in, cb + blk, part);
+      }
     }
   }
 #pragma unroll
-  for (int c = 0; c < NC; ++c) acc[c] = warp_sum(acc[c]);
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[r][c] = warp_sum(acc[r][c]);
 }
 
 // Calls f.template operator()<T>() for the traits of weight type t (false for a type without traits).

@@ -11,6 +11,7 @@ constexpr int kNormThreads = 256;
 // index order; its float mean is the CPU's except in the rare case where the double sums differ in the
 // last bit and that difference survives rounding to float.
 __global__ void rms_norm_kernel(const float* x, int64_t n, const float* weight, float eps, float* y) {
+  pdl_begin();
   __shared__ double partial[kNormThreads / kWarp];
   __shared__ float s_scale;
   const float* xr = x + blockIdx.x * n;
@@ -39,6 +40,7 @@ __global__ void rms_norm_kernel(const float* x, int64_t n, const float* weight, 
 constexpr int kNormPerThread = 16;
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_regs_kernel(const float* x, int64_t n, const float* weight, float eps, float* y) {
+  pdl_begin();
   __shared__ double partial[kNormThreads / kWarp];
   __shared__ float s_scale;
   const float* xr = x + blockIdx.x * n;
@@ -78,6 +80,7 @@ __global__ void __launch_bounds__(kNormThreads)
 constexpr int kNormWarpMax = 16 * kWarp;
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_warp_kernel(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y) {
+  pdl_begin();
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kNormThreads / kWarp) + threadIdx.x / kWarp;
   if (r >= rows) return;  // the whole warp leaves
   const int lane = threadIdx.x % kWarp;
@@ -109,6 +112,7 @@ constexpr int kMaxPairs = 512;
 // One block per row: the angles by ggml's float recurrence θ_{i+1} = θ_i · theta_scale (sequential, on one
 // thread, so bit-identical), then cos/sin per pair, then every head rotated.
 __global__ void rope_kernel(float* x, int n_head, int head_dim, const int32_t* pos, RopeArgs a) {
+  pdl_begin();
   __shared__ float s_theta[kMaxPairs], s_cos[kMaxPairs], s_sin[kMaxPairs];
   const int half = a.n_rot / 2;
   const int64_t r = blockIdx.x;
@@ -153,12 +157,14 @@ void launch_rms_norm(const float* x, int64_t rows, int64_t n, const float* weigh
   if (rows <= 0) return;
   if (n <= kNormWarpMax) {
     constexpr int per_block = kNormThreads / kWarp;
-    rms_norm_warp_kernel<<<static_cast<unsigned>((rows + per_block - 1) / per_block), kNormThreads, 0,
-                           stream>>>(x, rows, n, weight, eps, y);
+    launch_kernel(rms_norm_warp_kernel, static_cast<unsigned>((rows + per_block - 1) / per_block),
+                  kNormThreads, 0, stream, x, rows, n, weight, eps, y);
   } else if (n <= int64_t{kNormThreads} * kNormPerThread) {
-    rms_norm_regs_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(x, n, weight, eps, y);
+    launch_kernel(rms_norm_regs_kernel, static_cast<unsigned>(rows), kNormThreads, 0, stream, x, n, weight,
+                  eps, y);
   } else {
-    rms_norm_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(x, n, weight, eps, y);
+    launch_kernel(rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, stream, x, n, weight, eps,
+                  y);
   }
   check_launch("rms_norm kernel");
 }
@@ -166,7 +172,7 @@ void launch_rms_norm(const float* x, int64_t rows, int64_t n, const float* weigh
 void launch_rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos, const RopeArgs& a,
                  cudaStream_t stream) {
   if (rows <= 0) return;
-  rope_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(x, n_head, head_dim, pos, a);
+  launch_kernel(rope_kernel, static_cast<unsigned>(rows), 256, 0, stream, x, n_head, head_dim, pos, a);
   check_launch("rope kernel");
 }
 

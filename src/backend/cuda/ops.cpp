@@ -236,16 +236,16 @@ void CudaBackend::route(const RouterParams& p, Buf<const float> logits, int64_t 
   cuda::launch_route(a, BA::raw(logits), rows, BA::raw(ids), BA::raw(weights), as_stream(stream_));
 }
 
-void CudaBackend::moe_combine(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k,
-                              int64_t n, Buf<float> out) {
-  const auto timer = timed({"moe_combine"});
+void CudaBackend::moe_combine_add(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k,
+                                  int64_t n, Buf<float> x) {
+  const auto timer = timed({"moe_combine_add"});
   if (rows <= 0) return;
-  need(expert_out, rows * k * n, "moe_combine expert outputs");
-  need(weights, rows * k, "moe_combine weights");
-  need(out, rows * n, "moe_combine output");
-  if (graph_.skip("moe_combine", BA::raw(out), rows, k * n)) return;
-  cuda::launch_moe_combine(BA::raw(expert_out), BA::raw(weights), rows, k, n, BA::raw(out),
-                           as_stream(stream_));
+  need(expert_out, rows * k * n, "moe_combine_add expert outputs");
+  need(weights, rows * k, "moe_combine_add weights");
+  need(x, rows * n, "moe_combine_add residual");
+  if (graph_.skip("moe_combine_add", BA::raw(x), rows, k * n)) return;
+  cuda::launch_moe_combine_add(BA::raw(expert_out), BA::raw(weights), rows, k, n, BA::raw(x),
+                               as_stream(stream_));
 }
 
 }  // namespace df::backend

@@ -75,12 +75,15 @@ void CudaBackend::matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<
   // aligned rows of whole 4-value units): no copy.
   const bool in_place = act == GgmlType::F32 && reinterpret_cast<uintptr_t>(act_rows) % 16 == 0 &&
                         cuda::act_row_stride(act, w.n_in) == static_cast<size_t>(w.n_in) * sizeof(float);
-  if (!in_place) {
+  // Decode rows of Q8_0 activations: the kernel quantizes them itself.
+  const bool in_kernel = cuda::in_kernel_quantize(w.type, BA::raw(x), w.n_in, w.n_in, rows);
+  if (!in_place && !in_kernel) {
     quantize_rows(act, BA::raw(x), rows, w.n_in, BA::raw(scratch));
     act_rows = BA::raw(scratch);
   }
   cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in, act_rows,
-                      cuda::act_row_stride(act, w.n_in), rows, BA::raw(y), w.n_out, as_stream(stream_));
+                      cuda::act_row_stride(act, w.n_in), rows, BA::raw(y), w.n_out,
+                      in_kernel ? BA::raw(x) : nullptr, as_stream(stream_));
 }
 
 void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
@@ -88,7 +91,8 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
   if (tasks.size() > max_matmul_tasks())
     fail("cuda backend: matmul_many takes at most {} products, got {}", max_matmul_tasks(), tasks.size());
   if (rows <= 0 || tasks.empty()) return;
-  // Products reading the same x in the same activation format share its quantization, as on the CPU.
+  // Products reading the same x in the same activation format share its quantization, as on the CPU (decode
+  // rows that the kernels quantize themselves excepted).
   using Quantized = MatmulManyHost::Quantized;
   auto& done = matmul_many_host_.done;
   auto& offset_of = matmul_many_host_.offset_of;
@@ -102,6 +106,7 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
     need(tasks[i].y, rows * w.n_out, "matmul_many output");
     const GgmlType act = quant::vec_dot_type(w.type);
     const float* x = BA::raw(tasks[i].x);
+    if (cuda::in_kernel_quantize(w.type, x, w.n_in, w.n_in, rows)) continue;  // the kernel quantizes x
     auto it = std::find_if(done.begin(), done.end(),
                            [&](const Quantized& q) { return q.x == x && q.n_in == w.n_in && q.act == act; });
     if (it == done.end()) {
@@ -113,15 +118,20 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
     }
   }
   if (graph_.skip("matmul_many", BA::raw(tasks[0].y), rows, static_cast<int64_t>(tasks.size()))) return;
-  auto* base = static_cast<uint8_t*>(grow(act_scratch_, bytes, "matmul_many activation scratch"));
+  // Nothing to quantize here when every kernel quantizes its own input (no scratch: a zero-byte grow would
+  // count as a reallocation and keep the step out of the graphs).
+  auto* base =
+      bytes ? static_cast<uint8_t*>(grow(act_scratch_, bytes, "matmul_many activation scratch")) : nullptr;
   for (const Quantized& q : done) quantize_rows(q.act, q.x, rows, q.n_in, base + q.offset);
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Weight& w = tasks[i].w;
     if (w.n_out <= 0) continue;
     const GgmlType act = quant::vec_dot_type(w.type);
+    const float* x = BA::raw(tasks[i].x);
+    const bool in_kernel = cuda::in_kernel_quantize(w.type, x, w.n_in, w.n_in, rows);
     cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in,
-                        base + offset_of[i], cuda::act_row_stride(act, w.n_in), rows, BA::raw(tasks[i].y),
-                        w.n_out, as_stream(stream_));
+                        in_kernel ? nullptr : base + offset_of[i], cuda::act_row_stride(act, w.n_in), rows,
+                        BA::raw(tasks[i].y), w.n_out, in_kernel ? x : nullptr, as_stream(stream_));
   }
 }
 
@@ -227,16 +237,16 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
 
   stage_to_device(table, host.data(), table_bytes);
   ffn_launches(a, act, x, x_rows, out, out_rows_total, table, items_off, task_off, map_off, entries,
-               static_cast<int64_t>(items.size()), max_cols);
+               static_cast<int64_t>(items.size()), max_cols, false);
 }
 
 // The four launches of a grouped FFN over device task tables (descs | items | entry_task | row map at the
 // given offsets of `table`), whoever built them: ffn() stages them from the host, routed_ffn() builds them
-// on the device.
+// on the device (with the row map: row_map_ready).
 void CudaBackend::ffn_launches(const FfnTask& a, const ActivationParams& act, Buf<const float> x,
                                int64_t x_rows, Buf<float> out, int64_t out_rows_total, uint8_t* table,
                                size_t items_off, size_t task_off, size_t map_off, int64_t entries,
-                               int64_t n_items, int max_cols) {
+                               int64_t n_items, int max_cols, bool row_map_ready) {
   const int64_t n_in = a.gate.n_in, n_ff = a.gate.n_out, n_out = a.down.n_out;
   const GgmlType act_g = quant::vec_dot_type(a.gate.type), act_u = quant::vec_dot_type(a.up.type),
                  act_h = quant::vec_dot_type(a.down.type);
@@ -262,8 +272,19 @@ void CudaBackend::ffn_launches(const FfnTask& a, const ActivationParams& act, Bu
   auto* err = static_cast<cuda::DeviceError*>(error_word_device_);
   const cudaStream_t s = as_stream(stream_);
 
-  cuda::launch_ffn_gather_quantize(act_g, BA::raw(x), x_rows, n_in, d_task, d_descs, entries, d_map, qg, err,
-                                   s);
+  // Decode-sized items of Q8_0-activation weights quantize their input (and the down stage its h) inside
+  // the kernels: two launches fewer.
+  const bool quantize_x =
+      a.gate.type == a.up.type && cuda::in_kernel_quantize(a.gate.type, BA::raw(x), n_in, n_in, max_cols);
+  const bool quantize_h = cuda::in_kernel_quantize(a.down.type, h, n_ff, n_ff, max_cols);
+  if (quantize_x) {
+    if (!row_map_ready) cuda::launch_ffn_row_map(BA::raw(x), x_rows, d_task, d_descs, entries, d_map, err, s);
+  } else if (row_map_ready) {
+    cuda::launch_quantize(act_g, BA::raw(x), n_in, d_map, entries, n_in, qg, s);
+  } else {
+    cuda::launch_ffn_gather_quantize(act_g, BA::raw(x), x_rows, n_in, d_task, d_descs, entries, d_map, qg,
+                                     err, s);
+  }
   if (!shared_input) cuda::launch_quantize(act_u, BA::raw(x), n_in, d_map, entries, n_in, qu, s);
   cuda::FfnShape shape{};
   shape.gate_type = a.gate.type;
@@ -281,9 +302,11 @@ void CudaBackend::ffn_launches(const FfnTask& a, const ActivationParams& act, Bu
   shape.alpha = act.alpha;
   shape.limit = act.limit;
   shape.max_cols = max_cols;
-  cuda::launch_ffn_gate_up(shape, d_descs, d_items, n_items, qg, sg, qu, su, h, u_scratch, entries, s);
-  cuda::launch_quantize(act_h, h, n_ff, nullptr, entries, n_ff, qh, s);
-  cuda::launch_ffn_down(shape, d_descs, d_items, n_items, qh, sh, BA::raw(out), out_rows_total, err, s);
+  cuda::launch_ffn_gate_up(shape, d_descs, d_items, n_items, qg, sg, qu, su, h, u_scratch, entries,
+                           quantize_x ? BA::raw(x) : nullptr, d_map, s);
+  if (!quantize_h) cuda::launch_quantize(act_h, h, n_ff, nullptr, entries, n_ff, qh, s);
+  cuda::launch_ffn_down(shape, d_descs, d_items, n_items, qh, sh, BA::raw(out), out_rows_total, err,
+                        quantize_h ? h : nullptr, s);
 }
 
 void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& act, Buf<const int32_t> ids,
@@ -331,12 +354,12 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
   st.n_expert = ex.n_expert;
   st.n_ff = n_ff;
   st.n_out = n_out;
-  cuda::launch_routed_tables(st, BA::raw(ids), entries, k, reinterpret_cast<cuda::FfnDesc*>(table),
-                             reinterpret_cast<cuda::FfnItem*>(table + items_off),
-                             reinterpret_cast<int32_t*>(table + task_off),
-                             reinterpret_cast<int32_t*>(table + rows_off),
-                             static_cast<cuda::DeviceError*>(error_word_device_), as_stream(stream_));
-  ffn_launches(a, act, x, T, out, entries, table, items_off, task_off, map_off, entries, entries, 1);
+  cuda::launch_routed_tables(
+      st, BA::raw(ids), entries, k, reinterpret_cast<cuda::FfnDesc*>(table),
+      reinterpret_cast<cuda::FfnItem*>(table + items_off), reinterpret_cast<int32_t*>(table + task_off),
+      reinterpret_cast<int32_t*>(table + map_off), reinterpret_cast<int32_t*>(table + rows_off),
+      static_cast<cuda::DeviceError*>(error_word_device_), as_stream(stream_));
+  ffn_launches(a, act, x, T, out, entries, table, items_off, task_off, map_off, entries, entries, 1, true);
 }
 
 }  // namespace df::backend

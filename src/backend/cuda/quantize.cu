@@ -2,6 +2,7 @@
 // quantizers) produces, stored in the backend's aligned layout (kernels.h act_row_stride).
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/q8_block.cuh"
 
 namespace df::backend::cuda {
 namespace {
@@ -16,6 +17,7 @@ __device__ __forceinline__ const float* src_row(const float* x, int64_t x_stride
 template <bool kQ81>
 __global__ void quantize_q8_kernel(const float* x, int64_t x_stride, const int32_t* rows_map, int64_t n,
                                    uint8_t* dst, size_t stride) {
+  pdl_begin();
   const int64_t r = blockIdx.y;
   const int64_t nb = n / 32;
   const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
@@ -24,8 +26,7 @@ __global__ void quantize_q8_kernel(const float* x, int64_t x_stride, const int32
   const float v = src_row(x, x_stride, rows_map, r)[b * 32 + lane];
   const float amax = warp_max(fabsf(v));
   const float d = amax / 127;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  const int q = __float2int_rz(roundf(v * id));  // in [-127, 127]; NaN gives 0, as x86's INT_MIN narrowed
+  const int q = q8_0_value(v, q8_0_inverse(d));  // in [-127, 127]
   uint8_t* row = dst + r * stride;
   reinterpret_cast<int8_t*>(row)[b * 32 + lane] = static_cast<int8_t>(q);
   const int sum = kQ81 ? warp_sum(q) : 0;
@@ -40,6 +41,7 @@ __global__ void quantize_q8_kernel(const float* x, int64_t x_stride, const int32
 // to -127: iscale = -127 / max, q = min(127, nearest(iscale * x)), d = 1 / iscale, plus the 16-value sums.
 __global__ void quantize_q8_k_kernel(const float* x, int64_t x_stride, const int32_t* rows_map, int64_t n,
                                      uint8_t* dst, size_t stride) {
+  pdl_begin();
   __shared__ float s_amax[8];
   __shared__ int s_idx[8];
   __shared__ float s_max;
@@ -98,6 +100,7 @@ __global__ void quantize_q8_k_kernel(const float* x, int64_t x_stride, const int
 template <int kKind>
 __global__ void quantize_float_kernel(const float* x, int64_t x_stride, const int32_t* rows_map, int64_t n,
                                       uint8_t* dst, size_t stride) {
+  pdl_begin();
   const int64_t r = blockIdx.y;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -119,23 +122,23 @@ void launch_quantize(GgmlType act, const float* x, int64_t x_stride, const int32
     case GgmlType::Q8_1: {
       const dim3 grid(static_cast<unsigned>((n / 32 + 7) / 8), static_cast<unsigned>(rows));
       if (act == GgmlType::Q8_0)
-        quantize_q8_kernel<false><<<grid, 256, 0, stream>>>(x, x_stride, rows_map, n, dst, stride);
+        launch_kernel(quantize_q8_kernel<false>, grid, 256, 0, stream, x, x_stride, rows_map, n, dst, stride);
       else
-        quantize_q8_kernel<true><<<grid, 256, 0, stream>>>(x, x_stride, rows_map, n, dst, stride);
+        launch_kernel(quantize_q8_kernel<true>, grid, 256, 0, stream, x, x_stride, rows_map, n, dst, stride);
       break;
     }
     case GgmlType::Q8_K:
-      quantize_q8_k_kernel<<<dim3(static_cast<unsigned>(n / 256), static_cast<unsigned>(rows)), 256, 0,
-                             stream>>>(x, x_stride, rows_map, n, dst, stride);
+      launch_kernel(quantize_q8_k_kernel, dim3(static_cast<unsigned>(n / 256), static_cast<unsigned>(rows)),
+                    256, 0, stream, x, x_stride, rows_map, n, dst, stride);
       break;
     default: {
       const dim3 grid(static_cast<unsigned>((n + 255) / 256), static_cast<unsigned>(rows));
       if (act == GgmlType::F32)
-        quantize_float_kernel<0><<<grid, 256, 0, stream>>>(x, x_stride, rows_map, n, dst, stride);
+        launch_kernel(quantize_float_kernel<0>, grid, 256, 0, stream, x, x_stride, rows_map, n, dst, stride);
       else if (act == GgmlType::F16)
-        quantize_float_kernel<1><<<grid, 256, 0, stream>>>(x, x_stride, rows_map, n, dst, stride);
+        launch_kernel(quantize_float_kernel<1>, grid, 256, 0, stream, x, x_stride, rows_map, n, dst, stride);
       else
-        quantize_float_kernel<2><<<grid, 256, 0, stream>>>(x, x_stride, rows_map, n, dst, stride);
+        launch_kernel(quantize_float_kernel<2>, grid, 256, 0, stream, x, x_stride, rows_map, n, dst, stride);
     }
   }
   check_launch("activation quantization kernel");

@@ -10,6 +10,7 @@ namespace {
 constexpr int kGatingSoftmax = 1, kGatingSigmoid = 2, kGatingSoftmaxWeight = 3;
 
 __global__ void route_kernel(RouteArgs a, const float* logits, int32_t* ids, float* weights) {
+  pdl_begin();
   extern __shared__ float s[];  // probs[E], score[E], taken[E] (as floats)
   const int E = a.n_expert, k = a.k, lane = threadIdx.x;
   float* probs = s;
@@ -88,9 +89,10 @@ __global__ void route_kernel(RouteArgs a, const float* logits, int32_t* ids, flo
     for (int j = 0; j < k; ++j) w[j] *= a.scale;
 }
 
-// out[r][i] = Σ_j weights[r][j] · expert_out[r][j][i], in slot order.
-__global__ void moe_combine_kernel(const float* expert_out, const float* weights, int64_t rows, int k,
-                                   int64_t n, float* out) {
+// x[r][i] += Σ_j weights[r][j] · expert_out[r][j][i], the sum in slot order, as the CPU forms it.
+__global__ void moe_combine_add_kernel(const float* expert_out, const float* weights, int64_t rows, int k,
+                                       int64_t n, float* x) {
+  pdl_begin();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= rows * n) return;
   const int64_t r = idx / n, i = idx % n;
@@ -98,7 +100,7 @@ __global__ void moe_combine_kernel(const float* expert_out, const float* weights
   const float* e = expert_out + r * k * n + i;
   float o = e[0] * w[0];
   for (int j = 1; j < k; ++j) o = o + e[j * n] * w[j];
-  out[idx] = o;
+  x[idx] = x[idx] + o;
 }
 
 }  // namespace
@@ -106,18 +108,18 @@ __global__ void moe_combine_kernel(const float* expert_out, const float* weights
 void launch_route(const RouteArgs& a, const float* logits, int64_t rows, int32_t* ids, float* weights,
                   cudaStream_t stream) {
   if (rows <= 0) return;
-  route_kernel<<<static_cast<unsigned>(rows), kWarp, static_cast<size_t>(a.n_expert) * 3 * sizeof(float),
-                 stream>>>(a, logits, ids, weights);
+  launch_kernel(route_kernel, static_cast<unsigned>(rows), kWarp,
+                static_cast<size_t>(a.n_expert) * 3 * sizeof(float), stream, a, logits, ids, weights);
   check_launch("route kernel");
 }
 
-void launch_moe_combine(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
-                        float* out, cudaStream_t stream) {
+void launch_moe_combine_add(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
+                            float* x, cudaStream_t stream) {
   if (rows <= 0 || n <= 0) return;
   const int64_t total = rows * n;
-  moe_combine_kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(expert_out, weights,
-                                                                                     rows, k, n, out);
-  check_launch("moe_combine kernel");
+  launch_kernel(moe_combine_add_kernel, static_cast<unsigned>((total + 255) / 256), 256, 0, stream,
+                expert_out, weights, rows, k, n, x);
+  check_launch("moe_combine_add kernel");
 }
 
 }  // namespace df::backend::cuda

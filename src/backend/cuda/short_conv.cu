@@ -18,25 +18,42 @@ __device__ __forceinline__ float conv_input(const float* bcx, int64_t n, const f
   return row[ch] * row[2 * n + ch];
 }
 
+__device__ __forceinline__ void conv_row(const float* bcx, int64_t n, const float* w, int hist_len,
+                                         const float* state, int64_t t, int64_t ch, float* y) {
+  float sum = 0.0f;
+  for (int j = 0; j < hist_len; ++j) sum += w[j] * conv_input(bcx, n, state, hist_len, t - hist_len + j, ch);
+  sum += w[hist_len] * conv_input(bcx, n, state, hist_len, t, ch);
+  y[t * n + ch] = bcx[t * 3 * n + n + ch] * sum;
+}
+
 __global__ void short_conv_kernel(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache,
                                   const float* state, float* y) {
+  pdl_begin();
+  const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ch >= n) return;
+  for (int64_t t = blockIdx.y; t < rows; t += gridDim.y)
+    conv_row(bcx, n, conv_w + ch * l_cache, l_cache - 1, state, t, ch, y);
+}
+
+// A few tokens (decode): a thread per channel computes its outputs and then advances its channel's state,
+// one launch instead of two.
+constexpr int64_t kFusedConvRows = 8;
+__global__ void short_conv_fused_kernel(const float* bcx, int64_t rows, int64_t n, const float* conv_w,
+                                        int l_cache, float* state, float* y) {
+  pdl_begin();
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ch >= n) return;
   const int hist_len = l_cache - 1;
-  const float* w = conv_w + ch * l_cache;
-  for (int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
-    float sum = 0.0f;
-    for (int j = 0; j < hist_len; ++j)
-      sum += w[j] * conv_input(bcx, n, state, hist_len, t - hist_len + j, ch);
-    sum += w[hist_len] * conv_input(bcx, n, state, hist_len, t, ch);
-    y[t * n + ch] = bcx[t * 3 * n + n + ch] * sum;
-  }
+  for (int64_t t = 0; t < rows; ++t) conv_row(bcx, n, conv_w + ch * l_cache, hist_len, state, t, ch, y);
+  for (int i = 0; i < hist_len; ++i)
+    state[i * n + ch] = conv_input(bcx, n, state, hist_len, rows - hist_len + i, ch);
 }
 
 // The new state: the b ⊙ x of the last l_cache - 1 tokens, oldest first. Ascending, each slot reads a later
 // slot of the old state (rows >= 1), which is not yet overwritten.
 __global__ void short_conv_state_kernel(const float* bcx, int64_t rows, int64_t n, int l_cache,
                                         float* state) {
+  pdl_begin();
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ch >= n) return;
   const int hist_len = l_cache - 1;
@@ -51,10 +68,15 @@ void launch_short_conv(const float* bcx, int64_t rows, int64_t n, const float* c
   if (n <= 0) return;
   if (rows <= 0) return;
   const unsigned blocks = static_cast<unsigned>((n + 127) / 128);
-  short_conv_kernel<<<dim3(blocks, static_cast<unsigned>(std::min<int64_t>(rows, 65535))), 128, 0, stream>>>(
-      bcx, rows, n, conv_w, l_cache, state, y);
+  if (rows <= kFusedConvRows) {
+    launch_kernel(short_conv_fused_kernel, blocks, 128, 0, stream, bcx, rows, n, conv_w, l_cache, state, y);
+    check_launch("short_conv kernel");
+    return;
+  }
+  launch_kernel(short_conv_kernel, dim3(blocks, static_cast<unsigned>(std::min<int64_t>(rows, 65535))), 128,
+                0, stream, bcx, rows, n, conv_w, l_cache, state, y);
   check_launch("short_conv kernel");
-  short_conv_state_kernel<<<blocks, 128, 0, stream>>>(bcx, rows, n, l_cache, state);
+  launch_kernel(short_conv_state_kernel, blocks, 128, 0, stream, bcx, rows, n, l_cache, state);
   check_launch("short_conv state kernel");
 }
 
