@@ -2,8 +2,9 @@
 # Fills the ignored folder .device/ of the checkout with what one call to the lent GPU machine needs (64 MiB
 # at most travel), from a CUDA build in build/:
 #   bench/cuda/device_bundle.sh tests [GOLDEN_MODELS...]  the gpu-labelled test binaries (stripped), their CTest
-#       files, libfmt, and the golden models named (default: the four small ones; lfm2moe-medium alone fits
-#       in a second call). There: ln -sfn $PWD/.device/golden /work/shared/golden;
+#       files, libfmt, and the golden models named (default: the four small ones; lfm2moe-medium goes in a
+#       call of its own with DF_TESTS=test_models_cuda_golden, the one test binary that reads it). There,
+#       after unpacking (see the end): ln -sfn $PWD/.device/golden /work/shared/golden;
 #       ln -sfn $PWD/.device/build /work/main/build; LD_LIBRARY_PATH=$PWD/.device/lib ctest --test-dir
 #       /work/main/build -L gpu
 #   bench/cuda/device_bundle.sh bench   diskformer and df_cuda_bandwidth (stripped) with their shared libraries
@@ -13,7 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD_DIR:-build}
-case "${1:-}" in
+mode=${1:-}
+case "$mode" in
   tests)
     shift
     models=("$@")
@@ -21,7 +23,7 @@ case "${1:-}" in
     rm -rf .device/build .device/golden .device/lib
     mkdir -p .device/build/tests .device/golden .device/lib
     cp "$(ldd "$build/tests/test_backend_cuda_ops" | awk '/libfmt/ {print $3}')" .device/lib/
-    for t in test_backend_cuda_ops test_models_cuda_golden test_models_cuda_graphs; do
+    for t in ${DF_TESTS:-test_backend_cuda_ops test_models_cuda_golden test_models_cuda_graphs}; do
       strip -o ".device/build/tests/$t" "$build/tests/$t"
       cp "$build/tests/${t}[1]_tests.cmake" ".device/build/tests/${t}_tests.cmake"
       echo "include(\"$(cd "$build" && pwd)/tests/${t}_tests.cmake\")" >> .device/build/tests/CTestTestfile.cmake
@@ -41,11 +43,17 @@ case "${1:-}" in
     ldd "$build/diskformer" | awk '$3 ~ /^\// {print $3}' |
       grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|ld-linux[^/]*)\.so' |
       while read -r lib; do cp "$lib" .device/bench/lib/; done
-    cp bench/cuda/run_gpu_bench.sh .device/bench/
+    cp bench/cuda/run_gpu_bench.sh bench/cuda/ncu_step.py .device/bench/
     ;;
   *)
     echo "usage: $0 tests [GOLDEN_MODELS...] | bench" >&2
     exit 2
     ;;
+esac
+# The binaries, compressed (at most 64 MiB travel): carry .device/build.tar.xz (tests, with .device/golden) or
+# .device/bench.tar.xz, and unpack there with tar -xJf .device/NAME.tar.xz -C .device.
+case "$mode" in
+  tests) tar -cJf .device/build.tar.xz -C .device build lib ;;
+  bench) tar -cJf .device/bench.tar.xz -C .device bench ;;
 esac
 du -sh .device/* | sed 's/^/carry: /'
