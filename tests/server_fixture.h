@@ -63,6 +63,7 @@ class TestServer {
   }
   ~TestServer() {
     http_->stop();
+    http_->wait();
     scheduler_->stop();
   }
   int port() const { return http_->port(); }
