@@ -53,10 +53,11 @@ TEST(ServerApi, HealthModelsPropsAndMetrics) {
   ASSERT_EQ(post(*c, "/v1/chat/completions", chat_body("Hi", 4)).status, 200);
   Reply mt = get(*c, "/metrics");
   ASSERT_EQ(mt.status, 200);
-  for (const char* name : {"diskformer_requests_total 1", "diskformer_tokens_generated_total",
-                           "diskformer_queue_depth 0", "diskformer_expert_cache_hit_rate",
-                           "diskformer_expert_bytes_per_token", "diskformer_expert_io_wait_share",
-                           "diskformer_expert_cache_layer_hit_rate{layer=\"0\"}", "diskformer_decode_tokens_per_second"})
+  for (const char* name :
+       {"diskformer_requests_total 1", "diskformer_tokens_generated_total", "diskformer_queue_depth 0",
+        "diskformer_expert_cache_hit_rate", "diskformer_expert_bytes_per_token",
+        "diskformer_expert_io_wait_share", "diskformer_expert_cache_layer_hit_rate{layer=\"0\"}",
+        "diskformer_decode_tokens_per_second"})
     EXPECT_NE(mt.body.find(name), std::string::npos) << name;
   Reply page = get(*c, "/");
   EXPECT_EQ(page.status, 200);
@@ -131,8 +132,9 @@ TEST(ServerApi, TheNextTurnOfAChatReusesTheSlotsState) {
 TEST(ServerApi, StopStringsAreNeverEmitted) {
   TestServer s;
   auto c = s.client();
-  Reply free_run = post(*c, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 32},
-                                                    {"temperature", 0}, {"ignore_eos", true}});
+  Reply free_run = post(
+      *c, "/v1/completions",
+      json{{"prompt", "Once upon a time"}, {"max_tokens", 32}, {"temperature", 0}, {"ignore_eos", true}});
   ASSERT_EQ(free_run.status, 200);
   const std::string text = free_run.json()["choices"][0]["text"];
   ASSERT_GE(text.size(), 8u);
@@ -140,8 +142,12 @@ TEST(ServerApi, StopStringsAreNeverEmitted) {
   const std::string before = text.substr(0, text.find(stop));
   for (bool stream : {false, true}) {
     SCOPED_TRACE(stream);
-    json body = {{"prompt", "Once upon a time"}, {"max_tokens", 32}, {"temperature", 0}, {"ignore_eos", true},
-                 {"stop", json::array({"never-there", stop})}, {"stream", stream}};
+    json body = {{"prompt", "Once upon a time"},
+                 {"max_tokens", 32},
+                 {"temperature", 0},
+                 {"ignore_eos", true},
+                 {"stop", json::array({"never-there", stop})},
+                 {"stream", stream}};
     if (!stream) {
       json j = post(*c, "/v1/completions", body).json();
       EXPECT_EQ(j["choices"][0]["text"], before);
@@ -166,7 +172,9 @@ TEST(ServerApi, CompletionsTakeTextOrTokenIdsAndTokenizeRoundTrips) {
   Reply dt = post(*c, "/detokenize", json{{"tokens", ids}});
   ASSERT_EQ(dt.status, 200);
   EXPECT_NE(dt.json()["content"].get<std::string>().find("Once upon a time"), std::string::npos);
-  json a = post(*c, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}}).json();
+  json a = post(*c, "/v1/completions",
+                json{{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0}})
+               .json();
   json b = post(*c, "/v1/completions", json{{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0}}).json();
   EXPECT_EQ(a["object"], "text_completion");
   EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
@@ -221,7 +229,8 @@ TEST(ServerApi, BadInputGetsItsStatusAndAnOpenAiError) {
   expect_error(post(*c, "/v1/chat/completions", std::string("[1, 2]")), 400, "must be a JSON object");
   expect_error(post(*c, "/v1/chat/completions", json{{"max_tokens", 3}}), 400, "'messages' is missing");
   expect_error(post(*c, "/v1/chat/completions", json{{"messages", "hi"}}), 400, "'messages' must be a list");
-  expect_error(post(*c, "/v1/chat/completions", json{{"messages", json::array({{{"role", "wizard"}, {"content", "x"}}})}}),
+  expect_error(post(*c, "/v1/chat/completions",
+                    json{{"messages", json::array({{{"role", "wizard"}, {"content", "x"}}})}}),
                400, "role 'wizard' is unknown");
   json wrong = chat_body("x", 3);
   wrong["temperature"] = "hot";
@@ -232,11 +241,13 @@ TEST(ServerApi, BadInputGetsItsStatusAndAnOpenAiError) {
   wrong = chat_body("x", 3);
   wrong["stop"] = json::object();
   expect_error(post(*c, "/v1/chat/completions", wrong), 400, "'stop' must be a string or a list");
-  expect_error(post(*c, "/v1/completions", json{{"prompt", json::array({1, -4})}}), 400, "outside the vocabulary");
+  expect_error(post(*c, "/v1/completions", json{{"prompt", json::array({1, -4})}}), 400,
+               "outside the vocabulary");
   std::string long_text;
   for (int i = 0; i < 200; ++i) long_text += "word ";
   expect_error(post(*c, "/v1/chat/completions", chat_body(long_text, 3)), 400, "context holds 128");
-  expect_error(post(*c, "/v1/completions", std::string(100 * 1024, ' ')), 413, "larger than the server takes");
+  expect_error(post(*c, "/v1/completions", std::string(100 * 1024, ' ')), 413,
+               "larger than the server takes");
   expect_error(get(*c, "/v2/nothing"), 404, "there is no GET /v2/nothing");
   expect_error(post(*c, "/health", std::string("{}")), 405, "does not take POST");
   expect_error(get(*c, "/v1/chat/completions"), 405, "use POST");
@@ -250,10 +261,13 @@ TEST(ServerApi, AnApiKeyIsRequiredWhenSet) {
   TestServer s(setup);
   auto c = s.client();
   expect_error(post(*c, "/v1/chat/completions", chat_body("x", 2)), 401, "no API key");
-  expect_error(post(*c, "/v1/chat/completions", chat_body("x", 2).dump(), {{"Authorization", "Bearer wrong"}}), 401,
-               "wrong");
+  expect_error(
+      post(*c, "/v1/chat/completions", chat_body("x", 2).dump(), {{"Authorization", "Bearer wrong"}}), 401,
+      "wrong");
   expect_error(get(*c, "/v1/models", {{"Authorization", "Bearer wrong"}}), 401, "wrong");
-  EXPECT_EQ(post(*c, "/v1/chat/completions", chat_body("x", 2).dump(), {{"Authorization", "Bearer sekrit"}}).status, 200);
+  EXPECT_EQ(
+      post(*c, "/v1/chat/completions", chat_body("x", 2).dump(), {{"Authorization", "Bearer sekrit"}}).status,
+      200);
   EXPECT_EQ(get(*c, "/health").status, 200) << "health needs no key";
 }
 
@@ -277,6 +291,7 @@ TEST(ServerApi, AnExpertReadErrorFailsOnlyThatRequest) {
   Reply again = post(*c, "/v1/chat/completions", body);
   ASSERT_EQ(again.status, 200) << again.body;
   EXPECT_EQ(again.json()["choices"][0]["message"]["content"], want);
-  EXPECT_EQ(again.json()["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << "the failed state was reset";
+  EXPECT_EQ(again.json()["usage"]["prompt_tokens_details"]["cached_tokens"], 0)
+      << "the failed state was reset";
   EXPECT_NE(get(*c, "/metrics").body.find("diskformer_requests_failed_total 1"), std::string::npos);
 }

@@ -82,7 +82,8 @@ TEST(ServerLoad, SixteenClientsGetTheSequentialAnswers) {
     threads.emplace_back([&, t] {
       auto c = s.client();
       for (int k = 0; k < kRequests; ++k)
-        got[static_cast<size_t>(t)].push_back(answer(*c, (t * kRequests + k * 5) % kPrompts, (t + k) % 2 == 0));
+        got[static_cast<size_t>(t)].push_back(
+            answer(*c, (t * kRequests + k * 5) % kPrompts, (t + k) % 2 == 0));
     });
   for (auto& th : threads) th.join();
   for (int t = 0; t < kClients; ++t)
@@ -106,8 +107,11 @@ TEST(ServerLoad, AClientThatHangsUpFreesItsSlot) {
   setup.n_ctx = 4096;
   TestServer s(setup);
   auto c = s.client();
-  const json body = {{"prompt", "Once upon a time"}, {"max_tokens", 4000}, {"ignore_eos", true},
-                     {"temperature", 0}, {"stream", true}};
+  const json body = {{"prompt", "Once upon a time"},
+                     {"max_tokens", 4000},
+                     {"ignore_eos", true},
+                     {"temperature", 0},
+                     {"stream", true}};
   std::vector<std::string> events;
   int seen = 0;
   post_stream(*c, "/v1/completions", body, events, [&](const std::string&) { return ++seen < 3; });
@@ -129,19 +133,39 @@ TEST(ServerLoad, TwoHundredMalformedBodiesAre4xxAndTheServerLives) {
       R"({"prompt":"hello","max_tokens":2})",
   };
   // Valid JSON with one wrong field: each of these is out of type or range.
-  const std::vector<std::pair<std::string, json>> bad_fields = {
-      {"temperature", "hot"}, {"temperature", -1}, {"temperature", json::array()}, {"max_tokens", -5},
-      {"max_tokens", 2.5}, {"max_tokens", "ten"}, {"stop", 5}, {"stop", json::object()},
-      {"stop", json::array({1, "a"})}, {"top_k", "many"}, {"top_k", -3}, {"top_p", 0}, {"top_p", 1.5},
-      {"min_p", -1}, {"seed", "x"}, {"stream", "yes"}, {"stream", 1}, {"logprobs", "yes"}, {"top_logprobs", 50},
-      {"n", 3}, {"stream_options", "yes"}, {"presence_penalty", 9}, {"frequency_penalty", "a"},
-      {"repeat_penalty", 0}, {"model", 7}};
+  const std::vector<std::pair<std::string, json>> bad_fields = {{"temperature", "hot"},
+                                                                {"temperature", -1},
+                                                                {"temperature", json::array()},
+                                                                {"max_tokens", -5},
+                                                                {"max_tokens", 2.5},
+                                                                {"max_tokens", "ten"},
+                                                                {"stop", 5},
+                                                                {"stop", json::object()},
+                                                                {"stop", json::array({1, "a"})},
+                                                                {"top_k", "many"},
+                                                                {"top_k", -3},
+                                                                {"top_p", 0},
+                                                                {"top_p", 1.5},
+                                                                {"min_p", -1},
+                                                                {"seed", "x"},
+                                                                {"stream", "yes"},
+                                                                {"stream", 1},
+                                                                {"logprobs", "yes"},
+                                                                {"top_logprobs", 50},
+                                                                {"n", 3},
+                                                                {"stream_options", "yes"},
+                                                                {"presence_penalty", 9},
+                                                                {"frequency_penalty", "a"},
+                                                                {"repeat_penalty", 0},
+                                                                {"model", 7}};
   for (int i = 0; i < 200; ++i) {
     const std::string& base = valid[static_cast<size_t>(rng() % valid.size())];
     const bool chat = base.find("messages") != std::string::npos;
     std::string body;
     switch (rng() % 4) {
-      case 0: body = base.substr(0, rng() % (base.size() - 1)); break;  // cut short
+      case 0:
+        body = base.substr(0, rng() % (base.size() - 1));
+        break;   // cut short
       case 1: {  // random bytes
         body.resize(1 + rng() % 64);
         for (char& ch : body) ch = static_cast<char>(rng() % 256);
@@ -160,12 +184,17 @@ TEST(ServerLoad, TwoHundredMalformedBodiesAre4xxAndTheServerLives) {
             if (chat) {
               const json role_bad = json::array({{{"role", "nobody"}, {"content", "x"}}});
               const json content_bad = json::array({{{"role", "user"}, {"content", 5}}});
-              const std::vector<json> bad_messages = {"hi", 5, json::array(), json::object(), role_bad, content_bad,
+              const std::vector<json> bad_messages = {"hi",
+                                                      5,
+                                                      json::array(),
+                                                      json::object(),
+                                                      role_bad,
+                                                      content_bad,
                                                       json::array({json::array()})};
               j["messages"] = bad_messages[rng() % bad_messages.size()];
             } else {
-              const std::vector<json> bad_prompts = {5, json::object(), json::array({-1}), json::array({1.5}),
-                                                     json::array({"a", "b"}), nullptr};
+              const std::vector<json> bad_prompts = {
+                  5, json::object(), json::array({-1}), json::array({1.5}), json::array({"a", "b"}), nullptr};
               j["prompt"] = bad_prompts[rng() % bad_prompts.size()];
             }
             break;

@@ -9,7 +9,8 @@ using df::server::StopMatcher;
 namespace {
 
 // Feeds `text` in pieces cut at `cuts` and returns what was emitted, and whether it stopped.
-std::pair<std::string, bool> run_stop(const std::vector<std::string>& stops, const std::string& text, size_t step) {
+std::pair<std::string, bool> run_stop(const std::vector<std::string>& stops, const std::string& text,
+                                      size_t step) {
   StopMatcher m(stops);
   std::string out;
   for (size_t at = 0; at < text.size(); at += step) out += m.push(text.substr(at, step));

@@ -37,8 +37,8 @@ void serve(const ServeFlags& f) {
   o.fixed_seed = f.sampling.seed.has_value();
   if (o.fixed_seed) o.defaults.seed = *f.sampling.seed;
   o.extract_reasoning = f.reasoning_format != "none";
-  o.model_name = !f.alias.empty() ? f.alias
-                                  : std::filesystem::path(f.model.display_name()).filename().string();
+  o.model_name =
+      !f.alias.empty() ? f.alias : std::filesystem::path(f.model.display_name()).filename().string();
 
   // SIGINT and SIGTERM go to one thread that stops the server; every thread made from here on inherits the
   // mask.
@@ -71,8 +71,8 @@ void serve(const ServeFlags& f) {
   OpenedModel m = open_from_flags(mf);
   server::Scheduler scheduler(m, f.parallel, m.n_ctx);
   http.attach(m, scheduler);
-  fmt::print(stderr, "ready: {} slot{} of {} tokens, model '{}'\n", f.parallel, f.parallel == 1 ? "" : "s", m.n_ctx,
-             o.model_name);
+  fmt::print(stderr, "ready: {} slot{} of {} tokens, model '{}'\n", f.parallel, f.parallel == 1 ? "" : "s",
+             m.n_ctx, o.model_name);
   std::fflush(stderr);
   http.wait();
   scheduler.stop();
@@ -88,7 +88,8 @@ void register_serve(CLI::App& app) {
   flags->sampling.add(cmd);
   cmd->add_option("--host", flags->host, "address to listen on (loopback unless told otherwise)")
       ->capture_default_str();
-  cmd->add_option("--port", flags->port, "TCP port (0: any free one, printed on stderr)")->capture_default_str();
+  cmd->add_option("--port", flags->port, "TCP port (0: any free one, printed on stderr)")
+      ->capture_default_str();
   cmd->add_option("--parallel", flags->parallel, "-np N: slots (sequences decoded side by side)")
       ->capture_default_str();
   cmd->add_option("--api-key", flags->api_key, "require \"Authorization: Bearer KEY\" on every API request");
@@ -96,7 +97,8 @@ void register_serve(CLI::App& app) {
                   "auto: think blocks go to reasoning_content; none: keep them inline in content")
       ->check(CLI::IsMember({"auto", "deepseek", "none"}))
       ->capture_default_str();
-  cmd->add_option("--max-body", flags->max_body, "largest request body (larger: 413), e.g. 4M")->capture_default_str();
+  cmd->add_option("--max-body", flags->max_body, "largest request body (larger: 413), e.g. 4M")
+      ->capture_default_str();
   cmd->add_option("--alias", flags->alias, "the model's name in /v1/models (default: the file's name)");
   cmd->add_option("--http-threads", flags->http_threads, "HTTP worker threads (default: max(32, 4 x -np))");
   cmd->callback([flags] { serve(*flags); });

@@ -1,7 +1,7 @@
 #pragma once
-// Token sampling as llama.cpp's default chain orders it: repetition (and presence/frequency) penalties → top-k → top-p → min-p →
-// temperature → draw. Temperature <= 0 means greedy (argmax, lowest id on a tie). All buffers are sized once
-// for the vocabulary: sampling a token allocates nothing.
+// Token sampling as llama.cpp's default chain orders it: repetition (and presence/frequency) penalties →
+// top-k → top-p → min-p → temperature → draw. Temperature <= 0 means greedy (argmax, lowest id on a tie). All
+// buffers are sized once for the vocabulary: sampling a token allocates nothing.
 #include <cstdint>
 #include <random>
 #include <span>

@@ -1,11 +1,11 @@
 #pragma once
 // The errors the HTTP API answers with, in OpenAI's shape: {"error": {"message", "type", "code"}} with the
 // HTTP status as the code. A handler throws ApiError; the server turns it into the response.
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace df::server {
 

@@ -126,6 +126,9 @@ async function poll() {
 }
 poll();
 setInterval(poll, 1000);
+// /?q=TEXT sends TEXT on load (a link that opens a conversation; the browser test uses it).
+const q = new URLSearchParams(location.search).get('q');
+if (q) send(q);
 </script>
 </body>
 </html>

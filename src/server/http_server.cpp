@@ -65,7 +65,8 @@ std::string allowed_methods(const std::string& path) {
 
 }  // namespace
 
-HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
+HttpServer::HttpServer(ServerOptions options)
+    : options_(std::move(options)), http_(std::make_unique<httplib::Server>()) {
   if (options_.http_threads < 1) fail("the HTTP thread count {} must be at least 1", options_.http_threads);
   const size_t threads = static_cast<size_t>(options_.http_threads);
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -74,16 +75,21 @@ HttpServer::HttpServer(ServerOptions options) : options_(std::move(options)), ht
   routes();
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+  wait();
+}
 
 void HttpServer::start() {
-  if (options_.port < 0 || options_.port > 65535) fail("--port {} is not a TCP port (0..65535)", options_.port);
+  if (options_.port < 0 || options_.port > 65535)
+    fail("--port {} is not a TCP port (0..65535)", options_.port);
   if (options_.port == 0) {
     port_ = http_->bind_to_any_port(options_.host);
     if (port_ <= 0) fail("cannot listen on {} (any port)", options_.host);
   } else {
     if (!http_->bind_to_port(options_.host, options_.port))
-      fail("cannot listen on {}:{}: the address is in use or not this machine's", options_.host, options_.port);
+      fail("cannot listen on {}:{}: the address is in use or not this machine's", options_.host,
+           options_.port);
     port_ = options_.port;
   }
   thread_ = std::thread([this] { http_->listen_after_bind(); });
@@ -98,7 +104,6 @@ void HttpServer::attach(OpenedModel& model, Scheduler& scheduler) {
 
 void HttpServer::stop() {
   if (http_) http_->stop();
-  if (thread_.joinable()) thread_.join();
 }
 
 void HttpServer::wait() {
@@ -115,18 +120,21 @@ void HttpServer::routes() {
     if (key.rfind("Bearer ", 0) == 0) key.erase(0, 7);
     if (key.empty()) key = req.get_header_value("X-Api-Key");
     if (key == options_.api_key) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, 401, key.empty() ? "no API key: send \"Authorization: Bearer KEY\"" : "the API key is wrong");
+    send_error(res, 401,
+               key.empty() ? "no API key: send \"Authorization: Bearer KEY\"" : "the API key is wrong");
     return httplib::Server::HandlerResponse::Handled;
   });
 
   // Statuses httplib sets itself (404, 413, 400 for a broken request line) get a JSON body; a known path
   // asked with another method is 405.
-  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req,
+                                                              httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     if ((res.status == 404 || res.status == 400) && known_path(req.path) &&
         !known_routes().count({req.method, req.path})) {
       res.set_header("Allow", allowed_methods(req.path));
-      send_error(res, 405, fmt::format("{} does not take {}: use {}", req.path, req.method, allowed_methods(req.path)));
+      send_error(res, 405,
+                 fmt::format("{} does not take {}: use {}", req.path, req.method, allowed_methods(req.path)));
     } else if (res.status == 404) {
       send_error(res, 404, fmt::format("there is no {} {}", req.method, req.path));
     } else if (res.status == 413) {
@@ -162,7 +170,8 @@ void HttpServer::routes() {
     if (ready_.load())
       send_json(res, 200, {{"status", "ok"}});
     else
-      send_json(res, 503, {{"status", "loading"}, {"error", error_body(503, "the model is still loading")["error"]}});
+      send_json(res, 503,
+                {{"status", "loading"}, {"error", error_body(503, "the model is still loading")["error"]}});
   };
   s.Get("/health", health);
   s.Get("/v1/health", health);
@@ -170,11 +179,15 @@ void HttpServer::routes() {
   auto models = [this, need_ready](const httplib::Request&, httplib::Response& res) {
     need_ready();
     const auto& info = model_->model->info();
-    json meta = {{"n_vocab", info.n_vocab}, {"n_ctx_train", info.n_ctx_train}, {"n_embd", info.n_embd},
-                 {"n_layer", info.n_layer}, {"n_expert", info.n_expert}, {"n_expert_used", info.n_expert_used},
+    json meta = {{"n_vocab", info.n_vocab},   {"n_ctx_train", info.n_ctx_train},
+                 {"n_embd", info.n_embd},     {"n_layer", info.n_layer},
+                 {"n_expert", info.n_expert}, {"n_expert_used", info.n_expert_used},
                  {"arch", info.arch}};
-    json m = {{"id", options_.model_name}, {"object", "model"}, {"created", std::time(nullptr)},
-              {"owned_by", "diskformer"}, {"meta", meta}};
+    json m = {{"id", options_.model_name},
+              {"object", "model"},
+              {"created", std::time(nullptr)},
+              {"owned_by", "diskformer"},
+              {"meta", meta}};
     send_json(res, 200, {{"object", "list"}, {"data", json::array({m})}});
   };
   s.Get("/v1/models", models);
@@ -194,10 +207,18 @@ void HttpServer::routes() {
         {"default_generation_settings",
          {{"n_ctx", scheduler_->n_ctx()},
           {"params",
-           {{"temperature", d.temperature}, {"top_k", d.top_k}, {"top_p", d.top_p}, {"min_p", d.min_p},
-            {"repeat_penalty", d.repeat_penalty}, {"repeat_last_n", d.repeat_last_n}}}}},
-        {"model", {{"arch", info.arch}, {"n_layer", info.n_layer}, {"n_moe_layer", info.moe_layers.size()},
-                   {"n_expert", info.n_expert}, {"n_expert_used", info.n_expert_used}}},
+           {{"temperature", d.temperature},
+            {"top_k", d.top_k},
+            {"top_p", d.top_p},
+            {"min_p", d.min_p},
+            {"repeat_penalty", d.repeat_penalty},
+            {"repeat_last_n", d.repeat_last_n}}}}},
+        {"model",
+         {{"arch", info.arch},
+          {"n_layer", info.n_layer},
+          {"n_moe_layer", info.moe_layers.size()},
+          {"n_expert", info.n_expert},
+          {"n_expert_used", info.n_expert_used}}},
         {"expert_cache_description", model_->cache ? model_->cache->describe() : std::string("resident")},
         {"stats", stats_json(scheduler_->counters(), scheduler_->n_slots(), cache)},
     };
@@ -216,7 +237,8 @@ void HttpServer::routes() {
     need_ready();
     const json body = parse_body(req.body);
     auto it = body.find("content");
-    if (it == body.end() || !it->is_string()) bad_request("'content' must be the text to tokenize (a string)");
+    if (it == body.end() || !it->is_string())
+      bad_request("'content' must be the text to tokenize (a string)");
     bool add_special = false, with_pieces = false;
     if (auto a = body.find("add_special"); a != body.end()) {
       if (!a->is_boolean()) bad_request("'add_special' must be true or false");
@@ -254,7 +276,8 @@ void HttpServer::routes() {
     const json body = parse_body(req.body);
     ParseContext ctx{*model_->tokenizer, *prompts_, scheduler_->n_ctx(), options_.defaults,
                      options_.extract_reasoning};
-    if (!options_.fixed_seed) ctx.defaults.seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
+    if (!options_.fixed_seed)
+      ctx.defaults.seed = std::random_device{}() * 0x100000001ull ^ std::random_device{}();
     GenRequest r;
     {
       std::lock_guard lock(prompt_mu_);
@@ -275,8 +298,9 @@ void HttpServer::routes() {
       }
       const Outcome& o = job->outcome();
       if (o.error_status) return send_error(res, o.error_status, o.error);
-      send_json(res, 200, chat ? chat_completion(meta, deltas, o, logprobs, tokenizer)
-                               : text_completion(meta, deltas, o, logprobs, tokenizer));
+      send_json(res, 200,
+                chat ? chat_completion(meta, deltas, o, logprobs, tokenizer)
+                     : text_completion(meta, deltas, o, logprobs, tokenizer));
       return;
     }
     res.set_header("Cache-Control", "no-cache");
@@ -299,7 +323,8 @@ void HttpServer::routes() {
           std::vector<Delta> deltas;
           const bool done = job->wait(std::chrono::milliseconds(100), deltas);
           for (const Delta& d : deltas)
-            if (!write(sse(chat ? chat_chunk(meta, &d, logprobs, tokenizer) : text_chunk(meta, d, logprobs, tokenizer))))
+            if (!write(sse(chat ? chat_chunk(meta, &d, logprobs, tokenizer)
+                                : text_chunk(meta, d, logprobs, tokenizer))))
               return false;
           if (!done) {
             if (deltas.empty() && !sink.is_writable()) {
@@ -323,10 +348,14 @@ void HttpServer::routes() {
         },
         [job](bool) { job->cancel(); });  // a no-op once it finished; else the stream was cut short
   };
-  s.Post("/v1/chat/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, true); });
-  s.Post("/chat/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, true); });
-  s.Post("/v1/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
-  s.Post("/completions", [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
+  s.Post("/v1/chat/completions",
+         [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, true); });
+  s.Post("/chat/completions",
+         [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, true); });
+  s.Post("/v1/completions",
+         [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
+  s.Post("/completions",
+         [generate](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
 }
 
 }  // namespace df::server

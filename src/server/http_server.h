@@ -23,13 +23,13 @@ namespace df::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;  // 0: any free port (port() says which)
+  int port = 8080;      // 0: any free port (port() says which)
   std::string api_key;  // non-empty: every request but /health and the page needs "Authorization: Bearer KEY"
   size_t max_body_bytes = 4u << 20;  // larger bodies: 413
   int http_threads = 32;
-  std::string model_name;  // what /v1/models lists
-  SamplingParams defaults;  // the sampling flags
-  bool fixed_seed = false;  // --seed given: every request without one uses it (else a random seed each)
+  std::string model_name;         // what /v1/models lists
+  SamplingParams defaults;        // the sampling flags
+  bool fixed_seed = false;        // --seed given: every request without one uses it (else a random seed each)
   bool extract_reasoning = true;  // --reasoning-format none: false
 };
 
@@ -45,8 +45,9 @@ class HttpServer {
   int port() const { return port_; }
   // The model is loaded: generation endpoints answer from now on. Both must outlive the server (or stop()).
   void attach(OpenedModel& model, Scheduler& scheduler);
+  // Stops listening and closes the connections (from any thread; wait() then returns).
   void stop();
-  // Blocks until stop() (from another thread).
+  // Blocks until the server stopped (one thread only).
   void wait();
 
  private:

@@ -39,20 +39,24 @@ std::string prometheus_text(const SchedulerCounters& c, int n_slots,
          static_cast<double>(c.prompt_tokens.load()));
   metric(out, "prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's cache.",
          static_cast<double>(c.cached_tokens.load()));
-  metric(out, "tokens_generated_total", "counter", "Tokens generated.", static_cast<double>(c.generated_tokens.load()));
+  metric(out, "tokens_generated_total", "counter", "Tokens generated.",
+         static_cast<double>(c.generated_tokens.load()));
   metric(out, "prompt_seconds_total", "counter", "Time spent prefilling prompts.",
          static_cast<double>(c.prompt_ns.load()) * 1e-9);
   metric(out, "decode_seconds_total", "counter", "Time spent in decode steps.",
          static_cast<double>(c.decode_ns.load()) * 1e-9);
-  metric(out, "prompt_tokens_per_second", "gauge", "Prompt tokens per second of prefill time.", prompt_tps(c));
-  metric(out, "decode_tokens_per_second", "gauge", "Generated tokens per second of decode time.", decode_tps(c));
-  metric(out, "recent_tokens_per_second", "gauge", "Generated tokens per second over the last steps (all slots).",
-         c.recent_tokens_per_second.load());
+  metric(out, "prompt_tokens_per_second", "gauge", "Prompt tokens per second of prefill time.",
+         prompt_tps(c));
+  metric(out, "decode_tokens_per_second", "gauge", "Generated tokens per second of decode time.",
+         decode_tps(c));
+  metric(out, "recent_tokens_per_second", "gauge",
+         "Generated tokens per second over the last steps (all slots).", c.recent_tokens_per_second.load());
   metric(out, "queue_depth", "gauge", "Requests waiting for a slot.", c.queued.load());
   metric(out, "slots_busy", "gauge", "Slots running a request.", c.busy_slots.load());
   metric(out, "slots_total", "gauge", "Slots (-np).", n_slots);
   if (cache) {
-    metric(out, "expert_cache_hit_rate", "gauge", "Expert acquisitions that needed no new read.", cache->hit_rate());
+    metric(out, "expert_cache_hit_rate", "gauge", "Expert acquisitions that needed no new read.",
+           cache->hit_rate());
     metric(out, "expert_bytes_read_total", "counter", "Bytes of experts read from the store.",
            static_cast<double>(cache->total.bytes_read));
     metric(out, "expert_bytes_per_token", "gauge", "Expert bytes read per token run through the model.",

@@ -30,7 +30,8 @@ double number(const json& body, const char* name, double lo, double hi, double d
 int64_t integer(const json& body, const char* name, int64_t lo, int64_t hi, int64_t def) {
   const json* v = field(body, name);
   if (!v) return def;
-  if (!v->is_number_integer() && !(v->is_number_float() && v->get<double>() == static_cast<int64_t>(v->get<double>())))
+  if (!v->is_number_integer() &&
+      !(v->is_number_float() && v->get<double>() == static_cast<int64_t>(v->get<double>())))
     bad_request("'{}' must be an integer, not {}", name, v->is_number() ? "a fraction" : type_name(*v));
   const double x = v->get<double>();
   if (!(x >= static_cast<double>(lo) && x <= static_cast<double>(hi)))
@@ -64,8 +65,8 @@ void parse_common(const json& body, const ParseContext& ctx, GenRequest& r, bool
   s.presence_penalty = static_cast<float>(number(body, "presence_penalty", -2, 2, s.presence_penalty));
   s.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", -2, 2, s.frequency_penalty));
   if (field(body, "seed"))
-    s.seed = static_cast<uint64_t>(integer(body, "seed", std::numeric_limits<int64_t>::min(),
-                                           std::numeric_limits<int64_t>::max(), 0));
+    s.seed = static_cast<uint64_t>(
+        integer(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), 0));
   const int64_t max_int = std::numeric_limits<int32_t>::max();
   int64_t max_tokens = integer(body, "max_tokens", -1, max_int, -1);
   if (chat) max_tokens = integer(body, "max_completion_tokens", -1, max_int, max_tokens);
@@ -79,7 +80,8 @@ void parse_common(const json& body, const ParseContext& ctx, GenRequest& r, bool
     } else if (stop->is_array()) {
       if (stop->size() > 16) bad_request("'stop' has {} strings; at most 16 are allowed", stop->size());
       for (const auto& x : *stop) {
-        if (!x.is_string()) bad_request("'stop' must be a string or a list of strings, not a list with {}", type_name(x));
+        if (!x.is_string())
+          bad_request("'stop' must be a string or a list of strings, not a list with {}", type_name(x));
         r.stop.push_back(x.get<std::string>());
       }
     } else {
@@ -113,8 +115,9 @@ void parse_common(const json& body, const ParseContext& ctx, GenRequest& r, bool
 void check_fits(const GenRequest& r, const ParseContext& ctx) {
   if (r.prompt.empty()) bad_request("the prompt is empty");
   if (static_cast<int>(r.prompt.size()) >= ctx.n_ctx)
-    bad_request("the prompt is {} tokens but the context holds {}: shorten it (or start the server with a larger -c)",
-                r.prompt.size(), ctx.n_ctx);
+    bad_request(
+        "the prompt is {} tokens but the context holds {}: shorten it (or start the server with a larger -c)",
+        r.prompt.size(), ctx.n_ctx);
 }
 
 }  // namespace
@@ -153,13 +156,16 @@ std::vector<ChatMessage> parse_messages(const json& body) {
           const json& part = (*c)[k];
           const json* type = part.is_object() ? field(part, "type") : nullptr;
           if (!type || !type->is_string() || type->get<std::string>() != "text")
-            bad_request("messages[{}].content[{}] must be a text part ({{\"type\": \"text\", \"text\": ...}})", i, k);
+            bad_request(
+                "messages[{}].content[{}] must be a text part ({{\"type\": \"text\", \"text\": ...}})", i, k);
           const json* text = field(part, "text");
-          if (!text || !text->is_string()) bad_request("messages[{}].content[{}].text must be a string", i, k);
+          if (!text || !text->is_string())
+            bad_request("messages[{}].content[{}].text must be a string", i, k);
           cm.content += text->get<std::string>();
         }
       } else {
-        bad_request("messages[{}].content must be a string or a list of text parts, not {}", i, type_name(*c));
+        bad_request("messages[{}].content must be a string or a list of text parts, not {}", i,
+                    type_name(*c));
       }
     } else if (r != "assistant") {
       bad_request("messages[{}].content is missing", i);
@@ -176,15 +182,19 @@ std::vector<ChatMessage> parse_messages(const json& body) {
 std::vector<int32_t> parse_prompt(const json& prompt, const tok::Tokenizer& tokenizer, const char* name) {
   const json* p = &prompt;
   if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];  // a batch of one
-  if (p->is_string()) return tokenizer.encode(p->get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
-  if (!p->is_array()) bad_request("'{}' must be a string or a list of token ids, not {}", name, type_name(*p));
+  if (p->is_string())
+    return tokenizer.encode(p->get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
+  if (!p->is_array())
+    bad_request("'{}' must be a string or a list of token ids, not {}", name, type_name(*p));
   std::vector<int32_t> ids;
   const int64_t n_vocab = static_cast<int64_t>(tokenizer.n_vocab());
   for (size_t i = 0; i < p->size(); ++i) {
     const json& t = (*p)[i];
-    if (!t.is_number_integer()) bad_request("'{}'[{}] must be a token id (an integer), not {}", name, i, type_name(t));
+    if (!t.is_number_integer())
+      bad_request("'{}'[{}] must be a token id (an integer), not {}", name, i, type_name(t));
     const int64_t id = t.get<int64_t>();
-    if (id < 0 || id >= n_vocab) bad_request("'{}'[{}] = {} is outside the vocabulary (0..{})", name, i, id, n_vocab - 1);
+    if (id < 0 || id >= n_vocab)
+      bad_request("'{}'[{}] = {} is outside the vocabulary (0..{})", name, i, id, n_vocab - 1);
     ids.push_back(static_cast<int32_t>(id));
   }
   return ids;
@@ -198,7 +208,8 @@ GenRequest parse_chat_request(const json& body, const ParseContext& ctx) {
   if (const json* rf = field(body, "reasoning_format")) {
     if (!rf->is_string()) bad_request("'reasoning_format' must be a string");
     const std::string f = rf->get<std::string>();
-    if (f != "none" && f != "auto" && f != "deepseek") bad_request("'reasoning_format' '{}' is unknown: none, auto or deepseek", f);
+    if (f != "none" && f != "auto" && f != "deepseek")
+      bad_request("'reasoning_format' '{}' is unknown: none, auto or deepseek", f);
     r.extract_reasoning = f != "none";
   } else {
     r.extract_reasoning = ctx.extract_reasoning;

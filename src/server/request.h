@@ -26,17 +26,17 @@ struct GenRequest {
   bool logprobs = false;
   int top_logprobs = 0;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  bool opens_reasoning = false;  // the chat prompt ends inside a think block
+  bool include_usage = false;     // stream_options.include_usage
+  bool opens_reasoning = false;   // the chat prompt ends inside a think block
   bool extract_reasoning = true;  // chat: think blocks go to reasoning_content
-  std::string model;  // as the client named it (echoed back)
+  std::string model;              // as the client named it (echoed back)
 };
 
 struct ParseContext {
   const tok::Tokenizer& tokenizer;
   const ChatPromptBuilder& prompts;
   int n_ctx;
-  SamplingParams defaults;  // the server's sampling flags
+  SamplingParams defaults;        // the server's sampling flags
   bool extract_reasoning = true;  // --reasoning-format (none: false)
 };
 

@@ -24,8 +24,11 @@ json chat_logprobs(const std::vector<Delta>& deltas, const tok::Tokenizer& t) {
         top.push_back({{"id", id}, {"token", p}, {"logprob", l}, {"bytes", bytes_of(p)}});
       }
       const std::string p = piece(t, lp.token);
-      content.push_back(
-          {{"id", lp.token}, {"token", p}, {"logprob", lp.logprob}, {"bytes", bytes_of(p)}, {"top_logprobs", top}});
+      content.push_back({{"id", lp.token},
+                         {"token", p},
+                         {"logprob", lp.logprob},
+                         {"bytes", bytes_of(p)},
+                         {"top_logprobs", top}});
     }
   return {{"content", content}};
 }
@@ -44,7 +47,9 @@ json text_logprobs(const std::vector<Delta>& deltas, const tok::Tokenizer& t) {
   return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}};
 }
 
-json finish_reason(const Outcome& o) { return o.finish_reason.empty() ? json(nullptr) : json(o.finish_reason); }
+json finish_reason(const Outcome& o) {
+  return o.finish_reason.empty() ? json(nullptr) : json(o.finish_reason);
+}
 
 }  // namespace
 
@@ -74,8 +79,8 @@ json timings_json(const Outcome& o) {
           {"predicted_per_second", per_second(o.predicted_ms, predicted_n)}};
 }
 
-json chat_completion(const ResponseMeta& meta, const std::vector<Delta>& deltas, const Outcome& o, bool logprobs,
-                     const tok::Tokenizer& tokenizer) {
+json chat_completion(const ResponseMeta& meta, const std::vector<Delta>& deltas, const Outcome& o,
+                     bool logprobs, const tok::Tokenizer& tokenizer) {
   std::string content, reasoning;
   for (const Delta& d : deltas) {
     content += d.content;
@@ -87,25 +92,34 @@ json chat_completion(const ResponseMeta& meta, const std::vector<Delta>& deltas,
                  {"message", message},
                  {"logprobs", logprobs ? chat_logprobs(deltas, tokenizer) : json(nullptr)},
                  {"finish_reason", finish_reason(o)}};
-  return {{"id", meta.id},       {"object", "chat.completion"}, {"created", meta.created},
-          {"model", meta.model}, {"choices", json::array({choice})}, {"usage", usage_json(o)},
+  return {{"id", meta.id},
+          {"object", "chat.completion"},
+          {"created", meta.created},
+          {"model", meta.model},
+          {"choices", json::array({choice})},
+          {"usage", usage_json(o)},
           {"timings", timings_json(o)}};
 }
 
-json text_completion(const ResponseMeta& meta, const std::vector<Delta>& deltas, const Outcome& o, bool logprobs,
-                     const tok::Tokenizer& tokenizer) {
+json text_completion(const ResponseMeta& meta, const std::vector<Delta>& deltas, const Outcome& o,
+                     bool logprobs, const tok::Tokenizer& tokenizer) {
   std::string text;
   for (const Delta& d : deltas) text += d.content + d.reasoning;
   json choice = {{"index", 0},
                  {"text", text},
                  {"logprobs", logprobs ? text_logprobs(deltas, tokenizer) : json(nullptr)},
                  {"finish_reason", finish_reason(o)}};
-  return {{"id", meta.id},       {"object", "text_completion"}, {"created", meta.created},
-          {"model", meta.model}, {"choices", json::array({choice})}, {"usage", usage_json(o)},
+  return {{"id", meta.id},
+          {"object", "text_completion"},
+          {"created", meta.created},
+          {"model", meta.model},
+          {"choices", json::array({choice})},
+          {"usage", usage_json(o)},
           {"timings", timings_json(o)}};
 }
 
-json chat_chunk(const ResponseMeta& meta, const Delta* delta, bool logprobs, const tok::Tokenizer& tokenizer) {
+json chat_chunk(const ResponseMeta& meta, const Delta* delta, bool logprobs,
+                const tok::Tokenizer& tokenizer) {
   json d = json::object();
   json lp = nullptr;
   if (!delta) {
@@ -124,16 +138,14 @@ json chat_chunk(const ResponseMeta& meta, const Delta* delta, bool logprobs, con
 }
 
 json chat_final_chunk(const ResponseMeta& meta, const Outcome& o) {
-  json choice = {{"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o)}};
-  return {{"id", meta.id},
-          {"object", "chat.completion.chunk"},
-          {"created", meta.created},
-          {"model", meta.model},
-          {"choices", json::array({choice})},
-          {"timings", timings_json(o)}};
+  json choice = {
+      {"index", 0}, {"delta", json::object()}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o)}};
+  return {{"id", meta.id},       {"object", "chat.completion.chunk"}, {"created", meta.created},
+          {"model", meta.model}, {"choices", json::array({choice})},  {"timings", timings_json(o)}};
 }
 
-json text_chunk(const ResponseMeta& meta, const Delta& delta, bool logprobs, const tok::Tokenizer& tokenizer) {
+json text_chunk(const ResponseMeta& meta, const Delta& delta, bool logprobs,
+                const tok::Tokenizer& tokenizer) {
   json choice = {{"index", 0},
                  {"text", delta.content + delta.reasoning},
                  {"logprobs", logprobs ? text_logprobs({delta}, tokenizer) : json(nullptr)},
@@ -147,12 +159,12 @@ json text_chunk(const ResponseMeta& meta, const Delta& delta, bool logprobs, con
 
 json text_final_chunk(const ResponseMeta& meta, const Outcome& o) {
   json choice = {{"index", 0}, {"text", ""}, {"logprobs", nullptr}, {"finish_reason", finish_reason(o)}};
-  return {{"id", meta.id},       {"object", "text_completion"}, {"created", meta.created},
+  return {{"id", meta.id},       {"object", "text_completion"},      {"created", meta.created},
           {"model", meta.model}, {"choices", json::array({choice})}, {"timings", timings_json(o)}};
 }
 
 json usage_chunk(const ResponseMeta& meta, const char* object, const Outcome& o) {
-  return {{"id", meta.id},       {"object", object},          {"created", meta.created},
+  return {{"id", meta.id},       {"object", object},         {"created", meta.created},
           {"model", meta.model}, {"choices", json::array()}, {"usage", usage_json(o)}};
 }
 

@@ -20,7 +20,8 @@ uint64_t ns_since(clock_type::time_point t0) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now() - t0).count());
 }
 
-// log-softmax of the raw logits at `token`, and the `top` most likely tokens (best first, lowest id on a tie).
+// log-softmax of the raw logits at `token`, and the `top` most likely tokens (best first, lowest id on a
+// tie).
 TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int top) {
   float max = -INFINITY;
   for (float l : logits) max = std::max(max, l);
@@ -34,12 +35,14 @@ TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int top) {
     std::vector<int32_t> ids(logits.size());
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
     const size_t n = std::min(ids.size(), static_cast<size_t>(top));
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(n), ids.end(), [&](int32_t a, int32_t b) {
-      const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
-      return la > lb || (la == lb && a < b);
-    });
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(n), ids.end(),
+                      [&](int32_t a, int32_t b) {
+                        const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+                        return la > lb || (la == lb && a < b);
+                      });
     for (size_t i = 0; i < n; ++i)
-      r.top.emplace_back(ids[i], static_cast<float>(static_cast<double>(logits[static_cast<size_t>(ids[i])]) - log_z));
+      r.top.emplace_back(
+          ids[i], static_cast<float>(static_cast<double>(logits[static_cast<size_t>(ids[i])]) - log_z));
   }
   return r;
 }
@@ -72,7 +75,9 @@ Scheduler::Scheduler(OpenedModel& model, int n_slots, int n_ctx) : m_(model), n_
     s->session->on_step = [this](uint64_t tokens, uint64_t ns) { m_.on_step(tokens, ns); };
     s->session->on_failure = [this] { m_.on_failure(); };
     if (m_.routing)
-      s->session->on_prefill = [rec = m_.routing.get()](int prompt_tokens) { rec->begin_prompt(prompt_tokens); };
+      s->session->on_prefill = [rec = m_.routing.get()](int prompt_tokens) {
+        rec->begin_prompt(prompt_tokens);
+      };
     s->session->keep_prompt_snapshot();
     slots_.push_back(std::move(s));
   }

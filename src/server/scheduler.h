@@ -23,11 +23,11 @@
 namespace df::server {
 
 struct SchedulerCounters {
-  std::atomic<uint64_t> requests{0};   // finished: answered, failed or cancelled
+  std::atomic<uint64_t> requests{0};  // finished: answered, failed or cancelled
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> cancelled{0};
-  std::atomic<uint64_t> prompt_tokens{0};     // prompt tokens run through the model
-  std::atomic<uint64_t> cached_tokens{0};     // prompt tokens taken from a slot's cache
+  std::atomic<uint64_t> prompt_tokens{0};  // prompt tokens run through the model
+  std::atomic<uint64_t> cached_tokens{0};  // prompt tokens taken from a slot's cache
   std::atomic<uint64_t> generated_tokens{0};
   std::atomic<uint64_t> prompt_ns{0}, decode_ns{0};  // time the scheduler spent prefilling / decoding
   std::atomic<uint64_t> steps{0};

@@ -41,8 +41,11 @@ std::string StopMatcher::flush() {
 }
 
 ReasoningSplitter::ReasoningSplitter(bool extract, bool in_reasoning, std::string open, std::string close)
-    : extract_(extract), in_reasoning_(extract && in_reasoning), strip_newlines_(extract && in_reasoning),
-      open_(std::move(open)), close_(std::move(close)) {}
+    : extract_(extract),
+      in_reasoning_(extract && in_reasoning),
+      strip_newlines_(extract && in_reasoning),
+      open_(std::move(open)),
+      close_(std::move(close)) {}
 
 void ReasoningSplitter::emit(SplitText& out, std::string_view text) {
   if (strip_newlines_) {

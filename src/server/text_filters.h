@@ -34,7 +34,8 @@ struct SplitText {
 class ReasoningSplitter {
  public:
   // extract: false keeps everything inline (content). in_reasoning: the prompt opened a think block.
-  ReasoningSplitter(bool extract, bool in_reasoning, std::string open = "<think>", std::string close = "</think>");
+  ReasoningSplitter(bool extract, bool in_reasoning, std::string open = "<think>",
+                    std::string close = "</think>");
   SplitText push(std::string_view text);
   SplitText flush();
 
