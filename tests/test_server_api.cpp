@@ -295,3 +295,19 @@ TEST(ServerApi, AnExpertReadErrorFailsOnlyThatRequest) {
       << "the failed state was reset";
   EXPECT_NE(get(*c, "/metrics").body.find("diskformer_requests_failed_total 1"), std::string::npos);
 }
+
+TEST(ServerApi, LegacyCompletionLogprobsAndReasoningFormatAreChecked) {
+  TestServer s;
+  auto c = s.client();
+  json j = post(*c, "/v1/completions", json{{"prompt", "Hello"}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 2}})
+               .json();
+  const auto& lp = j["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), lp["token_logprobs"].size());
+  ASSERT_FALSE(lp["tokens"].empty());
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
+  json body = chat_body("x", 2);
+  body["reasoning_format"] = "sideways";
+  expect_error(post(*c, "/v1/chat/completions", body), 400, "'reasoning_format' 'sideways' is unknown");
+  body["reasoning_format"] = "none";
+  EXPECT_EQ(post(*c, "/v1/chat/completions", body).status, 200);
+}

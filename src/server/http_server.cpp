@@ -99,6 +99,8 @@ void HttpServer::attach(OpenedModel& model, Scheduler& scheduler) {
   model_ = &model;
   scheduler_ = &scheduler;
   prompts_ = std::make_unique<ChatPromptBuilder>(*model.tokenizer, model.chat_template);
+  // Read here, before the scheduler's reads may change it (a fallback from O_DIRECT): /props shows this.
+  cache_description_ = model.cache ? model.cache->describe() : std::string("resident");
   ready_.store(true);
 }
 
@@ -219,7 +221,7 @@ void HttpServer::routes() {
           {"n_moe_layer", info.moe_layers.size()},
           {"n_expert", info.n_expert},
           {"n_expert_used", info.n_expert_used}}},
-        {"expert_cache_description", model_->cache ? model_->cache->describe() : std::string("resident")},
+        {"expert_cache_description", cache_description_},
         {"stats", stats_json(scheduler_->counters(), scheduler_->n_slots(), cache)},
     };
     send_json(res, 200, props);

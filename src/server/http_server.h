@@ -60,6 +60,7 @@ class HttpServer {
   OpenedModel* model_ = nullptr;
   Scheduler* scheduler_ = nullptr;
   std::unique_ptr<ChatPromptBuilder> prompts_;
+  std::string cache_description_;
   std::mutex prompt_mu_;  // template rendering and tokenizing, one request at a time
   std::atomic<uint64_t> next_id_{1};
 };

@@ -49,7 +49,8 @@ try:
         print("not ok - the answer is empty")
     else:
         print("ok - streamed answer: %r" % answer.group(2)[:80])
-    if 'data-filled="1"' not in dom or re.search(r'<dd id="ntok">(\d+)</dd>', dom) is None:
+    ntok = re.search(r'<dd id="ntok">(\d+)</dd>', dom)
+    if 'data-filled="1"' not in dom or ntok is None or int(ntok.group(1)) == 0:
         failed = True
         print("not ok - the stats panel did not fill")
     else:
