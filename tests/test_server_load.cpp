@@ -157,7 +157,12 @@ TEST(ServerLoad, TwoHundredMalformedBodiesAre4xxAndTheServerLives) {
                                                                 {"presence_penalty", 9},
                                                                 {"frequency_penalty", "a"},
                                                                 {"repeat_penalty", 0},
-                                                                {"model", 7}};
+                                                                {"model", 7},
+                                                                {"max_tokens", 1e300},
+                                                                {"max_tokens", 1e19},
+                                                                {"top_k", 18446744073709551615ull},
+                                                                {"seed", 1.5},
+                                                                {"temperature", 1e300}};
   for (int i = 0; i < 200; ++i) {
     const std::string& base = valid[static_cast<size_t>(rng() % valid.size())];
     const bool chat = base.find("messages") != std::string::npos;

@@ -1,5 +1,6 @@
 #include "server/request.h"
 
+#include <cmath>
 #include <limits>
 
 #include "server/api_error.h"
@@ -30,12 +31,19 @@ double number(const json& body, const char* name, double lo, double hi, double d
 int64_t integer(const json& body, const char* name, int64_t lo, int64_t hi, int64_t def) {
   const json* v = field(body, name);
   if (!v) return def;
-  if (!v->is_number_integer() &&
-      !(v->is_number_float() && v->get<double>() == static_cast<int64_t>(v->get<double>())))
-    bad_request("'{}' must be an integer, not {}", name, v->is_number() ? "a fraction" : type_name(*v));
+  if (!v->is_number()) bad_request("'{}' must be an integer, not {}", name, type_name(*v));
+  // 3.0 is taken as 3 (JavaScript clients send whole numbers as doubles); range first, then the cast.
   const double x = v->get<double>();
+  if (!std::isfinite(x) || x != std::floor(x)) bad_request("'{}' must be an integer, not a fraction", name);
   if (!(x >= static_cast<double>(lo) && x <= static_cast<double>(hi)))
     bad_request("'{}' is {} but must be in [{}, {}]", name, x, lo, hi);
+  if (v->is_number_integer()) {
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi))
+      bad_request("'{}' is {} but must be in [{}, {}]", name, v->get<uint64_t>(), lo, hi);
+    const int64_t i = v->is_number_unsigned() ? static_cast<int64_t>(v->get<uint64_t>()) : v->get<int64_t>();
+    if (i < lo || i > hi) bad_request("'{}' is {} but must be in [{}, {}]", name, i, lo, hi);
+    return i;
+  }
   return static_cast<int64_t>(x);
 }
 
@@ -64,9 +72,14 @@ void parse_common(const json& body, const ParseContext& ctx, GenRequest& r, bool
   s.repeat_last_n = static_cast<int>(integer(body, "repeat_last_n", 0, 1 << 20, s.repeat_last_n));
   s.presence_penalty = static_cast<float>(number(body, "presence_penalty", -2, 2, s.presence_penalty));
   s.frequency_penalty = static_cast<float>(number(body, "frequency_penalty", -2, 2, s.frequency_penalty));
-  if (field(body, "seed"))
-    s.seed = static_cast<uint64_t>(
-        integer(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), 0));
+  if (const json* seed = field(body, "seed")) {  // any 64-bit integer (-1 too: a seed like any other)
+    if (seed->is_number_unsigned())
+      s.seed = seed->get<uint64_t>();
+    else if (seed->is_number_integer())
+      s.seed = static_cast<uint64_t>(seed->get<int64_t>());
+    else
+      bad_request("'seed' must be an integer, not {}", seed->is_number() ? "a fraction" : type_name(*seed));
+  }
   const int64_t max_int = std::numeric_limits<int32_t>::max();
   int64_t max_tokens = integer(body, "max_tokens", -1, max_int, -1);
   if (chat) max_tokens = integer(body, "max_completion_tokens", -1, max_int, max_tokens);
