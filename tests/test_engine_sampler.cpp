@@ -37,6 +37,27 @@ TEST(Sampler, RepetitionPenaltyDemotesRecentTokens) {
   EXPECT_EQ(s.sample(l), 0);
 }
 
+// OpenAI's penalties: the frequency penalty per occurrence among the recent tokens, the presence penalty
+// once.
+TEST(Sampler, FrequencyAndPresencePenaltiesSubtractFromRecentTokens) {
+  auto p = greedy();
+  p.frequency_penalty = 1.0f;
+  Sampler s(3, p);
+  s.accept(0);
+  s.accept(0);
+  std::vector<float> l{3.5f, 2.0f, 1.0f};
+  EXPECT_EQ(s.sample(l), 1);  // 3.5 - 2 x 1 = 1.5 < 2
+  auto q = greedy();
+  q.presence_penalty = 1.0f;
+  Sampler t(3, q);
+  t.accept(0);
+  t.accept(0);
+  EXPECT_EQ(t.sample(l), 0);  // 3.5 - 1 = 2.5 > 2: presence counts a token once
+  t.accept(1);
+  std::vector<float> m{2.4f, 2.3f, 1.5f};
+  EXPECT_EQ(t.sample(m), 2);  // 1.4 and 1.3 (both recent) < 1.5
+}
+
 TEST(Sampler, TopKOneIsGreedy) {
   SamplingParams p;
   p.temperature = 5.0f;

@@ -15,5 +15,6 @@ void register_replay(CLI::App& app);
 void register_pull(CLI::App& app);
 void register_list(CLI::App& app);
 void register_rm(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace df::cli

@@ -23,11 +23,13 @@ int main(int argc, char** argv) {
   df::cli::register_pull(app);
   df::cli::register_list(app);
   df::cli::register_rm(app);
+  df::cli::register_serve(app);
   // llama.cpp spells the hub option "-hf", a one-dash name of two letters that CLI11 would read as -h -f.
   std::vector<std::string> args(argv, argv + argc);
   for (std::string& a : args) {
     if (a == "--") break;
     if (a == "-hf") a = "--hf-repo";
+    if (a == "-np") a = "--parallel";  // llama-server's spelling, the same trap
   }
   std::vector<const char*> arg_ptrs;
   for (const std::string& a : args) arg_ptrs.push_back(a.c_str());

@@ -67,6 +67,7 @@ ModelSourceOptions ModelFlags::source() const {
   // short chunk keeps the streaming cache's pinned waves small.
   constexpr int kCpuPrefillChunk = 64, kGpuPrefillChunk = 512;
   o.prefill_chunk = batch > 0 ? batch : device.starts_with("cuda") ? kGpuPrefillChunk : kCpuPrefillChunk;
+  o.n_sequences = n_sequences;
   o.record_routing = record_routing;
   return o;
 }

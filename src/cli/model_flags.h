@@ -25,6 +25,7 @@ struct ModelFlags {
   int batch = 0;   // prefill chunk; 0: the device's default (kCpuPrefillChunk, kGpuPrefillChunk)
   int lookahead = 1;
   bool prompt_snapshot = false;  // set by chat: Session::keep_prompt_snapshot() holds a second state
+  int n_sequences = 1;           // set by serve (-np): sessions side by side, each in the memory plan
   void add(CLI::App* app);
   ModelSourceOptions source() const;
   const std::string& display_name() const { return hf_repo.empty() ? model : hf_repo; }

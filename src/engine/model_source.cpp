@@ -103,7 +103,10 @@ OpenedModel open_model(const ModelSourceOptions& options) {
   m.prefill_chunk = options.prefill_chunk;
   const auto memory = [&] { return options.memory ? *options.memory : stream::read_memory_snapshot(); };
   m.prompt_snapshot = options.prompt_snapshot;
-  const int snapshots = options.prompt_snapshot ? 1 : 0;  // states the plan holds beside the session's own
+  if (options.n_sequences < 1)
+    fail("the number of parallel sequences {} must be at least 1", options.n_sequences);
+  // States the plan holds beside the first session's own: every other session's, and each one's snapshot.
+  const int snapshots = options.n_sequences * (options.prompt_snapshot ? 2 : 1) - 1;
 
   if (options.resident) {
     m.file = std::make_unique<gguf::File>(gguf::File::open(options.path));

@@ -27,6 +27,7 @@ struct ModelSourceOptions {
   std::string cache_policy = "lru";            // --cache-policy lru|lfu
   std::string device = "cpu";  // --device: what backend::make_backend builds
   bool prompt_snapshot = false;  // the session keeps a prompt snapshot (chat): one more state in the plan
+  int n_sequences = 1;     // sessions that will run side by side (serve -np): each one's state is in the plan
   int n_threads = 0;       // -t; <= 0: one per CPU this process may use (util/cpu_limits.h)
   int lookahead = 1;       // --lookahead
   // -c: the context the sessions will use; 0: the training context, at most 4096. Checked against the

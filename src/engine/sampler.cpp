@@ -43,17 +43,23 @@ int32_t Sampler::sample(std::span<const float> logits) {
   if (static_cast<int>(logits.size()) != n_vocab_)
     fail("sampler: {} logits given for a vocabulary of {}", logits.size(), n_vocab_);
   std::span<const float> x = logits;
-  if (params_.repeat_penalty != 1.0f && history_len_ > 0) {
+  const bool penalties =
+      params_.repeat_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f;
+  if (penalties && history_len_ > 0) {
     std::copy(logits.begin(), logits.end(), penalized_.begin());
-    // As llama.cpp: each distinct recent token once; positive logits divided, negative ones multiplied.
+    // As llama.cpp: each distinct recent token once; positive logits divided, negative ones multiplied, then
+    // the frequency penalty per occurrence and the presence penalty once.
     for (size_t k = 0; k < history_len_; ++k) {
       int32_t t = history_[k];
       if (t < 0 || t >= n_vocab_) continue;
       bool seen_before = false;
       for (size_t j = 0; j < k; ++j) seen_before |= history_[j] == t;
       if (seen_before) continue;
+      size_t count = 0;
+      for (size_t j = k; j < history_len_; ++j) count += history_[j] == t;
       float& l = penalized_[static_cast<size_t>(t)];
-      l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+      if (params_.repeat_penalty != 1.0f) l = l > 0 ? l / params_.repeat_penalty : l * params_.repeat_penalty;
+      l -= static_cast<float>(count) * params_.frequency_penalty + params_.presence_penalty;
     }
     x = penalized_;
   }

@@ -1,7 +1,7 @@
 #pragma once
-// Token sampling as llama.cpp's default chain orders it: repetition penalty → top-k → top-p → min-p →
-// temperature → draw. Temperature <= 0 means greedy (argmax, lowest id on a tie). All buffers are sized once
-// for the vocabulary: sampling a token allocates nothing.
+// Token sampling as llama.cpp's default chain orders it: repetition (and presence/frequency) penalties →
+// top-k → top-p → min-p → temperature → draw. Temperature <= 0 means greedy (argmax, lowest id on a tie). All
+// buffers are sized once for the vocabulary: sampling a token allocates nothing.
 #include <cstdint>
 #include <random>
 #include <span>
@@ -15,6 +15,8 @@ struct SamplingParams {
   float top_p = 0.95f;      // >= 1: off
   float min_p = 0.05f;      // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off
+  float presence_penalty = 0.0f;   // 0: off; subtracted once from each recent token's logit (OpenAI's)
+  float frequency_penalty = 0.0f;  // 0: off; subtracted per occurrence among the recent tokens
   int repeat_last_n = 64;
   uint64_t seed = 0xD15CF0A3ull;
 };

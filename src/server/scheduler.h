@@ -1,0 +1,75 @@
+#pragma once
+// The one thread that owns the model (Model::forward is not reentrant). It keeps -np slots, each with its own
+// Session (KV and recurrent state, with a prompt snapshot, so a prompt that extends what a slot holds
+// reuses it); queued requests take the free slot whose cached tokens share the longest prefix with their
+// prompt. Every step advances each active sequence by one forward (the first one prefills its prompt), in
+// slot order, so sequences decode side by side; a cancelled request is stopped at its slot's next turn.
+// Each sequence's forwards run on its own state exactly as they would alone, so its output does not depend
+// on what else runs. A failed forward (an expert read error) fails that request only (500), and its slot's
+// state is reset.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/model_source.h"
+#include "engine/session.h"
+#include "server/job.h"
+
+namespace df::server {
+
+struct SchedulerCounters {
+  std::atomic<uint64_t> requests{0};  // finished: answered, failed or cancelled
+  std::atomic<uint64_t> failed{0};
+  std::atomic<uint64_t> cancelled{0};
+  std::atomic<uint64_t> prompt_tokens{0};  // prompt tokens run through the model
+  std::atomic<uint64_t> cached_tokens{0};  // prompt tokens taken from a slot's cache
+  std::atomic<uint64_t> generated_tokens{0};
+  std::atomic<uint64_t> prompt_ns{0}, decode_ns{0};  // time the scheduler spent prefilling / decoding
+  std::atomic<uint64_t> steps{0};
+  std::atomic<int> queued{0}, busy_slots{0};
+  std::atomic<double> recent_tokens_per_second{0};  // generated tokens over the last steps' wall time
+};
+
+class Scheduler {
+ public:
+  // `model` must outlive the scheduler. n_slots sessions of n_ctx positions each are allocated here.
+  Scheduler(OpenedModel& model, int n_slots, int n_ctx);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  void submit(std::shared_ptr<Job> job);
+  // Fails every queued and running request (503) and joins the thread.
+  void stop();
+
+  int n_slots() const { return static_cast<int>(slots_.size()); }
+  int n_ctx() const { return n_ctx_; }
+  const SchedulerCounters& counters() const { return counters_; }
+
+ private:
+  struct Slot;
+  void loop();
+  void admit(std::unique_lock<std::mutex>& lock);
+  void step(Slot& slot);
+  void start(Slot& slot);
+  void sample_and_emit(Slot& slot);
+  void finish(Slot& slot, Outcome o);
+
+  OpenedModel& m_;
+  const int n_ctx_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stopping_ = false;
+  uint64_t clock_ = 0;  // admission counter: a slot's last use, for least-recently-used choice
+  SchedulerCounters counters_;
+  std::thread thread_;
+};
+
+}  // namespace df::server
