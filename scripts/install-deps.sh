@@ -17,6 +17,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
 fi
 
+# Debian's nodejs comes without npm (its own package); a nodejs from elsewhere (NodeSource) carries it, and
+# Debian's npm would conflict with it: install npm only when there is none.
+if ! command -v npm >/dev/null 2>&1; then
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  { $sudo_cmd apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq npm; } || true
+fi
+
 # The real-client tests of `serve` (tests/node): the official openai npm package, at the version the lock file
 # names. Without node and npm the test skips, saying so.
 if command -v npm >/dev/null 2>&1; then
