@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
     ffn_gate_up_mma_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qg,
                            size_t qg_stride, float* h) {
   pdl_begin();
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const int warp = threadIdx.x / kWarp;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsPerBlock + warp * 16;
   if (o0 >= s.n_ff) return;
   const FfnItem it = items[blockIdx.y];
@@ -226,18 +226,13 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
   const uint8_t* const ws[2] = {d.gate, d.up};
   const size_t rbs[2] = {s.gate_row_bytes, s.up_row_bytes};
   mma_rows<W, kMmaCols, 2>(ws, rbs, s.n_ff, o0, s.n_in, qg + e0 * qg_stride, qg_stride, it.cols, acc);
-#pragma unroll
-  for (int j = 0; j < kMmaCols / 8; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t o = o0 + g + (i >= 2 ? 8 : 0);
-      const int c = j * 8 + 2 * t + (i & 1);
-      if (o >= s.n_ff || c >= it.cols) continue;
-      float gv = acc[0][j][i], uv = acc[1][j][i];
-      if (d.gate_bias) gv += d.gate_bias[o];
-      if (d.up_bias) uv += d.up_bias[o];
-      h[(e0 + c) * s.n_ff + o] = activate(s, gv, uv);
-    }
+  for_each_fragment(o0, [&](int64_t o, int c, int j, int i) {
+    if (o >= s.n_ff || c >= it.cols) return;
+    float gv = acc[0][j][i], uv = acc[1][j][i];
+    if (d.gate_bias) gv += d.gate_bias[o];
+    if (d.up_bias) uv += d.up_bias[o];
+    h[(e0 + c) * s.n_ff + o] = activate(s, gv, uv);
+  });
 }
 
 template <class W>
@@ -245,7 +240,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
     ffn_down_mma_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qh,
                         size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err) {
   pdl_begin();
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const int warp = threadIdx.x / kWarp;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsPerBlock + warp * 16;
   if (o0 >= s.n_out) return;
   const FfnItem it = items[blockIdx.y];
@@ -255,24 +250,19 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
   const uint8_t* const ws[1] = {d.down};
   const size_t rbs[1] = {s.down_row_bytes};
   mma_rows<W, kMmaCols, 1>(ws, rbs, s.n_out, o0, s.n_ff, qh + e0 * qh_stride, qh_stride, it.cols, acc);
-#pragma unroll
-  for (int j = 0; j < kMmaCols / 8; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t o = o0 + g + (i >= 2 ? 8 : 0);
-      const int c = j * 8 + 2 * t + (i & 1);
-      if (o >= s.n_out || c >= it.cols) continue;
-      const int32_t local = it.local0 + c;
-      const int32_t row = d.out_rows ? d.out_rows[local] : local;
-      if (row < 0 || row >= out_rows_total) {
-        record(err, kErrFfnOutRow, row, static_cast<int32_t>(out_rows_total));
-        continue;
-      }
-      float v = acc[0][j][i];
-      if (d.down_bias) v += d.down_bias[o];
-      if (d.out_scale != 1.0f) v *= d.out_scale;
-      out[row * s.n_out + o] = v;
+  for_each_fragment(o0, [&](int64_t o, int c, int j, int i) {
+    if (o >= s.n_out || c >= it.cols) return;
+    const int32_t local = it.local0 + c;
+    const int32_t row = d.out_rows ? d.out_rows[local] : local;
+    if (row < 0 || row >= out_rows_total) {
+      record(err, kErrFfnOutRow, row, static_cast<int32_t>(out_rows_total));
+      return;
     }
+    float v = acc[0][j][i];
+    if (d.down_bias) v += d.down_bias[o];
+    if (d.out_scale != 1.0f) v *= d.out_scale;
+    out[row * s.n_out + o] = v;
+  });
 }
 
 }  // namespace
@@ -281,12 +271,12 @@ void launch_ffn_gather_quantize(GgmlType act, const float* x, int64_t x_rows, in
                                 const int32_t* entry_task, const FfnDesc* descs, int64_t entries,
                                 int32_t* row_map, uint8_t* dst, DeviceError* err, cudaStream_t stream) {
   if (entries <= 0) return;
-  launch_ffn_row_map(x, x_rows, entry_task, descs, entries, row_map, err, stream);
+  launch_ffn_row_map(x_rows, entry_task, descs, entries, row_map, err, stream);
   launch_quantize(act, x, n_in, row_map, entries, n_in, dst, stream);
 }
 
-void launch_ffn_row_map(const float*, int64_t x_rows, const int32_t* entry_task, const FfnDesc* descs,
-                        int64_t entries, int32_t* row_map, DeviceError* err, cudaStream_t stream) {
+void launch_ffn_row_map(int64_t x_rows, const int32_t* entry_task, const FfnDesc* descs, int64_t entries,
+                        int32_t* row_map, DeviceError* err, cudaStream_t stream) {
   if (entries <= 0) return;
   launch_kernel(ffn_row_map_kernel, static_cast<unsigned>((entries + 127) / 128), 128, 0, stream, entry_task,
                 descs, entries, x_rows, row_map, err);

@@ -121,8 +121,8 @@ void launch_ffn_gather_quantize(GgmlType act, const float* x, int64_t x_rows, in
                                 const int32_t* entry_task, const FfnDesc* descs, int64_t entries,
                                 int32_t* row_map, uint8_t* dst, DeviceError* err, cudaStream_t stream);
 // Only the row map of launch_ffn_gather_quantize, for kernels that quantize their input themselves.
-void launch_ffn_row_map(const float* x, int64_t x_rows, const int32_t* entry_task, const FfnDesc* descs,
-                        int64_t entries, int32_t* row_map, DeviceError* err, cudaStream_t stream);
+void launch_ffn_row_map(int64_t x_rows, const int32_t* entry_task, const FfnDesc* descs, int64_t entries,
+                        int32_t* row_map, DeviceError* err, cudaStream_t stream);
 // h[entry][o] = act(gate · qg + gate_bias, up · qu + up_bias) for o < n_ff (qu may equal qg). When gate
 // and up differ in type, u_scratch (entries × n_ff floats) holds up's products between two launches. With
 // x_raw (gate and up share a type, at most 8 rows an item, in_kernel_quantize holds for x_raw, n_in and

@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
     matmul_mma_kernel(const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in, const uint8_t* act,
                       size_t act_stride, int64_t cols, float* y, int64_t y_stride) {
   pdl_begin();
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const int warp = threadIdx.x / kWarp;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsPerBlock + warp * 16;
   if (o0 >= n_out) return;  // the whole warp leaves
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kMmaCols;
@@ -101,14 +101,9 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
   const uint8_t* const ws[1] = {w};
   const size_t rbs[1] = {row_bytes};
   mma_rows<W, kMmaCols, 1>(ws, rbs, n_out, o0, n_in, act + c0 * act_stride, act_stride, nc, acc);
-#pragma unroll
-  for (int j = 0; j < kMmaCols / 8; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t o = o0 + g + (i >= 2 ? 8 : 0);
-      const int c = j * 8 + 2 * t + (i & 1);
-      if (o < n_out && c < nc) y[(c0 + c) * y_stride + o] = acc[0][j][i];
-    }
+  for_each_fragment(o0, [&](int64_t o, int c, int j, int i) {
+    if (o < n_out && c < nc) y[(c0 + c) * y_stride + o] = acc[0][j][i];
+  });
 }
 
 }  // namespace

@@ -61,6 +61,17 @@ constexpr int kMmaRowsPerBlock = 16 * kMmaWarps;
 // Activation rows per tile (the column tile of the mma kernels' grid, and of an FFN work item).
 constexpr int kMmaCols = 32;
 
+// Calls f(row, column, j, i) for each of this lane's accumulator values acc[.][j][i] of a warp's tile whose
+// first weight row is o0 (the C fragment layout above: row o0 + g or o0 + g + 8, column 8 j + 2 t or + 1).
+template <class F>
+__device__ __forceinline__ void for_each_fragment(int64_t o0, F&& f) {
+  const int lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < kMmaCols / 8; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f(o0 + g + (i >= 2 ? 8 : 0), j * 8 + 2 * t + (i & 1), j, i);
+}
+
 // acc[m][j][i] (C layout above, n-tile j) = Σ_blocks of rows o0 .. o0 + 15 of weight m (m < NW: gate and up
 // share their activations, so one pass loads them once for both) against activation rows 0 .. NT - 1 of `act`
 // (Q8_0, the backend's aligned layout: n_in quants then n_in / 32 float scales, rows act_stride apart). Rows

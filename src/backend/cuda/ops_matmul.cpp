@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -18,6 +19,9 @@ namespace {
 using BA = BufferAccess;
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// matmul_many's offset of a product whose kernel quantizes its own input (no activation scratch).
+constexpr size_t kQuantizedInKernel = SIZE_MAX;
 
 // The kernels' unit of a row: a block, or 8 (F16/BF16) / 4 (F32) values.
 int64_t row_unit(GgmlType t) {
@@ -106,7 +110,10 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
     need(tasks[i].y, rows * w.n_out, "matmul_many output");
     const GgmlType act = quant::vec_dot_type(w.type);
     const float* x = BA::raw(tasks[i].x);
-    if (cuda::in_kernel_quantize(w.type, x, w.n_in, w.n_in, rows)) continue;  // the kernel quantizes x
+    if (cuda::in_kernel_quantize(w.type, x, w.n_in, w.n_in, rows)) {  // the kernel quantizes x itself
+      offset_of[i] = kQuantizedInKernel;
+      continue;
+    }
     auto it = std::find_if(done.begin(), done.end(),
                            [&](const Quantized& q) { return q.x == x && q.n_in == w.n_in && q.act == act; });
     if (it == done.end()) {
@@ -127,11 +134,11 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
     const Weight& w = tasks[i].w;
     if (w.n_out <= 0) continue;
     const GgmlType act = quant::vec_dot_type(w.type);
-    const float* x = BA::raw(tasks[i].x);
-    const bool in_kernel = cuda::in_kernel_quantize(w.type, x, w.n_in, w.n_in, rows);
+    const bool in_kernel = offset_of[i] == kQuantizedInKernel;
     cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in,
                         in_kernel ? nullptr : base + offset_of[i], cuda::act_row_stride(act, w.n_in), rows,
-                        BA::raw(tasks[i].y), w.n_out, in_kernel ? x : nullptr, as_stream(stream_));
+                        BA::raw(tasks[i].y), w.n_out, in_kernel ? BA::raw(tasks[i].x) : nullptr,
+                        as_stream(stream_));
   }
 }
 
@@ -278,7 +285,7 @@ void CudaBackend::ffn_launches(const FfnTask& a, const ActivationParams& act, Bu
       a.gate.type == a.up.type && cuda::in_kernel_quantize(a.gate.type, BA::raw(x), n_in, n_in, max_cols);
   const bool quantize_h = cuda::in_kernel_quantize(a.down.type, h, n_ff, n_ff, max_cols);
   if (quantize_x) {
-    if (!row_map_ready) cuda::launch_ffn_row_map(BA::raw(x), x_rows, d_task, d_descs, entries, d_map, err, s);
+    if (!row_map_ready) cuda::launch_ffn_row_map(x_rows, d_task, d_descs, entries, d_map, err, s);
   } else if (row_map_ready) {
     cuda::launch_quantize(act_g, BA::raw(x), n_in, d_map, entries, n_in, qg, s);
   } else {
