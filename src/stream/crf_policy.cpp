@@ -5,13 +5,13 @@
 namespace df::stream {
 
 CrfPolicy::CrfPolicy(int n_slots, int n_keys, ClockShape clock, double half_life_tokens)
-    : HeapPolicy(n_slots),
-      clock_(clock, n_keys),
+    : clock_(clock, n_keys),
       half_life_(half_life_tokens > 0 ? half_life_tokens : 1),
       score_(static_cast<size_t>(n_keys), 0.0),
       last_use_(static_cast<size_t>(n_keys), 0.0),
       slot_rank_(static_cast<size_t>(n_slots), 0.0),
-      slot_tick_(static_cast<size_t>(n_slots), 0) {}
+      slot_tick_(static_cast<size_t>(n_slots), 0),
+      heap_(n_slots, Before{this}) {}
 
 uint64_t CrfPolicy::memory_bytes() const {
   return clock_.memory_bytes() +

@@ -7,24 +7,36 @@
 #include <cstdint>
 #include <vector>
 
-#include "stream/heap_policy.h"
+#include "stream/eviction_policy.h"
+#include "stream/slot_heap.h"
 #include "stream/token_clock.h"
 
 namespace df::stream {
 
-class CrfPolicy final : public HeapPolicy<CrfPolicy> {
+class CrfPolicy final : public EvictionPolicy {
  public:
   CrfPolicy(int n_slots, int n_keys, ClockShape clock, double half_life_tokens);
+  CrfPolicy(const CrfPolicy&) = delete;  // the heap's order points at this object
+  CrfPolicy& operator=(const CrfPolicy&) = delete;
   const char* name() const override { return "crf"; }
   void on_demand(int key) override;
   void add_candidate(int slot, int key) override;
+  void remove_candidate(int slot) override { heap_.remove(slot); }
+  int victim() const override { return heap_.empty() ? kNone : heap_.top(); }
+  int victim_if(const SlotFilter& allowed, int max_scan) const override {
+    return heap_.best_of_first(allowed, max_scan);
+  }
   uint64_t memory_bytes() const override;
 
   // The key's score at its layer's current time.
   double score(int key) const;
-  bool before(int a, int b) const;  // slot a is evicted before slot b (the heap's order)
 
  private:
+  struct Before {
+    const CrfPolicy* p;
+    bool operator()(int a, int b) const { return p->before(a, b); }
+  };
+  bool before(int a, int b) const;
   double rank(int key) const;  // log2(score) + last use / half-life: larger is kept longer
 
   TokenClock clock_;
@@ -34,6 +46,7 @@ class CrfPolicy final : public HeapPolicy<CrfPolicy> {
   std::vector<double> last_use_;   // per key, in tokens of its layer
   std::vector<double> slot_rank_;  // per slot, while a candidate
   std::vector<uint64_t> slot_tick_;
+  SlotHeap<Before> heap_;
 };
 
 }  // namespace df::stream

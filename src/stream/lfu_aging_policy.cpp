@@ -3,11 +3,11 @@
 namespace df::stream {
 
 LfuAgingPolicy::LfuAgingPolicy(int n_slots, int n_keys, uint64_t aging_period)
-    : HeapPolicy(n_slots),
-      aging_period_(aging_period ? aging_period : 1),
+    : aging_period_(aging_period ? aging_period : 1),
       counts_(static_cast<size_t>(n_keys), 0),
       slot_key_(static_cast<size_t>(n_slots), -1),
-      slot_tick_(static_cast<size_t>(n_slots), 0) {}
+      slot_tick_(static_cast<size_t>(n_slots), 0),
+      heap_(n_slots, Before{this}) {}
 
 uint64_t LfuAgingPolicy::memory_bytes() const {
   return counts_.capacity() * sizeof(uint32_t) + slot_key_.capacity() * sizeof(int32_t) +
