@@ -65,6 +65,11 @@ class ForwardingBackend final : public backend::Backend {
   quant::RowPacking preferred_packing(GgmlType type, int64_t n_out) const override {
     return inner_->preferred_packing(type, n_out);
   }
+  std::unique_ptr<backend::RecordSlots> make_record_slots(int n_slots, size_t record_bytes) override {
+    auto slots = inner_->make_record_slots(n_slots, record_bytes);
+    remember(slots->part(0, 0), static_cast<size_t>(n_slots) * record_bytes);
+    return slots;
+  }
   backend::UploadedWeights upload_weights(const backend::WeightSource& src) override {
     backend::UploadedWeights w = inner_->upload_weights(src);
     remember(backend::BufferAccess::data(w.memory), w.memory.bytes());

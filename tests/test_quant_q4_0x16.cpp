@@ -59,6 +59,30 @@ TEST(Q4_0x16, PackingIsAPermutationThatUnpackingUndoes) {
   }
 }
 
+// convert_packing (the expert tiers' copy between the store's packing and a backend's): the same bytes as
+// pack/unpack, a plain copy between equal packings, and an error for a packing a type does not have.
+TEST(Q4_0x16, ConvertPackingMatchesPackAndUnpackAndRefusesOtherTypes) {
+  std::mt19937 rng(11);
+  const int64_t rows = 32, n_in = 4 * QK4_0;
+  const auto src = random_bytes(ggml_row_bytes(GgmlType::Q4_0, n_in) * rows, rng);
+  std::vector<uint8_t> packed(src.size()), converted(src.size()), back(src.size());
+  pack_q4_0x16(src.data(), rows, n_in, packed.data());
+  convert_packing(src.data(), GgmlType::Q4_0, rows, n_in, RowPacking::kNone, RowPacking::kQ4_0x16,
+                  converted.data());
+  EXPECT_EQ(converted, packed);
+  convert_packing(converted.data(), GgmlType::Q4_0, rows, n_in, RowPacking::kQ4_0x16, RowPacking::kNone,
+                  back.data());
+  EXPECT_EQ(back, src);
+  std::vector<uint8_t> copy(src.size());
+  convert_packing(src.data(), GgmlType::Q4_0, rows, n_in, RowPacking::kNone, RowPacking::kNone, copy.data());
+  EXPECT_EQ(copy, src);
+  const size_t q8_bytes = ggml_row_bytes(GgmlType::Q8_0, n_in) * rows;
+  std::vector<uint8_t> q8(q8_bytes), q8_out(q8_bytes);
+  EXPECT_THROW(convert_packing(q8.data(), GgmlType::Q8_0, rows, n_in, RowPacking::kNone, RowPacking::kQ4_0x16,
+                               q8_out.data()),
+               df::Error);
+}
+
 TEST(Q4_0x16, LayoutPutsTheSameBytesOfSixteenRowsTogether) {
   std::mt19937 rng(8);
   const int64_t rows = 32, nb = 3, n_in = nb * QK4_0;

@@ -7,11 +7,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <type_traits>
 
 #include "backend/buffer.h"
+#include "backend/record_slots.h"
 #include "gguf/ggml_types.h"
 #include "quant/q4_0x16.h"
 
@@ -169,9 +172,11 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual int n_threads() const = 0;
   // Whether ops can read weights in plain host memory (the CPU backend's memory is host memory). The
-  // streaming expert cache hands out views of host slots, so a backend without this runs with every expert
-  // uploaded (--resident) until a device tier of the cache exists.
+  // streaming expert cache hands out views of host slots to such a backend; any other one reads its experts
+  // from record slots in its own memory (make_record_slots) fed from the host slots.
   virtual bool reads_host_memory() const { return false; }
+  // Free device memory now (for the default size of the record slots); none for a host-memory backend.
+  virtual std::optional<uint64_t> free_device_bytes() const { return std::nullopt; }
   // The most device memory this backend has held at once (its allocations: weights, states, scratch); 0 for
   // a backend whose memory is host memory (the process's peak RSS counts it).
   virtual uint64_t peak_device_bytes() const { return 0; }
@@ -221,6 +226,16 @@ class Backend {
   virtual quant::RowPacking preferred_packing(GgmlType type, int64_t n_out) const = 0;
   // Copies the matrices into the backend's memory in its preferred layout (a table stays in row layout).
   virtual UploadedWeights upload_weights(const WeightSource& src) = 0;
+  // n_slots slots of record_bytes each for expert records (backend/record_slots.h); df::Error naming the
+  // size when the memory cannot be had.
+  virtual std::unique_ptr<RecordSlots> make_record_slots(int n_slots, size_t record_bytes) = 0;
+  // Host memory that fills read from (the RAM tier's slots): a GPU backend page-locks it so that copies run
+  // at the link's speed without staging; unregister before the memory goes. No-ops elsewhere.
+  virtual void register_host_memory(void* data, size_t bytes) {
+    (void)data;
+    (void)bytes;
+  }
+  virtual void unregister_host_memory(void* data) noexcept { (void)data; }
   // Whether matmul() takes weights of this block type.
   virtual bool supports_matmul(GgmlType w) const = 0;
 

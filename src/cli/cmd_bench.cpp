@@ -66,10 +66,12 @@ void bench(const BenchFlags& f) {
 
   double prefill_s = 0, decode_s = 0;
   stream::TelemetrySnapshot prefill_tel, decode_tel;
+  stream::TelemetrySnapshot prefill_device_tel, decode_device_tel;  // the device tier, when there is one
   uint64_t kv_bytes = 0;
   for (int rep = 0; rep < f.repeats; ++rep) {
     auto session = make_session(m, n_ctx);
     if (m.cache) m.cache->reset_telemetry();
+    if (m.tiers) m.tiers->reset_telemetry();
     auto t0 = clock::now();
     auto logits = session->prefill(prompt);
     prefill_s += std::chrono::duration<double>(clock::now() - t0).count();
@@ -77,12 +79,17 @@ void bench(const BenchFlags& f) {
       prefill_tel = m.cache->telemetry();
       m.cache->reset_telemetry();
     }
+    if (m.tiers) {
+      prefill_device_tel = m.tiers->telemetry();
+      m.tiers->reset_telemetry();
+    }
     auto t1 = clock::now();
     for (int i = 0; i < f.n_decode; ++i) {
       logits = session->decode(Sampler::argmax(logits));  // greedy
     }
     decode_s += std::chrono::duration<double>(clock::now() - t1).count();
     if (m.cache) decode_tel = m.cache->telemetry();
+    if (m.tiers) decode_device_tel = m.tiers->telemetry();
     kv_bytes = session->state_bytes();
   }
   m.finish_recording();
@@ -104,7 +111,12 @@ void bench(const BenchFlags& f) {
   fmt::print("load         {:.2f} s\n", load_s);
   fmt::print("prefill      {} tokens: {:.2f} tok/s\n", f.n_prompt, prefill_tps);
   fmt::print("decode       {} tokens: {:.2f} tok/s ({} threads)\n", f.n_decode, decode_tps, threads);
-  if (m.cache) fmt::print("decode telemetry:\n{}\n", stream::format_telemetry_table(decode_tel));
+  if (m.tiers)
+    fmt::print("decode telemetry, device tier ({}; reads = copies up from RAM):\n{}\n", m.tiers->describe(),
+               stream::format_telemetry_table(decode_device_tel));
+  if (m.cache)
+    fmt::print("decode telemetry{}:\n{}\n", m.tiers ? ", RAM tier (reads from disk)" : "",
+               stream::format_telemetry_table(decode_tel));
 
   if (f.json) {
     nlohmann::json j;
@@ -142,6 +154,14 @@ void bench(const BenchFlags& f) {
       j["prefetch_recall"] = decode_tel.prefetch_recall();
       j["prefill_telemetry"] = stream::telemetry_json(prefill_tel);
       j["decode_telemetry"] = stream::telemetry_json(decode_tel);
+      if (m.tiers) {
+        j["gpu_cache_bytes"] = m.tiers->slots() * m.tiers->slot_bytes();
+        j["gpu_cache_slots"] = m.tiers->slots();
+        j["gpu_hit_rate"] = decode_device_tel.hit_rate();
+        j["gpu_copy_bytes_per_token"] = decode_device_tel.bytes_per_token();
+        j["prefill_device_telemetry"] = stream::telemetry_json(prefill_device_tel);
+        j["decode_device_telemetry"] = stream::telemetry_json(decode_device_tel);
+      }
     } else {
       j["hit_rate"] = 1.0;
       j["cache_hit_rate"] = 1.0;

@@ -159,7 +159,12 @@ void run(const RunFlags& f) {
                  "stop: %s | threads: %d, context: %d\n",
                  r.prompt_tokens, r.prefill_seconds, pre_tps, r.tokens.size(), dec_tps,
                  stop_reason_name(r.reason), m.n_threads, n_ctx);
-    if (f.stats && m.cache) std::fprintf(stderr, "%s", stream::format_telemetry_table(m.cache->telemetry()).c_str());
+    if (f.stats && m.tiers)
+      std::fprintf(stderr, "device tier (%s; reads = copies up from RAM):\n%s", m.tiers->describe().c_str(),
+                   stream::format_telemetry_table(m.tiers->telemetry()).c_str());
+    if (f.stats && m.cache)
+      std::fprintf(stderr, "%s%s", m.tiers ? "RAM tier (reads from disk):\n" : "",
+                   stream::format_telemetry_table(m.cache->telemetry()).c_str());
   }
 }
 

@@ -24,7 +24,14 @@ void ModelFlags::add(CLI::App* app) {
   hub.add(app);
   app->add_option("--store", store, "where the expert store of a GGUF lives (default: $XDG_CACHE_HOME/diskformer)");
   app->add_flag("--resident", resident, "keep every expert in RAM, read from the GGUF (no store, no streaming)");
-  app->add_option("--expert-cache", expert_cache, "expert cache budget, e.g. 512M, 2G (default: from free memory)");
+  app->add_option(
+      "--expert-cache,--ram-cache", expert_cache,
+      "expert cache budget in RAM, e.g. 512M, 2G (default: from free memory); under --device cuda "
+      "the page-locked tier that feeds the GPU's");
+  app->add_option(
+      "--gpu-cache", gpu_cache,
+      "with --device cuda: VRAM for expert records streamed from RAM, e.g. 4G (default: what is free "
+      "after the trunk, 1 GiB or a tenth kept)");
   app->add_option("--io", io, "expert reads: direct (O_DIRECT) or buffered (page cache)")
       ->check(CLI::IsMember({"direct", "buffered"}))
       ->capture_default_str();
@@ -55,6 +62,7 @@ ModelSourceOptions ModelFlags::source() const {
   o.store_dir = store;
   o.resident = resident;
   if (!expert_cache.empty()) o.expert_cache_bytes = stream::parse_byte_size(expert_cache, "--expert-cache");
+  if (!gpu_cache.empty()) o.gpu_cache_bytes = stream::parse_byte_size(gpu_cache, "--gpu-cache");
   o.io = io;
   o.cache_policy = cache_policy;
   o.n_threads = threads;
@@ -80,8 +88,15 @@ OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx) {
         "-hf runs the model from its expert store: --resident and --store need a GGUF given with -m "
         "(`diskformer "
         "pull --keep-gguf` keeps the file)");
-  if (flags.resident && (!flags.expert_cache.empty() || !flags.store.empty()))
-    fail("--resident keeps every expert in RAM: it cannot be combined with --expert-cache or --store");
+  if (flags.resident && (!flags.expert_cache.empty() || !flags.store.empty() || !flags.gpu_cache.empty()))
+    fail(
+        "--resident keeps every expert in the device's memory: it cannot be combined with --expert-cache, "
+        "--gpu-cache or --store");
+  if (!flags.gpu_cache.empty() && !flags.device.starts_with("cuda"))
+    fail(
+        "--gpu-cache {} is the GPU's tier of the expert cache: it needs --device cuda (the CPU uses "
+        "--expert-cache)",
+        flags.gpu_cache);
   if (flags.threads < 0)
     fail("-t {}: the thread count must be positive (or 0 for one per usable CPU)", flags.threads);
   if (flags.threads > 0) {

@@ -16,6 +16,7 @@ namespace df::cli {
 
 struct ModelFlags {
   std::string model, store, expert_cache, io = "direct", cache_policy = "lru", device = "cpu";
+  std::string gpu_cache;       // --gpu-cache SIZE: the device tier of the expert cache
   std::string record_routing;  // --record-routing FILE
   std::string hf_repo;  // -hf REPO[:QUANT] (or a known model's name): pulled on first use (hub/pull.h)
   HubFlags hub;

@@ -10,6 +10,7 @@
 #include "gguf/tensor_names.h"
 #include "store/ingest.h"
 #include "store/progress.h"
+#include "stream/byte_size.h"
 #include "stream/cache_budget.h"
 #include "stream/eviction_policy.h"
 #include "stream/read_backend.h"
@@ -53,6 +54,24 @@ int resolve_context(int n_ctx, const gguf::File& f) {
   return train > 0 ? static_cast<int>(std::min<int64_t>(train, 4096)) : 4096;
 }
 
+// The device tier when --gpu-cache is not given: every record if they fit, else what the device's free
+// memory holds after the trunk, keeping 1 GiB or a tenth of it (whichever is more) for the state and scratch.
+uint64_t default_device_slots(const backend::Backend& be, const store::Layout& layout,
+                              const std::string& device, uint64_t min_slots) {
+  const std::optional<uint64_t> free_bytes = be.free_device_bytes();
+  if (!free_bytes) return layout.n_records();  // host memory: the tests' stand-in, sized as asked
+  const uint64_t keep = std::max<uint64_t>(uint64_t{1} << 30, *free_bytes / 10);
+  const uint64_t usable = *free_bytes > keep ? *free_bytes - keep : 0;
+  const uint64_t slots = std::min(layout.n_records(), usable / layout.record_bytes);
+  if (slots < min_slots)
+    fail(
+        "--device {}: {} of device memory is free after the trunk; the experts need at least {} for one "
+        "layer's {} records (and --gpu-cache more for speed)",
+        device, stream::format_bytes(*free_bytes),
+        stream::format_bytes(min_slots * layout.record_bytes + keep), min_slots);
+  return slots;
+}
+
 uint64_t tensor_bytes(const gguf::File& f, bool experts) {
   uint64_t n = 0;
   for (const auto& t : f.tensors())
@@ -64,11 +83,13 @@ uint64_t tensor_bytes(const gguf::File& f, bool experts) {
 
 void OpenedModel::on_step(uint64_t tokens, uint64_t ns) {
   if (cache) cache->record_step(tokens, ns);
+  if (tiers) tiers->record_step(tokens, ns);
 }
 
 void OpenedModel::on_failure() {
   if (!model) return;
   if (auto* p = dynamic_cast<stream::StreamingExpertProvider*>(&model->experts())) p->abandon();
+  if (tiers) tiers->abandon();
 }
 
 void OpenedModel::finish_recording() {
@@ -94,11 +115,9 @@ OpenedModel open_model(const ModelSourceOptions& options) {
   m.n_threads = options.n_threads > 0 ? options.n_threads : read_cpu_limits().usable();
   load.n_threads = m.n_threads;
   load.backend = backend::make_backend(backend::BackendOptions{options.device, m.n_threads});
-  if (!options.resident && !load.backend->reads_host_memory())
-    fail(
-        "--device {}: the experts must be in the device's memory for now: add --resident (streaming the "
-        "experts from the store into the GPU is not built yet)",
-        options.device);
+  if (options.resident && options.gpu_cache_bytes)
+    fail("--resident keeps every expert in the device's memory: it cannot be combined with --gpu-cache");
+  const bool device_tier = options.gpu_cache_bytes.has_value() || !load.backend->reads_host_memory();
   load.prefetch_lookahead = options.lookahead;
   m.prefill_chunk = options.prefill_chunk;
   const auto memory = [&] { return options.memory ? *options.memory : stream::read_memory_snapshot(); };
@@ -173,13 +192,42 @@ OpenedModel open_model(const ModelSourceOptions& options) {
     m.cache_description = choice.description;
     m.prefill_chunk = stream::max_prefill_chunk(choice.slots, top_k, layout.n_expert, options.prefill_chunk);
     const store::Store& st = *m.store;
-    load.make_expert_provider =
-        [&m, &st, co](const gguf::File&,
-                      const models::ExpertLayout& ml) -> std::unique_ptr<models::ExpertProvider> {
-      stream::check_layout_matches(st.layout(), ml, st.dir());
-      m.cache = std::make_unique<stream::ExpertCache>(stream::record_source_of(st), co);
-      return std::make_unique<stream::StreamingExpertProvider>(*m.cache);
-    };
+    if (!device_tier) {
+      load.make_expert_provider =
+          [&m, &st, co](const gguf::File&,
+                        const models::ExpertLayout& ml) -> std::unique_ptr<models::ExpertProvider> {
+        stream::check_layout_matches(st.layout(), ml, st.dir());
+        m.cache = std::make_unique<stream::ExpertCache>(stream::record_source_of(st), co);
+        return std::make_unique<stream::StreamingExpertProvider>(*m.cache);
+      };
+    } else {
+      stream::DeviceTierOptions dt;
+      dt.min_slots = static_cast<uint64_t>(top_k);
+      dt.policy = co.policy;
+      const std::optional<uint64_t> asked = options.gpu_cache_bytes;
+      const std::string device = options.device;
+      // The chunk must fit the device tier too (its slots are known only once the trunk is loaded: planned
+      // here from the size asked for, or all records when automatic, and trimmed below).
+      if (asked)
+        m.prefill_chunk = stream::max_prefill_chunk(std::max<uint64_t>(*asked / layout.record_bytes, 1),
+                                                    top_k, layout.n_expert, m.prefill_chunk);
+      load.make_expert_provider =
+          [&m, &st, co, dt, asked, device, notice](
+              const gguf::File&, const models::ExpertLayout& ml) -> std::unique_ptr<models::ExpertProvider> {
+        stream::check_layout_matches(st.layout(), ml, st.dir());
+        stream::DeviceTierOptions o = dt;
+        o.slots = asked ? *asked / st.layout().record_bytes
+                        : default_device_slots(*m.backend, st.layout(), device, o.min_slots);
+        m.cache = std::make_unique<stream::ExpertCache>(stream::record_source_of(st), co);
+        auto p = std::make_unique<stream::TieredExpertProvider>(*m.cache, *m.backend, o);
+        m.tiers = p.get();
+        m.prefill_chunk = stream::max_prefill_chunk(p->slots(), static_cast<int>(o.min_slots),
+                                                    st.layout().n_expert, m.prefill_chunk);
+        m.cache_description = fmt::format("{}; device tier {}", m.cache_description, p->describe());
+        if (!asked) notice(fmt::format("--gpu-cache not given: the device tier holds {}", p->describe()));
+        return p;
+      };
+    }
   }
 
   m.backend = load.backend;

@@ -14,6 +14,7 @@
 #include "store/store.h"
 #include "stream/cache_budget.h"
 #include "stream/expert_cache.h"
+#include "stream/tiered_expert_provider.h"
 #include "tokenizer/tokenizer.h"
 
 namespace df {
@@ -22,7 +23,11 @@ struct ModelSourceOptions {
   std::string path;        // -m: FILE.gguf or a store directory
   std::string store_dir;   // --store: where the store of a .gguf lives (default: the cache directory)
   bool resident = false;   // --resident: every expert in RAM, read from the GGUF
-  std::optional<uint64_t> expert_cache_bytes;  // --expert-cache; absent: automatic
+  std::optional<uint64_t> expert_cache_bytes;  // --expert-cache / --ram-cache; absent: automatic
+  // --gpu-cache: the device tier of the expert cache (record slots in the backend's memory, fed from the RAM
+  // tier). Absent: none on the CPU, and on a GPU what its free memory holds after the trunk (1 GiB or a tenth
+  // kept free). On the CPU backend the tier is host memory: tests use it to run the tier chain without a GPU.
+  std::optional<uint64_t> gpu_cache_bytes;
   std::string io = "direct";                   // --io direct|buffered
   std::string cache_policy = "lru";            // --cache-policy lru|lfu
   std::string device = "cpu";  // --device: what backend::make_backend builds
@@ -44,7 +49,8 @@ struct OpenedModel {
   // Destruction runs bottom-up: the model (and its expert provider) goes before the cache it reads.
   std::unique_ptr<RoutingRecorder> routing;  // --record-routing; the model reports to it
   std::optional<store::Store> store;
-  std::unique_ptr<stream::ExpertCache> cache;  // null when resident
+  std::unique_ptr<stream::ExpertCache> cache;     // null when resident; the RAM tier under a device tier
+  stream::TieredExpertProvider* tiers = nullptr;  // the model's provider when it has a device tier
   std::unique_ptr<gguf::File> file;            // the trunk's GGUF: the source, or the store's dense.bin
   std::shared_ptr<backend::Backend> backend;  // what the model computes on (--device)
   std::unique_ptr<models::Model> model;

@@ -100,3 +100,22 @@ float dot_q4_0x16_row(const void* group, int r, const BlockQ8_0* act, int64_t nb
 }
 
 }  // namespace df::quant
+
+namespace df::quant {
+
+void convert_packing(const void* src, GgmlType type, int64_t n_out, int64_t n_in, RowPacking from,
+                     RowPacking to, void* dst) {
+  if (from == to) {
+    std::memcpy(dst, src, ggml_row_bytes(type, n_in) * static_cast<size_t>(n_out));
+    return;
+  }
+  if (type != GgmlType::Q4_0)
+    fail("no {} packing of {} rows (only Q4_0 is repacked)",
+         row_packing_name(from == RowPacking::kNone ? to : from), ggml_type_name(type));
+  if (from == RowPacking::kQ4_0x16)
+    unpack_q4_0x16(src, n_out, n_in, dst);
+  else
+    pack_q4_0x16(src, n_out, n_in, dst);
+}
+
+}  // namespace df::quant

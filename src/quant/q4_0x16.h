@@ -48,6 +48,11 @@ RowPacking preferred_packing(GgmlType type, int64_t n_out);
 // (both row_bytes * n_out bytes; they must not overlap), and back.
 void pack_q4_0x16(const void* rows, int64_t n_out, int64_t n_in, void* packed);
 void unpack_q4_0x16(const void* packed, int64_t n_out, int64_t n_in, void* rows);
+// n_out rows of n_in values of `type` from packing `from` at src to packing `to` at dst (the same number of
+// bytes; they must not overlap): a copy when the packings agree, else pack/unpack; df::Error for a packing
+// that does not exist for the type.
+void convert_packing(const void* src, GgmlType type, int64_t n_out, int64_t n_in, RowPacking from,
+                     RowPacking to, void* dst);
 // In place, through a caller-provided buffer of one group (16 * row_bytes bytes).
 void pack_q4_0x16_in_place(void* data, int64_t n_out, int64_t n_in, void* group_buffer);
 

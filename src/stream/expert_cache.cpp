@@ -81,6 +81,7 @@ ExpertCache::~ExpertCache() {
 }
 
 uint64_t ExpertCache::pool_bytes() const { return pool_->bytes(); }
+uint8_t* ExpertCache::pool_data() const { return pool_->base(); }
 
 uint64_t ExpertCache::overhead_bytes() const {
   return book_->memory_bytes() + read_start_ns_.capacity() * sizeof(uint64_t) +

@@ -83,6 +83,7 @@ class ExpertCache final : private ReadSink {
   uint64_t slots() const { return n_slots_; }
   uint64_t record_bytes() const { return source_.layout.record_bytes; }
   uint64_t pool_bytes() const;
+  uint8_t* pool_data() const;  // the slots' memory (a device backend page-locks it for its copies)
   // Bookkeeping memory beyond the pool (map, slot table, lists, policy), for the peak-RSS statement.
   uint64_t overhead_bytes() const;
   const RecordSource& source() const { return source_; }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/gemm_tiling.h"
+#include "backend/cpu/host_record_slots.h"
 #include "util/error.h"
 #include "util/huge_page_buffer.h"
 
@@ -40,6 +41,10 @@ void CpuBackend::add_bias_rows(Buf<float> x_buf, Buf<const float> bias_buf, int6
 
 quant::RowPacking CpuBackend::preferred_packing(GgmlType type, int64_t n_out) const {
   return quant::preferred_packing(type, n_out);
+}
+
+std::unique_ptr<RecordSlots> CpuBackend::make_record_slots(int n_slots, size_t record_bytes) {
+  return std::make_unique<HostRecordSlots>(n_slots, record_bytes, &quant::preferred_packing);
 }
 
 // Buffers from a few KB up go on huge pages (the weights, the KV cache, the batch buffers of a prefill);

@@ -53,6 +53,7 @@ class CpuBackend : public Backend {
   quant::RowPacking preferred_packing(GgmlType type, int64_t n_out) const override;
   // Q4_0 matrices of whole 16-row groups are repacked to Q4_0x16 (quant/q4_0x16.h) unless rows are looked up.
   UploadedWeights upload_weights(const WeightSource& src) override;
+  std::unique_ptr<RecordSlots> make_record_slots(int n_slots, size_t record_bytes) override;
   bool supports_matmul(GgmlType w) const override;
   size_t matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const override;
   void matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<uint8_t> scratch) override;

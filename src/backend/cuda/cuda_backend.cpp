@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backend/buffer_access.h"
+#include "backend/cuda/cuda_record_slots.h"
 #include "backend/cuda/kernels.h"
 #include "util/error.h"
 #include "util/huge_page_buffer.h"
@@ -256,6 +257,37 @@ void CudaBackend::fill_zero(Buf<uint8_t> dst, size_t bytes) {
 }
 
 quant::RowPacking CudaBackend::preferred_packing(GgmlType, int64_t) const { return quant::RowPacking::kNone; }
+
+std::unique_ptr<RecordSlots> CudaBackend::make_record_slots(int n_slots, size_t record_bytes) {
+  return std::make_unique<CudaRecordSlots>(*this, n_slots, record_bytes);
+}
+
+void CudaBackend::register_host_memory(void* data, size_t bytes) {
+  if (!data || bytes == 0) return;
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  const cudaError_t err = cudaHostRegister(data, bytes, cudaHostRegisterDefault);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail(
+        "cuda backend: cannot page-lock {} bytes of host memory for the RAM tier of the expert cache "
+        "(cudaHostRegister: {}); a smaller "
+        "--ram-cache may fit",
+        bytes, cudaGetErrorString(err));
+  }
+}
+
+void CudaBackend::unregister_host_memory(void* data) noexcept {
+  if (!data) return;
+  (void)cudaSetDevice(device_);
+  (void)cudaHostUnregister(data);
+}
+
+std::optional<uint64_t> CudaBackend::free_device_bytes() const {
+  size_t free_b = 0, total_b = 0;
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check_cuda(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  return free_b;
+}
 
 UploadedWeights CudaBackend::upload_weights(const WeightSource& src) {
   const auto& tr = ggml_traits(src.type);

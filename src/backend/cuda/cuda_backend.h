@@ -46,6 +46,10 @@ class CudaBackend final : public Backend {
 
   quant::RowPacking preferred_packing(GgmlType type, int64_t n_out) const override;
   UploadedWeights upload_weights(const WeightSource& src) override;
+  std::unique_ptr<RecordSlots> make_record_slots(int n_slots, size_t record_bytes) override;
+  void register_host_memory(void* data, size_t bytes) override;
+  void unregister_host_memory(void* data) noexcept override;
+  std::optional<uint64_t> free_device_bytes() const override;
   bool supports_matmul(GgmlType w) const override;
 
   size_t matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const override;
@@ -99,6 +103,7 @@ class CudaBackend final : public Backend {
   void free_memory(void* data, size_t bytes) noexcept override;
 
  private:
+  friend class CudaRecordSlots;  // its pool is backend memory (raw_alloc), its copies order with stream_
   // Device memory the backend keeps for itself (op scratch), grown on demand and never shrunk, so that a
   // warm decode loop allocates nothing.
   struct Scratch {

@@ -1,0 +1,155 @@
+#include "backend/cuda/cuda_record_slots.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/kernels.h"
+#include "util/error.h"
+
+namespace df::backend {
+namespace {
+
+cudaEvent_t as_event(void* e) { return static_cast<cudaEvent_t>(e); }
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+
+void* new_event() {
+  cudaEvent_t e = nullptr;
+  cuda::check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  return e;
+}
+
+}  // namespace
+
+CudaRecordSlots::CudaRecordSlots(CudaBackend& backend, int n_slots, size_t record_bytes)
+    : backend_(backend), n_slots_(n_slots), record_bytes_(record_bytes) {
+  if (n_slots < 1 || record_bytes == 0)
+    fail("cuda record slots: {} slots of {} bytes is no pool", n_slots, record_bytes);
+  cuda::check_cuda(cudaSetDevice(backend_.device_index()), "cudaSetDevice");
+  memory_ =
+      backend_.raw_alloc(static_cast<size_t>(n_slots) * record_bytes, "expert record slots (VRAM tier)");
+  // The allocation is zeroed on the compute stream; the copy stream must not overtake that.
+  cuda::check_cuda(cudaStreamSynchronize(as_stream(backend_.stream_)), "cudaStreamSynchronize");
+  cudaStream_t s = nullptr;
+  cuda::check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  copy_stream_ = s;
+  copied_.resize(static_cast<size_t>(n_slots));
+  retired_.resize(static_cast<size_t>(n_slots));
+  for (auto& e : copied_) e = new_event();
+  for (auto& e : retired_) e = new_event();
+  retire_recorded_.assign(static_cast<size_t>(n_slots), 0);
+  host_pending_.assign(static_cast<size_t>(n_slots), 0);
+  for (Staging& st : staging_) {
+    void* p = nullptr;
+    cuda::check_cuda(cudaHostAlloc(&p, record_bytes, cudaHostAllocDefault), "cudaHostAlloc (record staging)");
+    st.host = static_cast<uint8_t*>(p);
+    st.done = new_event();
+  }
+}
+
+CudaRecordSlots::~CudaRecordSlots() {
+  (void)cudaSetDevice(backend_.device_index());
+  if (copy_stream_) (void)cudaStreamSynchronize(as_stream(copy_stream_));
+  (void)cudaStreamSynchronize(as_stream(backend_.stream_));
+  for (void* e : copied_) (void)cudaEventDestroy(as_event(e));
+  for (void* e : retired_) (void)cudaEventDestroy(as_event(e));
+  for (Staging& st : staging_) {
+    if (st.done) (void)cudaEventDestroy(as_event(st.done));
+    if (st.host) (void)cudaFreeHost(st.host);
+  }
+  if (copy_stream_) (void)cudaStreamDestroy(as_stream(copy_stream_));
+  backend_.raw_free(memory_, static_cast<size_t>(n_slots_) * record_bytes_);
+}
+
+void CudaRecordSlots::check_slot(int slot, const char* what) const {
+  if (slot < 0 || slot >= n_slots_)
+    fail("cuda record slots {}: slot {} out of range ({} slots)", what, slot, n_slots_);
+}
+
+const void* CudaRecordSlots::part(int slot, size_t offset) const {
+  check_slot(slot, "part");
+  if (offset >= record_bytes_)
+    fail("cuda record slots part: offset {} past a record of {} bytes", offset, record_bytes_);
+  return static_cast<const uint8_t*>(memory_) + static_cast<size_t>(slot) * record_bytes_ + offset;
+}
+
+uint8_t* CudaRecordSlots::staging_buffer() {
+  Staging& st = staging_[next_staging_];
+  if (st.used) cuda::check_cuda(cudaEventSynchronize(as_event(st.done)), "cudaEventSynchronize (staging)");
+  return st.host;
+}
+
+void CudaRecordSlots::fill(int slot, const uint8_t* host_record, std::span<const RecordPart> parts) {
+  check_slot(slot, "fill");
+  backend_.graph_.unreplayable("an expert record copy");
+  cuda::check_cuda(cudaSetDevice(backend_.device_index()), "cudaSetDevice");
+  bool convert = false;
+  for (const RecordPart& p : parts) {
+    if (p.offset + p.bytes() > record_bytes_)
+      fail("cuda record slots fill: a part of {} bytes at {} overruns a record of {} bytes", p.bytes(),
+           p.offset, record_bytes_);
+    convert = convert || p.packing != backend_.preferred_packing(p.type, p.n_out);
+  }
+  const size_t s = static_cast<size_t>(slot);
+  const uint8_t* src = host_record;
+  Staging* staged = nullptr;
+  if (convert) {
+    uint8_t* dst = staging_buffer();
+    for (const RecordPart& p : parts)
+      quant::convert_packing(host_record + p.offset, p.type, p.n_out, p.n_in, p.packing,
+                             backend_.preferred_packing(p.type, p.n_out), dst + p.offset);
+    staged = &staging_[next_staging_];
+    next_staging_ = (next_staging_ + 1) % staging_.size();
+    src = dst;
+  }
+  cudaStream_t copy = as_stream(copy_stream_);
+  if (retire_recorded_[s])
+    cuda::check_cuda(cudaStreamWaitEvent(copy, as_event(retired_[s]), 0), "cudaStreamWaitEvent (retired)");
+  void* dst = static_cast<uint8_t*>(memory_) + s * record_bytes_;
+  cuda::check_cuda(cudaMemcpyAsync(dst, src, record_bytes_, cudaMemcpyHostToDevice, copy),
+                   "cudaMemcpyAsync (expert record to VRAM)");
+  cuda::check_cuda(cudaEventRecord(as_event(copied_[s]), copy), "cudaEventRecord (copied)");
+  cuda::check_cuda(cudaStreamWaitEvent(as_stream(backend_.stream_), as_event(copied_[s]), 0),
+                   "cudaStreamWaitEvent (copied)");
+  if (staged) {
+    cuda::check_cuda(cudaEventRecord(as_event(staged->done), copy), "cudaEventRecord (staging)");
+    staged->used = true;
+  }
+  host_pending_[s] = staged ? 0 : 1;
+}
+
+bool CudaRecordSlots::host_done(int slot) {
+  check_slot(slot, "host_done");
+  const size_t s = static_cast<size_t>(slot);
+  if (!host_pending_[s]) return true;
+  const cudaError_t err = cudaEventQuery(as_event(copied_[s]));
+  if (err == cudaErrorNotReady) return false;
+  cuda::check_cuda(err, "cudaEventQuery (expert record copy)");
+  host_pending_[s] = 0;
+  return true;
+}
+
+void CudaRecordSlots::wait_host_done(int slot) {
+  check_slot(slot, "wait_host_done");
+  const size_t s = static_cast<size_t>(slot);
+  if (!host_pending_[s]) return;
+  cuda::check_cuda(cudaEventSynchronize(as_event(copied_[s])), "cudaEventSynchronize (expert record copy)");
+  host_pending_[s] = 0;
+}
+
+void CudaRecordSlots::retire(int slot) {
+  check_slot(slot, "retire");
+  backend_.graph_.unreplayable("an expert slot release");
+  const size_t s = static_cast<size_t>(slot);
+  cuda::check_cuda(cudaEventRecord(as_event(retired_[s]), as_stream(backend_.stream_)),
+                   "cudaEventRecord (retired)");
+  retire_recorded_[s] = 1;
+}
+
+std::string CudaRecordSlots::describe() const {
+  return fmt::format("{} slots x {:.2f} MiB = {:.2f} GiB of VRAM", n_slots_,
+                     static_cast<double>(record_bytes_) / 1048576.0,
+                     static_cast<double>(record_bytes_) * n_slots_ / 1073741824.0);
+}
+
+}  // namespace df::backend

@@ -1,0 +1,55 @@
+#pragma once
+// The CUDA backend's record slots (backend/record_slots.h): one VRAM pool, filled by copies on a copy stream
+// of their own, so that a record travels over PCIe while the compute stream runs. The compute stream waits
+// for a slot's copy on the device (an event), never on the host; a fill waits, on the copy stream, for the
+// ops that read the slot's old bytes (retire). Parts the store keeps in another packing than the GPU reads
+// (Q4_0x16) are converted on the host into a pinned staging buffer on the way.
+#include <array>
+#include <vector>
+
+#include "backend/record_slots.h"
+
+namespace df::backend {
+
+class CudaBackend;
+
+class CudaRecordSlots final : public RecordSlots {
+ public:
+  CudaRecordSlots(CudaBackend& backend, int n_slots, size_t record_bytes);
+  ~CudaRecordSlots() override;
+  CudaRecordSlots(const CudaRecordSlots&) = delete;
+  CudaRecordSlots& operator=(const CudaRecordSlots&) = delete;
+
+  int slots() const override { return n_slots_; }
+  size_t slot_bytes() const override { return record_bytes_; }
+  const void* part(int slot, size_t offset) const override;
+  void fill(int slot, const uint8_t* host_record, std::span<const RecordPart> parts) override;
+  bool host_done(int slot) override;
+  void wait_host_done(int slot) override;
+  void retire(int slot) override;
+  std::string describe() const override;
+
+ private:
+  void check_slot(int slot, const char* what) const;
+  // A pinned buffer of one record for converted parts, free once its last copy has left it.
+  uint8_t* staging_buffer();
+
+  CudaBackend& backend_;
+  int n_slots_;
+  size_t record_bytes_;
+  void* memory_ = nullptr;       // device
+  void* copy_stream_ = nullptr;  // cudaStream_t
+  std::vector<void*> copied_;    // per slot: cudaEvent_t recorded on the copy stream after its fill
+  std::vector<void*> retired_;   // per slot: cudaEvent_t recorded on the compute stream by retire()
+  std::vector<uint8_t> retire_recorded_;
+  std::vector<uint8_t> host_pending_;  // per slot: the fill still reads the caller's host bytes
+  struct Staging {
+    uint8_t* host = nullptr;
+    void* done = nullptr;  // cudaEvent_t after the copy out of it
+    bool used = false;
+  };
+  std::array<Staging, 2> staging_{};
+  size_t next_staging_ = 0;
+};
+
+}  // namespace df::backend

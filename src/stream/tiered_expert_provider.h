@@ -1,0 +1,103 @@
+#pragma once
+// Experts in two cache tiers above the store (DESIGN.md "The expert cache"; issue: the GPU expert cache in
+// three tiers): record slots in the backend's memory (VRAM on a GPU; backend/record_slots.h) fed from the
+// RAM tier (an ExpertCache of host slots, page-locked for the device), fed from the store on disk. Each tier
+// has its own CacheBook (its policy, pins, guesses). A record copied up stays in RAM until the RAM tier's
+// policy evicts it, so a record evicted from the device tier is found again in RAM.
+//
+//   will_acquire(layer, ids)  pins the layer's experts in the device tier; each miss pins its record in RAM,
+//                             which queues every disk read of the layer at once
+//   acquire(layer, e)         waits for that record in RAM (df::Error for a failed or corrupt read, naming
+//   it),
+//                             starts its copy up and returns a view of the device slot: ops issued after it
+//                             read the new bytes (the device orders them after the copy; no host wait)
+//   release(layer, e)         unpins; a later fill of the slot waits (on the device) for the ops issued so
+//   far prefetch(layer, ids)      guesses: read from disk into RAM, and those already in RAM copied up
+//
+// The bytes are the store's, converted to the backend's packing on the way up, so the output never depends
+// on the tiers. Written once for every backend: on the CPU backend the device tier is host memory, which is
+// how CI tests the chain without a GPU.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "experts/expert_provider.h"
+#include "stream/cache_book.h"
+#include "stream/cache_telemetry.h"
+#include "stream/expert_cache.h"
+
+namespace df::stream {
+
+struct DeviceTierOptions {
+  uint64_t slots = 0;      // device slots (more than the store has records is trimmed)
+  uint64_t min_slots = 1;  // one layer's top-k: fewer is an error
+  PolicyKind policy = PolicyKind::kLru;
+  PolicyOptions policy_options;
+};
+
+class TieredExpertProvider final : public experts::ExpertProvider {
+ public:
+  // `ram` must outlive this provider; its slot memory is registered with the backend for fast copies.
+  TieredExpertProvider(ExpertCache& ram, backend::Backend& backend, const DeviceTierOptions& options);
+  ~TieredExpertProvider() override;
+  TieredExpertProvider(const TieredExpertProvider&) = delete;
+  TieredExpertProvider& operator=(const TieredExpertProvider&) = delete;
+
+  void prefetch(int moe_layer, std::span<const int32_t> guessed_ids) override;
+  void will_acquire(int moe_layer, std::span<const int32_t> ids) override;
+  experts::ExpertView acquire(int moe_layer, int expert) override;
+  void release(int moe_layer, int expert) override;
+  // After a failed step: drops every pin in both tiers.
+  void abandon();
+
+  uint64_t slots() const { return static_cast<uint64_t>(book_.n_slots()); }
+  uint64_t slot_bytes() const { return record_bytes_; }
+  const char* policy_name() const { return book_.policy_name(); }
+  bool resident(int moe_layer, int expert) const;  // in a device slot, copied
+  // "8 slots x 4.50 MiB = 0.04 GiB of VRAM, lru".
+  std::string describe() const;
+  // The device tier: accesses, hits and misses of its slots, its copies up as `reads` (bytes over the link).
+  TelemetrySnapshot telemetry() const;
+  void reset_telemetry();
+  void record_step(uint64_t tokens, uint64_t step_ns);
+  ExpertCache& ram() { return ram_; }
+
+ private:
+  int key_checked(int moe_layer, int expert, const char* what) const;
+  int pin(int moe_layer, int expert);
+  void start_copies(bool allow_guess);
+  void finish_copy(int slot);
+  void release_host_copies(bool wait);
+  void make_ram_room();
+  void release_unclaimed();
+  experts::ExpertView view_of(int slot, int moe_layer) const;
+
+  ExpertCache& ram_;
+  backend::Backend& backend_;
+  uint64_t record_bytes_;
+  int n_expert_;
+  std::unique_ptr<backend::RecordSlots> slots_;
+  CacheTelemetry telemetry_;
+  CacheBook book_;
+  std::vector<std::array<backend::RecordPart, 3>> parts_;  // per MoE layer: gate, up, down as stored
+  mutable std::mutex mu_;
+
+  // Per device slot.
+  std::vector<ExpertHandle> ram_pin_;  // the RAM record a copy reads (or will read); slot -1: none
+  std::vector<uint8_t> copy_pending_;  // the RAM record is pinned, the copy not yet issued
+  std::vector<uint8_t> host_reading_;  // the copy is issued and may still read the RAM record
+  int ram_pins_ = 0;
+  // Per key, as in StreamingExpertProvider.
+  std::vector<int32_t> announced_slot_;
+  std::vector<int32_t> announced_keys_;
+  std::vector<int32_t> held_slot_;
+  std::vector<int32_t> held_count_;
+  std::vector<int32_t> guess_scratch_;
+};
+
+}  // namespace df::stream

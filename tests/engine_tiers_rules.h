@@ -1,0 +1,226 @@
+#pragma once
+// The expert cache's tier chain never changes the output: a model whose experts come from a device tier
+// (record slots in the backend's memory) fed from a RAM tier fed from the store gives, for every row of
+// every position, the resident model's logits, per-layer residuals and routing bit for bit (memcmp), for
+// device tiers from one layer's top-k up to every record, RAM tiers from the minimum (the top-k: in effect
+// none) to every record, every eviction policy and read-ahead 0/1/2. Each configuration is shown to have
+// taken effect (slots of each tier, copies and reads). Faults below the chain (EIO, short reads) are errors
+// naming the record or change nothing, and a retry after a failed step gives the resident bits.
+//
+// Included by test_engine_tiers.cpp (DF_TIER_DEVICE "cpu": the device tier is host memory, the stand-in
+// that runs in CI) and test_engine_cuda_tiers.cpp ("cuda", label gpu: VRAM slots on an H200).
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "engine/session.h"
+#include "error_matchers.h"
+#include "stream/eviction_policy.h"
+#include "streaming_rows.h"
+#include "util/error.h"
+
+#if !defined(DF_TIER_DEVICE) || !defined(DF_TIER_PREFIX)
+#error "define DF_TIER_DEVICE and DF_TIER_PREFIX before including engine_tiers_rules.h"
+#endif
+// Suite names carry the device (CpuTieredGolden, CudaTieredGolden) so that both binaries' tests stay apart
+// in CTest.
+#define DF_TIER_CAT2(a, b) a##b
+#define DF_TIER_CAT(a, b) DF_TIER_CAT2(a, b)
+#define DF_TIER_SUITE(x) DF_TIER_CAT(DF_TIER_PREFIX, x)
+// gtest pastes its arguments: one more expansion first.
+#define DF_TIER_INSTANTIATE(prefix, suite, values) INSTANTIATE_TEST_SUITE_P(prefix, suite, values)
+
+namespace df::testing::tiers {
+namespace {
+
+using namespace df::testing::rows;
+
+df::ModelSourceOptions on_device(df::ModelSourceOptions o) {
+  o.device = DF_TIER_DEVICE;
+  return o;
+}
+
+// The resident run on the device, or a skip naming why there is no such device here.
+bool open_resident(const std::string& model, df::OpenedModel& out) {
+  auto o = on_device(options_for(golden_path(model + ".gguf")));
+  o.resident = true;
+  try {
+    out = df::open_model(o);
+  } catch (const df::Error& e) {
+    if (std::string(DF_TIER_DEVICE) == "cpu") throw;
+    std::cout << "[  SKIPPED ] no " << DF_TIER_DEVICE << " backend here: " << e.what() << "\n";
+    return false;
+  }
+  return true;
+}
+
+class DF_TIER_SUITE(TieredGolden) : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DF_TIER_SUITE(TieredGolden),
+       EveryRowBitIdenticalToResidentForEveryDeviceTierRamTierPolicyAndLookahead) {
+  const std::string model = GetParam();
+  const std::vector<int32_t> prompt = teacher_forced_prompt(model);
+  df::OpenedModel resident;
+  if (!open_resident(model, resident)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
+  const RunRecord expected = run_every_row(resident, prompt);
+  const auto info = resident.model->info();
+  const int n_moe = static_cast<int>(info.moe_layers.size()), top_k = info.n_expert_used;
+  const uint64_t all_records = static_cast<uint64_t>(info.n_expert) * static_cast<uint64_t>(n_moe);
+  std::set<int64_t> needed;
+  {
+    const size_t per_layer = expected.expert_ids.size() / static_cast<size_t>(n_moe);
+    for (size_t i = 0; i < expected.expert_ids.size(); ++i)
+      needed.insert(static_cast<int64_t>(i / per_layer) * info.n_expert + expected.expert_ids[i]);
+  }
+  const std::string store = ingest_once(model);
+  uint64_t record_bytes = 0;
+  {
+    df::OpenedModel probe = df::open_model(options_for(store));
+    record_bytes = probe.store->layout().record_bytes;
+  }
+  const auto policies = df::stream::policy_names();
+  size_t run = 0;
+  const std::vector<uint64_t> device_budgets = {static_cast<uint64_t>(top_k),
+                                                static_cast<uint64_t>(2 * top_k + 1),
+                                                static_cast<uint64_t>(info.n_expert), all_records};
+  const std::vector<uint64_t> ram_budgets = {static_cast<uint64_t>(top_k),
+                                             static_cast<uint64_t>(info.n_expert), all_records};
+  for (uint64_t device_slots : device_budgets)
+    for (uint64_t ram_slots : ram_budgets)
+      for (int lookahead : {0, 1, 2}) {
+        // Every policy in turn, for both tiers (the combinations of budgets and read-ahead matter more).
+        const char* policy = policies[run++ % policies.size()];
+        SCOPED_TRACE(::testing::Message() << model << " device slots " << device_slots << " ram slots "
+                                          << ram_slots << " " << policy << " lookahead " << lookahead);
+        auto o = on_device(options_for(store));
+        o.gpu_cache_bytes = device_slots * record_bytes;
+        o.expert_cache_bytes = ram_slots * record_bytes;
+        o.cache_policy = policy;
+        o.lookahead = lookahead;
+        df::OpenedModel m = df::open_model(o);
+        ASSERT_NE(m.tiers, nullptr);
+        ASSERT_NE(m.cache, nullptr);
+        EXPECT_EQ(m.tiers->slots(), device_slots);
+        EXPECT_EQ(m.cache->slots(), ram_slots);
+        EXPECT_STREQ(m.tiers->policy_name(), m.cache->policy_name());
+
+        const RunRecord got = run_every_row(m, prompt);
+        expect_same_bits(got, expected, info);
+
+        const auto dev = m.tiers->telemetry();
+        const auto ram = m.cache->telemetry();
+        // Every needed record went up at least once, and came from disk at least once; nothing failed.
+        EXPECT_GE(dev.total.reads, needed.size());
+        EXPECT_GE(ram.total.reads, needed.size());
+        EXPECT_EQ(dev.total.read_failures + ram.total.read_failures, 0u);
+        EXPECT_EQ(dev.total.bytes_read, dev.total.reads * record_bytes);
+        // A device tier below the working set re-copies; one that holds everything copies each record once
+        // without guesses, and a RAM tier that holds everything reads each record from disk once.
+        if (needed.size() > device_slots) {
+          EXPECT_GT(dev.total.reads, needed.size()) << "a device tier below the working set never evicted";
+        }
+        if (lookahead == 0 && device_slots == all_records) {
+          EXPECT_EQ(dev.total.reads, needed.size());
+        }
+        if (lookahead == 0 && ram_slots == all_records) {
+          EXPECT_EQ(ram.total.reads, needed.size());
+        }
+        // A record evicted from the device tier is found again in RAM when it fits there: with every
+        // record in RAM, the disk is read once per record however often the device tier re-copies.
+        if (lookahead == 0 && ram_slots == all_records && needed.size() > device_slots) {
+          EXPECT_LT(ram.total.reads, dev.total.reads);
+        }
+        // Hits and misses of the device tier add up to its demand accesses.
+        EXPECT_EQ(dev.total.hits + dev.total.misses, dev.total.accesses);
+        EXPECT_GT(dev.total.accesses, 0u);
+        EXPECT_EQ(dev.tokens, prompt.size() + kDecodeSteps);
+      }
+}
+
+DF_TIER_INSTANTIATE(Golden, DF_TIER_SUITE(TieredGolden),
+                    ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16", "qwen3moe-tiny",
+                                      "gpt-oss-tiny"));
+
+std::vector<float> resident_last_logits(const std::vector<int32_t>& prompt) {
+  auto o = on_device(options_for(golden_path("lfm2moe-tiny.gguf")));
+  o.resident = true;
+  df::OpenedModel m = df::open_model(o);
+  df::Session s(*m.model, 128, 16);
+  const auto logits = s.prefill(prompt);
+  return std::vector<float>(logits.begin(), logits.end());
+}
+
+df::ModelSourceOptions tiered_options(const std::string& store, uint64_t record_bytes, int top_k) {
+  auto o = on_device(options_for(store));
+  o.gpu_cache_bytes = static_cast<uint64_t>(top_k + 1) * record_bytes;
+  o.expert_cache_bytes = static_cast<uint64_t>(2 * top_k) * record_bytes;
+  return o;
+}
+
+// An I/O error under the RAM tier fails the step with a message naming the record; after the session's
+// clean-up (both tiers unpinned), the retry reads the record again and computes the resident bits.
+TEST(DF_TIER_SUITE(TieredFaults), AnIoErrorFailsTheStepNamingTheRecordAndTheRetryGivesTheResidentBits) {
+  df::OpenedModel probe_resident;
+  if (!open_resident("lfm2moe-tiny", probe_resident)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
+  const std::string store = ingest_once("lfm2moe-tiny");
+  const std::vector<int32_t> prompt = teacher_forced_prompt("lfm2moe-tiny");
+  const std::vector<float> want = resident_last_logits(prompt);
+  const int top_k = probe_resident.model->info().n_expert_used;
+  uint64_t record_bytes = 0;
+  {
+    df::OpenedModel probe = df::open_model(options_for(store));
+    record_bytes = probe.store->layout().record_bytes;
+  }
+  for (int lookahead : {0, 2}) {
+    SCOPED_TRACE(::testing::Message() << "lookahead " << lookahead);
+    auto o = tiered_options(store, record_bytes, top_k);
+    o.lookahead = lookahead;
+    o.faults.eio_on_read = 2;
+    df::OpenedModel m = df::open_model(o);
+    ASSERT_NE(m.tiers, nullptr);
+    df::Session s(*m.model, 128, 16);
+    s.on_failure = [&m] { m.on_failure(); };
+    expect_error([&] { s.prefill(prompt); }, {store + "/experts.bin: MoE layer ", " expert ", "(bytes ",
+                                              "read failed: Input/output error"});
+    EXPECT_TRUE(s.tokens().empty());
+    EXPECT_EQ(m.cache->telemetry().total.read_failures, 1u);
+    const auto got = s.prefill(prompt);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
+  }
+}
+
+// A short read under the chain is completed: no error, the same bits.
+TEST(DF_TIER_SUITE(TieredFaults), AShortReadIsCompletedAndChangesNothing) {
+  df::OpenedModel probe_resident;
+  if (!open_resident("lfm2moe-tiny", probe_resident)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
+  const std::string store = ingest_once("lfm2moe-tiny");
+  const std::vector<int32_t> prompt = teacher_forced_prompt("lfm2moe-tiny");
+  const std::vector<float> want = resident_last_logits(prompt);
+  uint64_t record_bytes = 0;
+  {
+    df::OpenedModel probe = df::open_model(options_for(store));
+    record_bytes = probe.store->layout().record_bytes;
+  }
+  auto o = tiered_options(store, record_bytes, probe_resident.model->info().n_expert_used);
+  o.faults.short_on_read = 1;
+  df::OpenedModel m = df::open_model(o);
+  df::Session s(*m.model, 128, 16);
+  const auto got = s.prefill(prompt);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
+}
+
+// A device tier below one layer's top-k is refused, naming the size it needs.
+TEST(DF_TIER_SUITE(TieredBudget), ADeviceTierBelowOneLayersTopKIsRefused) {
+  df::OpenedModel probe_resident;
+  if (!open_resident("lfm2moe-tiny", probe_resident)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
+  const std::string store = ingest_once("lfm2moe-tiny");
+  auto o = on_device(options_for(store));
+  o.gpu_cache_bytes = 1;
+  expect_error([&] { df::open_model(o); },
+               {"the device tier of the expert cache holds 0 records", "--gpu-cache at least"});
+}
+
+}  // namespace
+}  // namespace df::testing::tiers
