@@ -22,8 +22,11 @@ case "$mode" in
     [ ${#models[@]} -gt 0 ] || models=(lfm2moe-tiny lfm2moe-tiny-f16 qwen3moe-tiny gpt-oss-tiny)
     rm -rf .device/build .device/golden .device/lib
     mkdir -p .device/build/tests .device/golden .device/lib
-    cp "$(ldd "$build/tests/test_backend_cuda_ops" | awk '/libfmt/ {print $3}')" .device/lib/
-    for t in ${DF_TESTS:-test_backend_cuda_ops test_models_cuda_golden test_models_cuda_graphs}; do
+    # Every shared library but the C and C++ runtimes (the engine tests link liburing, libxxhash, ICU, ...).
+    ldd "$build/tests/test_engine_cuda_tiers" | awk '$3 ~ /^\// {print $3}' |
+      grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|ld-linux[^/]*)\.so' |
+      while read -r lib; do cp "$lib" .device/lib/; done
+    for t in ${DF_TESTS:-test_backend_cuda_ops test_models_cuda_golden test_models_cuda_graphs test_engine_cuda_tiers}; do
       strip -o ".device/build/tests/$t" "$build/tests/$t"
       cp "$build/tests/${t}[1]_tests.cmake" ".device/build/tests/${t}_tests.cmake"
       echo "include(\"$(cd "$build" && pwd)/tests/${t}_tests.cmake\")" >> .device/build/tests/CTestTestfile.cmake
@@ -43,7 +46,7 @@ case "$mode" in
     ldd "$build/diskformer" | awk '$3 ~ /^\// {print $3}' |
       grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|ld-linux[^/]*)\.so' |
       while read -r lib; do cp "$lib" .device/bench/lib/; done
-    cp bench/cuda/run_gpu_bench.sh bench/cuda/ncu_step.py .device/bench/
+    cp bench/cuda/run_gpu_bench.sh bench/cuda/run_gpu_tiers.sh bench/cuda/ncu_step.py .device/bench/
     ;;
   *)
     echo "usage: $0 tests [GOLDEN_MODELS...] | bench" >&2

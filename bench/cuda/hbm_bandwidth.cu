@@ -1,11 +1,14 @@
 // The ceiling a decode figure is compared with: how fast this GPU reads its memory, measured the way a
 // matrix-vector product reads weights (every byte once, 16-byte loads, a reduction so nothing is optimised
-// away), plus cudaMemcpy device-to-device for reference. Prints one JSON line.
+// away), plus cudaMemcpy device-to-device for reference, and host-to-device from page-locked memory (the
+// link the expert tiers copy records over: their ceiling). Prints one JSON line.
 //   df_cuda_bandwidth [GiB=4] [repeats=20]
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace {
 
@@ -56,11 +59,28 @@ int main(int argc, char** argv) {
   check(cudaEventSynchronize(t1), "copy");
   float copy_ms = 0;
   cudaEventElapsedTime(&copy_ms, t0, t1);
+  // Host to device from pinned memory, in records of 4 MiB (the size of an lfm2-24b expert record), 1 GiB.
+  const size_t h2d_bytes = std::min<size_t>(bytes, size_t{1} << 30), chunk = size_t{4} << 20;
+  void* host = nullptr;
+  check(cudaHostAlloc(&host, h2d_bytes, cudaHostAllocDefault), "cudaHostAlloc");
+  std::memset(host, 1, h2d_bytes);
+  check(cudaMemcpy(b, host, h2d_bytes, cudaMemcpyHostToDevice), "warm h2d");
+  cudaEventRecord(t0);
+  for (int r = 0; r < 4; ++r)
+    for (size_t off = 0; off + chunk <= h2d_bytes; off += chunk)
+      cudaMemcpyAsync(static_cast<char*>(b) + off, static_cast<char*>(host) + off, chunk,
+                      cudaMemcpyHostToDevice);
+  cudaEventRecord(t1);
+  check(cudaEventSynchronize(t1), "h2d");
+  float h2d_ms = 0;
+  cudaEventElapsedTime(&h2d_ms, t0, t1);
+  const double h2d_gbs = 4.0 * double(h2d_bytes / chunk * chunk) / (h2d_ms * 1e-3) / 1e9;
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   const double read_gbs = double(bytes) * repeats / (read_ms * 1e-3) / 1e9;
   const double copy_gbs = 2.0 * double(bytes) * repeats / (copy_ms * 1e-3) / 1e9;  // read + write
-  std::printf("{\"gpu\":\"%s\",\"bytes\":%zu,\"read_GBps\":%.1f,\"copy_GBps\":%.1f}\n", prop.name, bytes,
-              read_gbs, copy_gbs);
+  std::printf(
+      "{\"gpu\":\"%s\",\"bytes\":%zu,\"read_GBps\":%.1f,\"copy_GBps\":%.1f,\"h2d_pinned_GBps\":%.1f}\n",
+      prop.name, bytes, read_gbs, copy_gbs, h2d_gbs);
   return 0;
 }

@@ -130,7 +130,9 @@ struct FfnTask {
 
 // Every expert of one MoE layer where the backend holds them all (resident experts): expert e's gate, up and
 // down are the e-th matrices of three stacks (matrix e at first.data + e · stride), its biases (optional) the
-// e-th rows of n_expert × n_ff (gate, up) and n_expert × n_out (down) tables.
+// e-th rows of n_expert × n_ff (gate, up) and n_expert × n_out (down) tables. With slot_of (n_expert entries
+// in backend memory: the device tier's expert->slot map), expert e's matrices are the slot_of[e]-th instead
+// (its biases still the e-th rows); only the entries of the ids routed are read.
 struct ExpertStack {
   Weight first;
   size_t stride = 0;
@@ -139,6 +141,7 @@ struct RoutedExperts {
   ExpertStack gate, up, down;
   int n_expert = 0;
   Buf<const float> gate_bias{}, up_bias{}, down_bias{};
+  Buf<const int32_t> slot_of{};
 };
 
 // The bytes of one or more weight matrices of the same type and shape as the GGUF stores them (n_matrices

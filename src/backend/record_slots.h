@@ -29,7 +29,8 @@ class RecordSlots {
   virtual int slots() const = 0;
   virtual size_t slot_bytes() const = 0;
   // The slot's copy of the part at `offset`, in the backend's memory and packing
-  // (Backend::preferred_packing).
+  // (Backend::preferred_packing): part(s, offset) = part(0, offset) + s * slot_bytes(), so that the slots are
+  // a stack of records.
   virtual const void* part(int slot, size_t offset) const = 0;
   // Copies a record from host memory into the slot, each part converted to the backend's packing. Ops issued
   // after this call read the new bytes; those issued before retire(slot) read the old ones. The host bytes

@@ -84,6 +84,16 @@ class ExpertProvider {
   virtual std::optional<backend::RoutedExperts> resident_stacks(int /*moe_layer*/) const {
     return std::nullopt;
   }
+  // For a provider whose experts move between slots in the backend's memory (a device tier): pins every
+  // expert of `used` (each id once) there and returns the layer's stacks with the expert->slot map
+  // (RoutedExperts::slot_of), so that the backend picks the experts from the routing ids on the device
+  // exactly as from resident stacks (the same kernels, the same bits); none when the provider cannot.
+  // release_routed() unpins them after the op is issued.
+  virtual std::optional<backend::RoutedExperts> routed_slots(int /*moe_layer*/,
+                                                             std::span<const int32_t> /*used*/) {
+    return std::nullopt;
+  }
+  virtual void release_routed(int /*moe_layer*/, std::span<const int32_t> /*used*/) {}
   // A view valid until the matching release(). Throws df::Error for an id out of range or a failed read.
   virtual ExpertView acquire(int moe_layer, int expert) = 0;
   virtual void release(int moe_layer, int expert) = 0;

@@ -147,6 +147,19 @@ void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_inde
     return;
   }
   const size_t n_used = fetch_and_group(be, b, T, f.k, f.n_expert);
+  if (T <= be.max_routed_tokens()) {
+    // Experts in a device tier: the same routed op as resident stacks, through the expert->slot map.
+    const std::span<const int32_t> used(b.used.data(), n_used);
+    ex = experts.routed_slots(moe_index, used);
+    if (ex) {
+      ex->gate_bias = f.biases.gate;
+      ex->up_bias = f.biases.up;
+      ex->down_bias = f.biases.down;
+      be.routed_ffn(*ex, f.act, b.expert_ids.view(), T, f.k, xn, b.expert_out.view());
+      experts.release_routed(moe_index, used);
+      return;
+    }
+  }
   run_experts(be, experts, moe_index, b, n_used, wave, f.act, f.biases, xn, T, f.n_embd, f.n_ff);
 }
 

@@ -56,6 +56,8 @@ TieredExpertProvider::TieredExpertProvider(ExpertCache& ram, backend::Backend& b
   held_count_.assign(n_keys, 0);
   announced_keys_.reserve(static_cast<size_t>(n_expert_));
   guess_scratch_.reserve(static_cast<size_t>(n_expert_));
+  slot_map_ = backend_.alloc_array<int32_t>(n_keys, "expert slot map");
+  slot_map_host_.assign(static_cast<size_t>(n_expert_), 0);
   backend_.register_host_memory(ram_.pool_data(), ram_.pool_bytes());
 }
 
@@ -275,6 +277,49 @@ experts::ExpertView TieredExpertProvider::acquire(int moe_layer, int expert) {
   held_slot_[static_cast<size_t>(key)] = slot;
   ++held_count_[static_cast<size_t>(key)];
   return view_of(slot, moe_layer);
+}
+
+std::optional<backend::RoutedExperts> TieredExpertProvider::routed_slots(int moe_layer,
+                                                                         std::span<const int32_t> used) {
+  // Every expert pinned in the tier at once: a tier smaller than the layer's union takes the grouped path.
+  if (used.size() > slots() || used.size() > ram_.slots()) return std::nullopt;
+  will_acquire(moe_layer, used);
+  size_t done = 0;
+  try {
+    for (; done < used.size(); ++done) (void)acquire(moe_layer, used[done]);
+  } catch (...) {
+    for (size_t i = 0; i < done; ++i) release(moe_layer, used[i]);
+    throw;
+  }
+  const size_t E = static_cast<size_t>(n_expert_);
+  {
+    std::lock_guard lock(mu_);
+    std::fill(slot_map_host_.begin(), slot_map_host_.end(), 0);
+    for (int32_t e : used)
+      slot_map_host_[static_cast<size_t>(e)] =
+          held_slot_[static_cast<size_t>(key_checked(moe_layer, e, "routed_slots"))];
+  }
+  const auto row = slot_map_.as<int32_t>().sub(static_cast<size_t>(moe_layer) * E, E);
+  backend_.upload(row, slot_map_host_.data(), E);
+  const auto& p = parts_[static_cast<size_t>(moe_layer)];
+  const auto stack = [&](const backend::RecordPart& part) {
+    backend::ExpertStack s;
+    s.first = backend::Weight{part.type, slots_->part(0, part.offset), part.n_in, part.n_out,
+                              backend_.preferred_packing(part.type, part.n_out)};
+    s.stride = slots_->slot_bytes();
+    return s;
+  };
+  backend::RoutedExperts ex;
+  ex.gate = stack(p[0]);
+  ex.up = stack(p[1]);
+  ex.down = stack(p[2]);
+  ex.n_expert = n_expert_;
+  ex.slot_of = backend::Buf<const int32_t>(row);
+  return ex;
+}
+
+void TieredExpertProvider::release_routed(int moe_layer, std::span<const int32_t> used) {
+  for (int32_t e : used) release(moe_layer, e);
 }
 
 void TieredExpertProvider::release(int moe_layer, int expert) {

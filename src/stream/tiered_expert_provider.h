@@ -51,6 +51,10 @@ class TieredExpertProvider final : public experts::ExpertProvider {
   void prefetch(int moe_layer, std::span<const int32_t> guessed_ids) override;
   void will_acquire(int moe_layer, std::span<const int32_t> ids) override;
   experts::ExpertView acquire(int moe_layer, int expert) override;
+  // The device slots as a stack with the expert->slot map of the layer uploaded to the backend (one small
+  // upload per layer and step); the routed op then indexes the slots on the device.
+  std::optional<backend::RoutedExperts> routed_slots(int moe_layer, std::span<const int32_t> used) override;
+  void release_routed(int moe_layer, std::span<const int32_t> used) override;
   void release(int moe_layer, int expert) override;
   // After a failed step: drops every pin in both tiers.
   void abandon();
@@ -98,6 +102,9 @@ class TieredExpertProvider final : public experts::ExpertProvider {
   std::vector<int32_t> held_slot_;
   std::vector<int32_t> held_count_;
   std::vector<int32_t> guess_scratch_;
+  // The expert->slot map in the backend's memory, one row of n_expert per MoE layer, and its host copy.
+  backend::DeviceBuffer slot_map_;
+  std::vector<int32_t> slot_map_host_;
 };
 
 }  // namespace df::stream

@@ -258,9 +258,11 @@ void CpuBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& act
         routed_out_[at++] = static_cast<int32_t>(i);
       }
     if (at == start) continue;
-    const auto matrix = [e](const ExpertStack& s) {
+    const int32_t* slot_of = ex.slot_of ? detail::raw(ex.slot_of.first(E)) : nullptr;
+    const size_t slot = slot_of ? static_cast<size_t>(slot_of[e]) : e;
+    const auto matrix = [slot](const ExpertStack& s) {
       Weight w = s.first;
-      w.data = static_cast<const uint8_t*>(s.first.data) + e * s.stride;
+      w.data = static_cast<const uint8_t*>(s.first.data) + slot * s.stride;
       return w;
     };
     FfnTask t;

@@ -39,12 +39,8 @@ CudaRecordSlots::CudaRecordSlots(CudaBackend& backend, int n_slots, size_t recor
   for (auto& e : retired_) e = new_event();
   retire_recorded_.assign(static_cast<size_t>(n_slots), 0);
   host_pending_.assign(static_cast<size_t>(n_slots), 0);
-  for (Staging& st : staging_) {
-    void* p = nullptr;
-    cuda::check_cuda(cudaHostAlloc(&p, record_bytes, cudaHostAllocDefault), "cudaHostAlloc (record staging)");
-    st.host = static_cast<uint8_t*>(p);
-    st.done = new_event();
-  }
+  device_staging_ = backend_.raw_alloc(record_bytes, "expert record staging (VRAM tier)");
+  cuda::check_cuda(cudaStreamSynchronize(as_stream(backend_.stream_)), "cudaStreamSynchronize");
 }
 
 CudaRecordSlots::~CudaRecordSlots() {
@@ -53,12 +49,9 @@ CudaRecordSlots::~CudaRecordSlots() {
   (void)cudaStreamSynchronize(as_stream(backend_.stream_));
   for (void* e : copied_) (void)cudaEventDestroy(as_event(e));
   for (void* e : retired_) (void)cudaEventDestroy(as_event(e));
-  for (Staging& st : staging_) {
-    if (st.done) (void)cudaEventDestroy(as_event(st.done));
-    if (st.host) (void)cudaFreeHost(st.host);
-  }
   if (copy_stream_) (void)cudaStreamDestroy(as_stream(copy_stream_));
   backend_.raw_free(memory_, static_cast<size_t>(n_slots_) * record_bytes_);
+  backend_.raw_free(device_staging_, record_bytes_);
 }
 
 void CudaRecordSlots::check_slot(int slot, const char* what) const {
@@ -73,12 +66,6 @@ const void* CudaRecordSlots::part(int slot, size_t offset) const {
   return static_cast<const uint8_t*>(memory_) + static_cast<size_t>(slot) * record_bytes_ + offset;
 }
 
-uint8_t* CudaRecordSlots::staging_buffer() {
-  Staging& st = staging_[next_staging_];
-  if (st.used) cuda::check_cuda(cudaEventSynchronize(as_event(st.done)), "cudaEventSynchronize (staging)");
-  return st.host;
-}
-
 void CudaRecordSlots::fill(int slot, const uint8_t* host_record, std::span<const RecordPart> parts) {
   check_slot(slot, "fill");
   backend_.graph_.unreplayable("an expert record copy");
@@ -91,31 +78,36 @@ void CudaRecordSlots::fill(int slot, const uint8_t* host_record, std::span<const
     convert = convert || p.packing != backend_.preferred_packing(p.type, p.n_out);
   }
   const size_t s = static_cast<size_t>(slot);
-  const uint8_t* src = host_record;
-  Staging* staged = nullptr;
-  if (convert) {
-    uint8_t* dst = staging_buffer();
-    for (const RecordPart& p : parts)
-      quant::convert_packing(host_record + p.offset, p.type, p.n_out, p.n_in, p.packing,
-                             backend_.preferred_packing(p.type, p.n_out), dst + p.offset);
-    staged = &staging_[next_staging_];
-    next_staging_ = (next_staging_ + 1) % staging_.size();
-    src = dst;
-  }
   cudaStream_t copy = as_stream(copy_stream_);
   if (retire_recorded_[s])
     cuda::check_cuda(cudaStreamWaitEvent(copy, as_event(retired_[s]), 0), "cudaStreamWaitEvent (retired)");
-  void* dst = static_cast<uint8_t*>(memory_) + s * record_bytes_;
-  cuda::check_cuda(cudaMemcpyAsync(dst, src, record_bytes_, cudaMemcpyHostToDevice, copy),
-                   "cudaMemcpyAsync (expert record to VRAM)");
+  uint8_t* dst = static_cast<uint8_t*>(memory_) + s * record_bytes_;
+  if (!convert) {
+    cuda::check_cuda(cudaMemcpyAsync(dst, host_record, record_bytes_, cudaMemcpyHostToDevice, copy),
+                     "cudaMemcpyAsync (expert record to VRAM)");
+  } else {
+    auto* staged = static_cast<uint8_t*>(device_staging_);
+    cuda::check_cuda(cudaMemcpyAsync(staged, host_record, record_bytes_, cudaMemcpyHostToDevice, copy),
+                     "cudaMemcpyAsync (expert record to VRAM staging)");
+    for (const RecordPart& p : parts) {
+      const quant::RowPacking want = backend_.preferred_packing(p.type, p.n_out);
+      if (p.packing == want) {
+        cuda::check_cuda(
+            cudaMemcpyAsync(dst + p.offset, staged + p.offset, p.bytes(), cudaMemcpyDeviceToDevice, copy),
+            "cudaMemcpyAsync (expert record part)");
+      } else if (p.type == GgmlType::Q4_0 && p.packing == quant::RowPacking::kQ4_0x16 &&
+                 want == quant::RowPacking::kNone) {
+        cuda::launch_unpack_q4_0x16(staged + p.offset, p.n_out, p.n_in, dst + p.offset, copy);
+      } else {
+        fail("cuda record slots fill: no conversion of a {} part from packing {} to {}",
+             ggml_type_name(p.type), quant::row_packing_name(p.packing), quant::row_packing_name(want));
+      }
+    }
+  }
   cuda::check_cuda(cudaEventRecord(as_event(copied_[s]), copy), "cudaEventRecord (copied)");
   cuda::check_cuda(cudaStreamWaitEvent(as_stream(backend_.stream_), as_event(copied_[s]), 0),
                    "cudaStreamWaitEvent (copied)");
-  if (staged) {
-    cuda::check_cuda(cudaEventRecord(as_event(staged->done), copy), "cudaEventRecord (staging)");
-    staged->used = true;
-  }
-  host_pending_[s] = staged ? 0 : 1;
+  host_pending_[s] = 1;
 }
 
 bool CudaRecordSlots::host_done(int slot) {

@@ -44,13 +44,14 @@ __global__ void routed_tables_kernel(ExpertStacks st, const int32_t* ids, int64_
     e = 0;
   }
   const size_t ue = static_cast<size_t>(e);
+  const size_t us = st.slot_of ? static_cast<size_t>(st.slot_of[e]) : ue;
   rows[2 * i] = static_cast<int32_t>(i / k);  // x row: the token
   row_map[i] = static_cast<int32_t>(i / k);   // the same, for the input's gather (no row-map launch)
   rows[2 * i + 1] = static_cast<int32_t>(i);  // out row: the entry
   FfnDesc d;
-  d.gate = st.gate + ue * st.gate_stride;
-  d.up = st.up + ue * st.up_stride;
-  d.down = st.down + ue * st.down_stride;
+  d.gate = st.gate + us * st.gate_stride;
+  d.up = st.up + us * st.up_stride;
+  d.down = st.down + us * st.down_stride;
   d.gate_bias = st.gate_bias ? st.gate_bias + ue * st.n_ff : nullptr;
   d.up_bias = st.up_bias ? st.up_bias + ue * st.n_ff : nullptr;
   d.down_bias = st.down_bias ? st.down_bias + ue * st.n_out : nullptr;

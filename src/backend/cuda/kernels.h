@@ -146,12 +146,18 @@ struct ExpertStacks {
   const uint8_t *gate, *up, *down;
   size_t gate_stride, up_stride, down_stride;
   const float *gate_bias, *up_bias, *down_bias;
+  const int32_t* slot_of;  // null: expert e is matrix e of each stack; else matrix slot_of[e]
   int n_expert;
   int64_t n_ff, n_out;
 };
 void launch_routed_tables(const ExpertStacks& st, const int32_t* ids, int64_t entries, int k, FfnDesc* descs,
                           FfnItem* items, int32_t* entry_task, int32_t* row_map, int32_t* rows,
                           DeviceError* err, cudaStream_t stream);
+
+// ---- Expert records: n_out Q4_0 rows (n_out a multiple of 16) from Q4_0x16 groups (quant/q4_0x16.h), the
+// bytes the host's quant::unpack_q4_0x16 writes.
+void launch_unpack_q4_0x16(const uint8_t* packed, int64_t n_out, int64_t n_in, uint8_t* rows,
+                           cudaStream_t stream);
 
 // ---- get_rows: out[i] = dequantized row ids[i] of the table (ids checked against n_rows).
 void launch_get_rows(GgmlType type, const uint8_t* table, size_t row_bytes, int64_t n_rows, int64_t n_in,
