@@ -449,6 +449,32 @@ TEST(RoutedFfn, EveryRowIsItsExpertsFfnBitForBit) {
     EXPECT_EQ(std::vector<float>(got.begin() + i * n_out, got.begin() + (i + 1) * n_out), want)
         << "entry " << i;
   }
+  // Through an expert->slot map (a device tier's): expert e's matrices are the stacks' slot_of[e]-th, its
+  // biases still the e-th rows.
+  const std::vector<int32_t> slot_of = {2, 3, 4, 5, 0, 1};
+  RoutedExperts mapped = ex;
+  mapped.slot_of = HostCpuBackend::h(slot_of.data());
+  std::vector<float> got_mapped(got.size(), -1.0f);
+  be.routed_ffn(mapped, act, HostCpuBackend::h(ids.data()), T, k, HostCpuBackend::h(x.data()),
+                HostCpuBackend::h(got_mapped.data()));
+  for (int64_t i = 0; i < T * k; ++i) {
+    const int e = ids[static_cast<size_t>(i)];
+    const size_t s = static_cast<size_t>(slot_of[static_cast<size_t>(e)]);
+    const int32_t token = static_cast<int32_t>(i / k);
+    FfnTask f;
+    f.gate = g[s].w;
+    f.up = u[s].w;
+    f.down = d[s].w;
+    f.gate_bias = HostCpuBackend::h(gb.data() + e * n_ff);
+    f.up_bias = HostCpuBackend::h(ub.data() + e * n_ff);
+    f.down_bias = HostCpuBackend::h(db.data() + e * n_out);
+    f.in_rows = HostCpuBackend::h(&token);
+    f.n_rows = 1;
+    std::vector<float> want(static_cast<size_t>(n_out));
+    be.ffn(std::span(&f, 1), act, x.data(), T, want.data());
+    EXPECT_EQ(std::vector<float>(got_mapped.begin() + i * n_out, got_mapped.begin() + (i + 1) * n_out), want)
+        << "mapped entry " << i;
+  }
   std::vector<int32_t> bad = ids;
   bad[7] = static_cast<int32_t>(E);
   df::testing::expect_error(
