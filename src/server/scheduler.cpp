@@ -179,17 +179,22 @@ void Scheduler::finish(Slot& slot, Outcome o) {
   o.slot = slot.id;
   counters_.requests.fetch_add(1);
   if (o.error_status >= 500) counters_.failed.fetch_add(1);
-  slot.job->finish(std::move(o));
-  slot.job.reset();
+  // The slot is free, and counted free, before the client hears back: a client that reads /metrics right
+  // after its reply must not see its own request still holding the slot (CI caught that race under ASan).
+  auto job = std::move(slot.job);
+  slot.job = nullptr;
   slot.sampler.reset();
   slot.decoder.reset();
   slot.stop.reset();
   slot.think.reset();
   slot.logits = {};
-  std::lock_guard lock(mu_);
-  int busy = 0;
-  for (auto& s : slots_) busy += s->job != nullptr;
-  counters_.busy_slots.store(busy);
+  {
+    std::lock_guard lock(mu_);
+    int busy = 0;
+    for (auto& s : slots_) busy += s->job != nullptr;
+    counters_.busy_slots.store(busy);
+  }
+  job->finish(std::move(o));
 }
 
 void Scheduler::start(Slot& slot) {
