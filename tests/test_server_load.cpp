@@ -96,6 +96,12 @@ TEST(ServerLoad, SixteenClientsGetTheSequentialAnswers) {
   EXPECT_EQ(metric(*c, "diskformer_requests_total"), kClients * kRequests);
   EXPECT_EQ(metric(*c, "diskformer_requests_failed_total"), 0);
   EXPECT_EQ(metric(*c, "diskformer_queue_depth"), 0);
+  // The slots decoded side by side in shared forwards (so the answers above are also those of batched
+  // decoding): some forward carried several sequences, none more than the 4 slots.
+  const double forwards = metric(*c, "diskformer_decode_forwards_total");
+  const double sequences = metric(*c, "diskformer_decode_sequences_total");
+  EXPECT_GT(sequences, forwards);
+  EXPECT_LE(sequences, 4 * forwards);
 }
 
 // One slot; a stream that would run to the end of a long context is cut off by its client after a few

@@ -24,6 +24,7 @@ namespace {
 struct BenchFlags {
   ModelFlags model;
   int n_prompt = 64, n_decode = 32, repeats = 1;
+  int parallel = 1;  // -np: sequences decoded together, one forward per step for all of them
   bool cold = false, json = false;
 };
 
@@ -47,6 +48,7 @@ bool drop_page_cache() {
 
 void bench(const BenchFlags& f) {
   if (f.n_prompt < 1 || f.n_decode < 1) fail("bench needs -p >= 1 prompt tokens and -n >= 1 decode tokens");
+  if (f.parallel < 1) fail("bench -np {}: at least one sequence is needed", f.parallel);
   if (f.cold && !drop_page_cache())
     fmt::print(stderr,
                "note: --cold could not drop the page cache (needs root): the store may be served from RAM\n");
@@ -54,26 +56,34 @@ void bench(const BenchFlags& f) {
   const auto t_load = clock::now();
   // The context holds the prompt and the decoded tokens; the memory is planned for exactly that.
   const int n_ctx = f.n_prompt + f.n_decode + 1;
-  OpenedModel m = open_from_flags(f.model, n_ctx);
+  ModelFlags model_flags = f.model;
+  model_flags.n_sequences = f.parallel;  // every sequence's state is in the memory plan
+  OpenedModel m = open_from_flags(model_flags, n_ctx);
   const double load_s = std::chrono::duration<double>(clock::now() - t_load).count();
   const auto& info = m.model->info();
 
-  // A fixed prompt: deterministic ids spread over the vocabulary (the tokens' meaning does not matter for
-  // speed).
-  std::vector<int32_t> prompt(static_cast<size_t>(f.n_prompt));
-  for (size_t i = 0; i < prompt.size(); ++i)
-    prompt[i] = static_cast<int32_t>((i * 7919 + 13) % static_cast<size_t>(info.n_vocab));
+  // Fixed prompts: deterministic ids spread over the vocabulary (the tokens' meaning does not matter for
+  // speed), a different one per sequence so that their routings differ as different users' would.
+  const size_t n_seq = static_cast<size_t>(f.parallel);
+  std::vector<std::vector<int32_t>> prompts(n_seq, std::vector<int32_t>(static_cast<size_t>(f.n_prompt)));
+  for (size_t s = 0; s < n_seq; ++s)
+    for (size_t i = 0; i < prompts[s].size(); ++i)
+      prompts[s][i] = static_cast<int32_t>((i * 7919 + 13 + s * 104729) % static_cast<size_t>(info.n_vocab));
 
   double prefill_s = 0, decode_s = 0;
   stream::TelemetrySnapshot prefill_tel, decode_tel;
   stream::TelemetrySnapshot prefill_device_tel, decode_device_tel;  // the device tier, when there is one
   uint64_t kv_bytes = 0;
   for (int rep = 0; rep < f.repeats; ++rep) {
-    auto session = make_session(m, n_ctx);
+    std::vector<std::unique_ptr<Session>> sessions;
+    for (size_t s = 0; s < n_seq; ++s) sessions.push_back(make_session(m, n_ctx));
+    DecodeBatch batch(n_seq);
+    batch.on_step = [&m](uint64_t tokens, uint64_t ns) { m.on_step(tokens, ns); };
+    batch.on_failure = [&m] { m.on_failure(); };
     if (m.cache) m.cache->reset_telemetry();
     if (m.tiers) m.tiers->reset_telemetry();
     auto t0 = clock::now();
-    auto logits = session->prefill(prompt);
+    for (size_t s = 0; s < n_seq; ++s) sessions[s]->prefill(prompts[s]);
     prefill_s += std::chrono::duration<double>(clock::now() - t0).count();
     if (m.cache) {
       prefill_tel = m.cache->telemetry();
@@ -85,16 +95,19 @@ void bench(const BenchFlags& f) {
     }
     auto t1 = clock::now();
     for (int i = 0; i < f.n_decode; ++i) {
-      logits = session->decode(Sampler::argmax(logits));  // greedy
+      for (auto& session : sessions) batch.add(*session, Sampler::argmax(session->logits()));  // greedy
+      batch.run();
     }
     decode_s += std::chrono::duration<double>(clock::now() - t1).count();
     if (m.cache) decode_tel = m.cache->telemetry();
     if (m.tiers) decode_device_tel = m.tiers->telemetry();
-    kv_bytes = session->state_bytes();
+    kv_bytes = 0;
+    for (auto& session : sessions) kv_bytes += session->state_bytes();
   }
   m.finish_recording();
-  const double prefill_tps = f.repeats * f.n_prompt / prefill_s;
-  const double decode_tps = f.repeats * f.n_decode / decode_s;
+  const double prefill_tps = static_cast<double>(f.repeats) * f.n_prompt * f.parallel / prefill_s;
+  // All sequences' tokens: the aggregate rate.
+  const double decode_tps = static_cast<double>(f.repeats) * f.n_decode * f.parallel / decode_s;
   const uint64_t peak_rss = status_kib("VmHWM") * 1024;
   const uint64_t cache_bytes = m.cache ? m.cache->pool_bytes() : m.expert_bytes;
   const int threads = m.n_threads;
@@ -109,8 +122,17 @@ void bench(const BenchFlags& f) {
   if (peak_device > 0)
     fmt::print("device       {}: peak {} allocated\n", m.backend->name(), stream::format_bytes(peak_device));
   fmt::print("load         {:.2f} s\n", load_s);
-  fmt::print("prefill      {} tokens: {:.2f} tok/s\n", f.n_prompt, prefill_tps);
-  fmt::print("decode       {} tokens: {:.2f} tok/s ({} threads)\n", f.n_decode, decode_tps, threads);
+  if (f.parallel == 1) {
+    fmt::print("prefill      {} tokens: {:.2f} tok/s\n", f.n_prompt, prefill_tps);
+    fmt::print("decode       {} tokens: {:.2f} tok/s ({} threads)\n", f.n_decode, decode_tps, threads);
+  } else {
+    fmt::print("prefill      {} sequences x {} tokens, one after another: {:.2f} tok/s\n", f.parallel,
+               f.n_prompt, prefill_tps);
+    fmt::print(
+        "decode       {} sequences x {} tokens, one forward per step: {:.2f} tok/s in all, {:.2f} per "
+        "sequence ({} threads)\n",
+        f.parallel, f.n_decode, decode_tps, decode_tps / f.parallel, threads);
+  }
   if (m.tiers)
     fmt::print("decode telemetry, device tier ({}; reads = copies up from RAM):\n{}\n", m.tiers->describe(),
                stream::format_telemetry_table(decode_device_tel));
@@ -125,6 +147,7 @@ void bench(const BenchFlags& f) {
     j["threads"] = threads;
     j["n_prompt"] = f.n_prompt;
     j["n_decode"] = f.n_decode;
+    j["sequences"] = f.parallel;
     j["repeats"] = f.repeats;
     j["prefill_tps"] = prefill_tps;
     j["decode_tps"] = decode_tps;
@@ -181,6 +204,9 @@ void register_bench(CLI::App& app) {
   flags->model.add(cmd);
   cmd->add_option("-p,--n-prompt", flags->n_prompt, "prompt tokens")->capture_default_str();
   cmd->add_option("-n,--n-decode", flags->n_decode, "decoded tokens")->capture_default_str();
+  cmd->add_option("--parallel", flags->parallel,
+                  "-np N: sequences decoded together (one forward per step; decode tok/s is their sum)")
+      ->capture_default_str();
   cmd->add_option("-r,--repeats", flags->repeats, "repetitions (fresh session each, warm cache)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

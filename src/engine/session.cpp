@@ -100,14 +100,61 @@ std::span<const float> Session::prefill(std::span<const int32_t> tokens, models:
   return logits_;
 }
 
-std::span<const float> Session::decode(int32_t token, models::ForwardCapture* capture) {
+void Session::check_decode(int32_t token) const {
   if (context_full()) fail("the context is full ({} tokens): raise the context size (-c)", n_ctx_);
   if (token < 0 || token >= model_.info().n_vocab) fail("token {} is outside the vocabulary", token);
+}
+
+std::span<const float> Session::decode(int32_t token, models::ForwardCapture* capture) {
+  check_decode(token);
   const int32_t one[1] = {token};
   run_forward(one, capture);
   tokens_.push_back(token);
   have_logits_ = true;
   return logits_;
+}
+
+DecodeBatch::DecodeBatch(size_t capacity) : sessions_(capacity), tokens_(capacity), steps_(capacity) {}
+
+void DecodeBatch::add(Session& s, int32_t token) {
+  if (n_ == sessions_.size()) fail("a decode batch holds at most {} sessions", sessions_.size());
+  for (size_t i = 0; i < n_; ++i)
+    if (sessions_[i] == &s) fail("a session was added twice to one decode batch");
+  if (n_ > 0 && &sessions_[0]->model_ != &s.model_)
+    fail("a decode batch runs sessions of one model, and this one is of another");
+  s.check_decode(token);
+  sessions_[n_] = &s;
+  tokens_[n_] = token;
+  ++n_;
+}
+
+void DecodeBatch::run() {
+  if (n_ == 0) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < n_; ++i) {
+    Session& s = *sessions_[i];
+    s.have_logits_ = false;
+    steps_[i] = {s.state_.get(), std::span<const int32_t>(&tokens_[i], 1), s.logits_, false};
+  }
+  const size_t n = n_;
+  n_ = 0;
+  try {
+    sessions_[0]->model_.forward_many(std::span<const models::SequenceStep>(steps_.data(), n));
+  } catch (...) {
+    // The forward may have advanced some states half way: every sequence of the batch starts again.
+    for (size_t i = 0; i < n; ++i) sessions_[i]->reset();
+    if (on_failure) on_failure();
+    throw;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Session& s = *sessions_[i];
+    s.tokens_.push_back(tokens_[i]);
+    s.have_logits_ = true;
+  }
+  if (on_step)
+    on_step(n, static_cast<uint64_t>(
+                   std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+                       .count()));
 }
 
 }  // namespace df

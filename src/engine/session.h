@@ -37,6 +37,8 @@ class Session {
   void keep_prompt_snapshot();
 
   const std::vector<int32_t>& tokens() const { return tokens_; }
+  // The logits after the last token (what the last prefill() or decode() returned, or a DecodeBatch gave).
+  std::span<const float> logits() const { return logits_; }
   int n_ctx() const { return n_ctx_; }
   int n_batch() const { return n_batch_; }
   int n_vocab() const { return model_.info().n_vocab; }
@@ -54,6 +56,9 @@ class Session {
   std::function<void()> on_failure;
 
  private:
+  friend class DecodeBatch;
+  // decode()'s checks of `token`.
+  void check_decode(int32_t token) const;
   void run_forward(std::span<const int32_t> tokens, models::ForwardCapture* capture);
 
   models::Model& model_;
@@ -65,6 +70,37 @@ class Session {
   std::vector<float> logits_;
   bool have_logits_ = false;
   SessionStats stats_;
+};
+
+// The next token of several sessions of one model decoded in ONE forward (Model::forward_many): the
+// sessions' rows share every dense op, and each expert chosen by several of them is fetched and applied
+// once for all. Each session ends as decode() would leave it, with the same logits (the model's results do
+// not depend on batching; tests/test_models_sequences.cpp). Room for `capacity` sessions is allocated once.
+class DecodeBatch {
+ public:
+  explicit DecodeBatch(size_t capacity);
+
+  // Adds `s` with its next token, checked as decode() checks it. df::Error when the batch is full or s is
+  // in it already.
+  void add(Session& s, int32_t token);
+  size_t size() const { return n_; }
+  size_t capacity() const { return sessions_.size(); }
+  Session& session(size_t i) { return *sessions_[i]; }
+  // Runs the batch (nothing when it is empty) and empties it. If the forward fails, every session of the
+  // batch is reset (its sequence is lost, as decode()'s would be), on_failure is called, and the error
+  // is rethrown.
+  void run();
+  void clear() { n_ = 0; }
+
+  // As Session's: after the forward with its token count (one per session) and time; after a failure.
+  std::function<void(uint64_t tokens, uint64_t ns)> on_step;
+  std::function<void()> on_failure;
+
+ private:
+  std::vector<Session*> sessions_;
+  std::vector<int32_t> tokens_;
+  std::vector<models::SequenceStep> steps_;
+  size_t n_ = 0;
 };
 
 }  // namespace df

@@ -66,17 +66,21 @@ std::unique_ptr<ModelState> GptOssModel::new_state(int n_ctx) {
   return std::make_unique<State>(*this, n_ctx);
 }
 
-void GptOssModel::forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits,
-                          bool all_rows, ForwardCapture* capture) {
-  State& st = forward_state<State>(state, tokens, logits, all_rows);
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  st.reserve(T);
-  forward_trunk(st, tokens, logits, all_rows, capture, [&](int il) { run_layer(st, il, T, capture); });
+MoeSequenceState* GptOssModel::own_state(ModelState& state) const {
+  auto* st = dynamic_cast<State*>(&state);
+  return st && st->model_ == this ? st : nullptr;
 }
 
-void GptOssModel::run_layer(State& st, int il, int64_t T, ForwardCapture* capture) {
+void GptOssModel::run_batch(const SequenceBatch& batch, ForwardCapture* capture) {
+  State& ws = static_cast<State&>(*batch.work);
+  ws.reserve(batch.T);
+  forward_trunk(batch, capture, [&](int il) { run_layer(ws, batch, il, capture); });
+}
+
+void GptOssModel::run_layer(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture) {
   const Layer& l = layers_[static_cast<size_t>(il)];
   TrunkBuffers& ws = st.trunk;
+  const int64_t T = batch.T;
   const int64_t H = cfg_.n_embd, hd = cfg_.head_dim;
   const int64_t q_dim = cfg_.n_head * hd, kv_dim = cfg_.n_head_kv * hd;
   const bool swa = cfg_.swa[static_cast<size_t>(il)];
@@ -93,19 +97,17 @@ void GptOssModel::run_layer(State& st, int il, int64_t T, ForwardCapture* captur
   const backend::RopeParams& rope = swa ? cfg_.rope_swa : cfg_.rope;
   be.rope(ws.q.view(), T, cfg_.n_head, cfg_.head_dim, ws.pos.view(), rope);
   be.rope(ws.k.view(), T, cfg_.n_head_kv, cfg_.head_dim, ws.pos.view(), rope);
-  const backend::KvCacheView kv = st.layers.kv(il);
-  be.kv_store(kv, ws.k.view(), ws.v.view(), T, st.n_past);
   backend::AttentionParams ap;
   ap.n_head = cfg_.n_head;
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   ap.window = swa ? cfg_.n_swa : 0;
   ap.sinks = l.sinks;
-  be.attention(kv, ws.q.view(), T, st.n_past, ap, ws.att.view(), ws.attn_scratch.view());
+  attend_segments(be, batch, il, ap, q_dim, kv_dim);
   matmul(st, l.wo, ws.att.view(), T, ws.mix.view());
   be.add_bias_rows(ws.mix.view(), l.bo, T, H);
   be.add(ws.x.view(), ws.mix.view(), T * H);
 
-  run_moe(st, il, T, capture);
+  run_moe(st, batch, il, capture);
 }
 
 // post_attention_norm(x) into xn, router logits + bias, then the choice and weights of the k experts.
@@ -121,8 +123,9 @@ void GptOssModel::route(State& st, const Layer& l, backend::Buf<const float> x, 
   backend_->route(p, out.logits, T, out.ids, out.weights);
 }
 
-void GptOssModel::run_moe(State& st, int il, int64_t T, ForwardCapture* capture) {
+void GptOssModel::run_moe(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture) {
   MoeBuffers& m = st.moe;
+  const int64_t T = batch.T;
   TrunkBuffers& ws = st.trunk;
   const int64_t H = cfg_.n_embd;
 
@@ -141,7 +144,7 @@ void GptOssModel::run_moe(State& st, int il, int64_t T, ForwardCapture* capture)
   compute_experts(*backend_, *experts_, il, m, st.wave,
                   {kOaiSwiglu, biases, cfg_.n_expert_used, cfg_.n_expert, H, cfg_.n_ff_exp}, ws.xn.view(), T);
   add_expert_outputs(*backend_, m, ws.x.view(), T, cfg_.n_expert_used, H);
-  report_routing(*backend_, routing_sink_, il, st.n_past, T, cfg_.n_expert_used, m);
+  report_routing(*backend_, routing_sink_, il, batch, cfg_.n_expert_used, m);
   capture_routing(*backend_, capture, il, T, cfg_.n_expert_used, m);
 }
 

@@ -1,7 +1,8 @@
-// lfm2moe forward pass (ARCHITECTURES.md 3.3), written against the backend ops. One batch of T tokens goes
-// through every layer together; each MoE layer routes all T tokens, then acquires each chosen expert once
-// and applies it to the tokens routed to it, a wave of experts at a time (moe_block.h). All buffers live in
-// the state and grow only when a batch is larger than any before, so decoding allocates nothing.
+// lfm2moe forward pass (ARCHITECTURES.md 3.3), written against the backend ops. One batch of T tokens (of one
+// sequence or several, each through its own attention and conv state) goes through every layer together; each
+// MoE layer routes all T tokens, then acquires each chosen expert once and applies it to the tokens routed to
+// it, a wave of experts at a time (moe_block.h). All buffers live in the state and grow only when a batch is
+// larger than any before, so decoding allocates nothing.
 #include "models/lfm2moe.h"
 
 #include <algorithm>
@@ -76,17 +77,21 @@ backend::RouterParams Lfm2MoeModel::router_params(const Layer& layer) const {
   return p;
 }
 
-void Lfm2MoeModel::forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits,
-                           bool all_rows, ForwardCapture* capture) {
-  State& st = forward_state<State>(state, tokens, logits, all_rows);
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  st.reserve(T);
-  forward_trunk(st, tokens, logits, all_rows, capture, [&](int il) { run_layer(st, il, T, capture); });
+MoeSequenceState* Lfm2MoeModel::own_state(ModelState& state) const {
+  auto* st = dynamic_cast<State*>(&state);
+  return st && st->model_ == this ? st : nullptr;
 }
 
-void Lfm2MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* capture) {
+void Lfm2MoeModel::run_batch(const SequenceBatch& batch, ForwardCapture* capture) {
+  State& ws = static_cast<State&>(*batch.work);
+  ws.reserve(batch.T);
+  forward_trunk(batch, capture, [&](int il) { run_layer(ws, batch, il, capture); });
+}
+
+void Lfm2MoeModel::run_layer(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture) {
   const Layer& l = layers_[static_cast<size_t>(il)];
   TrunkBuffers& ws = st.trunk;
+  const int64_t T = batch.T;
   const int64_t H = cfg_.n_embd;
   backend::Backend& be = *backend_;
 
@@ -96,10 +101,15 @@ void Lfm2MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* captu
         *backend_,
         QkNormAttention{l.wq, l.wk, l.wv, l.wo, l.q_norm, l.k_norm, cfg_.n_head, cfg_.n_head_kv,
                         cfg_.head_dim, cfg_.n_rot, cfg_.eps, cfg_.rope_theta, cfg_.rope_freq_scale},
-        st.layers.kv(il), st.n_past, T, ws);
+        batch, il);
   } else {
     matmul(st, l.in_proj, ws.xn.view(), T, st.bcx.view());
-    be.short_conv(st.bcx.view(), T, H, l.conv, cfg_.l_cache, st.layers.conv(il), st.y.view());
+    // Each sequence's rows through its own conv state.
+    for (const BatchSegment& s : batch.segments) {
+      const size_t r0 = static_cast<size_t>(s.row0 * H), n = static_cast<size_t>(s.rows * H);
+      be.short_conv(st.bcx.view().sub(3 * r0, 3 * n), s.rows, H, l.conv, cfg_.l_cache,
+                    s.state->layers.conv(il), st.y.view().sub(r0, n));
+    }
     matmul(st, l.out_proj, st.y.view(), T, ws.mix.view());
   }
   be.add(ws.x.view(), ws.mix.view(), T * H);
@@ -114,7 +124,7 @@ void Lfm2MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* captu
     backend_->ffn(std::span(&dense, 1), backend::ActivationParams{}, ws.xn.view(), T, ws.mix.view());
     be.add(ws.x.view(), ws.mix.view(), T * H);
   } else {
-    run_moe(st, l, T, capture);
+    run_moe(st, batch, l, capture);
   }
 }
 
@@ -125,8 +135,9 @@ void Lfm2MoeModel::route(State& st, const Layer& l, int64_t T, const RoutingOut&
                cfg_.n_embd, st.trunk.scratch.view(), out);
 }
 
-void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture* capture) {
+void Lfm2MoeModel::run_moe(State& st, const SequenceBatch& batch, const Layer& l, ForwardCapture* capture) {
   MoeBuffers& m = st.moe;
+  const int64_t T = batch.T;
   const int K = cfg_.n_expert_used, moe = l.moe_index;
   const int n_moe = static_cast<int>(expert_layout_.layers.size());
   // The guesses use the post-operator state, before this layer's FFN.
@@ -143,7 +154,7 @@ void Lfm2MoeModel::run_moe(State& st, const Layer& l, int64_t T, ForwardCapture*
   compute_experts(*backend_, *experts_, moe, m, st.wave,
                   {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp}, st.trunk.xn.view(), T);
   add_expert_outputs(*backend_, m, st.trunk.x.view(), T, K, cfg_.n_embd);
-  report_routing(*backend_, routing_sink_, moe, st.n_past, T, K, m);
+  report_routing(*backend_, routing_sink_, moe, batch, K, m);
   capture_routing(*backend_, capture, moe, T, K, m);
 }
 

@@ -32,8 +32,6 @@ class Lfm2MoeModel final : public MoeModelBase {
 
   const Lfm2MoeConfig& config() const { return cfg_; }
   std::unique_ptr<ModelState> new_state(int n_ctx) override;
-  void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits, bool all_rows,
-               ForwardCapture* capture = nullptr) override;
 
   struct Layer {
     backend::Buf<const float> attn_norm;
@@ -55,8 +53,11 @@ class Lfm2MoeModel final : public MoeModelBase {
 
  private:
   class State;
-  void run_layer(State& st, int il, int64_t T, ForwardCapture* capture);
-  void run_moe(State& st, const Layer& layer, int64_t T, ForwardCapture* capture);
+  MoeSequenceState* own_state(ModelState& state) const override;
+  void run_batch(const SequenceBatch& batch, ForwardCapture* capture) override;
+  // st: the work state, whose batch buffers hold every sequence's rows.
+  void run_layer(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture);
+  void run_moe(State& st, const SequenceBatch& batch, const Layer& layer, ForwardCapture* capture);
   void route(State& st, const Layer& layer, int64_t T, const RoutingOut& out);
   backend::RouterParams router_params(const Layer& layer) const;
 

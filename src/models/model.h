@@ -2,7 +2,7 @@
 // The architecture-independent model API the engine is written against. A model is loaded from a GGUF
 // (load_model dispatches on general.architecture), owns its dense weights, reaches its routed experts
 // only through an ExpertProvider, and runs batches of tokens against a ModelState (KV cache and recurrent
-// state of one sequence).
+// state of one sequence), or of several sequences at once (forward_many).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -80,6 +80,15 @@ struct LoadOptions {
   std::function<std::unique_ptr<ExpertProvider>(const gguf::File&, const ExpertLayout&)> make_expert_provider;
 };
 
+// One sequence's share of a multi-sequence forward (Model::forward_many): its state, its tokens (at
+// positions state->n_past..), and where its logits go (the last token's, or every token's with all_rows).
+struct SequenceStep {
+  ModelState* state = nullptr;
+  std::span<const int32_t> tokens;
+  std::span<float> logits;
+  bool all_rows = false;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -97,6 +106,14 @@ class Model {
   // Not reentrant: one forward at a time per Model.
   virtual void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits,
                        bool all_rows, ForwardCapture* capture = nullptr) = 0;
+  // Runs several sequences as ONE batch: their rows go through every dense op together and each MoE layer
+  // acquires each chosen expert once for all the rows routed to it (so sequences decoded side by side share
+  // their expert reads), while each sequence's attention and recurrent state see only its own rows. Each
+  // sequence's logits and state come out as forward() alone would give them on a backend whose results do
+  // not depend on how rows are batched (the CPU backend; tested). Every step is checked as forward() checks
+  // it, and the states must be distinct, before any state is touched; if it throws later, every state of
+  // the batch must be reset() before reuse. No capture: routing and residuals are a single sequence's.
+  virtual void forward_many(std::span<const SequenceStep> steps) = 0;
   virtual ExpertProvider& experts() = 0;
   // Every later forward reports its routing to `sink` (null: to nobody). The sink must outlive its use.
   virtual void set_routing_sink(RoutingSink* sink) = 0;

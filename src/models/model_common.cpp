@@ -27,15 +27,19 @@ void check_forward_args(std::string_view arch, const ModelState& st, std::span<c
       fail("{}: token id {} is out of range (vocabulary of {})", arch, id, n_vocab);
 }
 
-uint64_t step_key(const void* state, int64_t T, int64_t logit_rows, size_t n_logits) {
+uint64_t step_key(const SequenceBatch& batch, size_t n_logits) {
   // FNV-1a over the fields: a key only has to differ when they do.
   uint64_t h = 1469598103934665603ull;
-  for (const uint64_t v :
-       {static_cast<uint64_t>(reinterpret_cast<uintptr_t>(state)), static_cast<uint64_t>(T),
-        static_cast<uint64_t>(logit_rows), static_cast<uint64_t>(n_logits)}) {
+  auto mix = [&h](uint64_t v) {
     h ^= v;
     h *= 1099511628211ull;
+  };
+  for (const BatchSegment& s : batch.segments) {
+    mix(static_cast<uint64_t>(reinterpret_cast<uintptr_t>(s.state)));
+    mix(static_cast<uint64_t>(s.rows));
+    mix(static_cast<uint64_t>(s.logit_rows));
   }
+  mix(static_cast<uint64_t>(n_logits));
   return h;
 }
 
@@ -54,9 +58,23 @@ void capture_layer(backend::Backend& be, ForwardCapture* capture, int il, backen
                 static_cast<size_t>(T * n_embd));
 }
 
-void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const backend::KvCacheView& kv,
-                       int n_past, int64_t T, TrunkBuffers& b) {
-  const int64_t hd = a.head_dim;
+void attend_segments(backend::Backend& be, const SequenceBatch& batch, int il,
+                     const backend::AttentionParams& p, int64_t q_dim, int64_t kv_dim) {
+  const TrunkBuffers& b = batch.work->trunk;
+  for (const BatchSegment& s : batch.segments) {
+    const backend::KvCacheView kv = s.state->layers.kv(il);
+    const size_t q0 = static_cast<size_t>(s.row0 * q_dim), qn = static_cast<size_t>(s.rows * q_dim);
+    const size_t k0 = static_cast<size_t>(s.row0 * kv_dim), kn = static_cast<size_t>(s.rows * kv_dim);
+    be.kv_store(kv, b.k.view().sub(k0, kn), b.v.view().sub(k0, kn), s.rows, s.n_past);
+    // The scratch of the segment's own state: it is sized for that state's context.
+    be.attention(kv, b.q.view().sub(q0, qn), s.rows, s.n_past, p, b.att.view().sub(q0, qn),
+                 s.state->trunk.attn_scratch.view());
+  }
+}
+
+void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const SequenceBatch& batch, int il) {
+  TrunkBuffers& b = batch.work->trunk;
+  const int64_t hd = a.head_dim, T = batch.T;
   const backend::MatmulTask qkv[] = {
       {a.wq, b.xn.view(), b.q.view()}, {a.wk, b.xn.view(), b.k.view()}, {a.wv, b.xn.view(), b.v.view()}};
   be.matmul_many(qkv, T);
@@ -68,12 +86,10 @@ void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const bac
   rope.freq_scale = a.rope_freq_scale;
   be.rope(b.q.view(), T, a.n_head, a.head_dim, b.pos.view(), rope);
   be.rope(b.k.view(), T, a.n_head_kv, a.head_dim, b.pos.view(), rope);
-  be.kv_store(kv, b.k.view(), b.v.view(), T, n_past);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   backend::AttentionParams ap;
   ap.n_head = a.n_head;
-  ap.scale = scale;
-  be.attention(kv, b.q.view(), T, n_past, ap, b.att.view(), b.attn_scratch.view());
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  attend_segments(be, batch, il, ap, a.n_head * hd, a.n_head_kv * hd);
   be.matmul(a.wo, b.att.view(), T, b.mix.view(), b.scratch.view());
 }
 

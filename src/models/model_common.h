@@ -32,18 +32,9 @@ struct TrunkWeights {
   const backend::Weight& output;
 };
 
-// The forward skeleton: token ids and positions uploaded, the capture cleared for the batch, embeddings
-// into b.x, run_layer(il) for every layer (recording the residual stream when the capture wants it), then
-// the final norm and the head on the last row (or every row) into b.logits, read back into `logits`, and
-// n_past advanced. n_moe routing slots per token are cleared in the capture.
-// The key of a forward step (Backend::begin_step): what its op sequence depends on besides the positions.
-uint64_t step_key(const void* state, int64_t T, int64_t logit_rows, size_t n_logits);
-
-template <class RunLayer>
-void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
-               std::span<const int32_t> tokens, std::span<float> logits, bool all_rows, int n_layer,
-               int64_t n_embd, size_t n_moe, int k, ForwardCapture* capture, bool reads_back,
-               RunLayer&& run_layer);
+// The key of a forward step (Backend::begin_step): what its op sequence depends on besides the positions
+// (each sequence's state, rows and logit rows).
+uint64_t step_key(const SequenceBatch& batch, size_t n_logits);
 
 // Clears the capture for a batch of T tokens: k routing slots per token of each of the n_moe MoE layers,
 // and the per-layer residual stream when wanted.
@@ -51,23 +42,33 @@ void begin_capture(ForwardCapture* capture, size_t n_moe, int64_t T, int k, int 
 void capture_layer(backend::Backend& be, ForwardCapture* capture, int il, backend::Buf<const float> x,
                    int64_t T, int64_t n_embd);
 
+// The forward skeleton over a batch of sequences: token ids and positions (each segment's from its n_past)
+// uploaded, the capture cleared for the batch, embeddings into the work state's x, run_layer(il) for every
+// layer (recording the residual stream when the capture wants it), then the final norm of each segment's
+// logit rows gathered into xn, the head on those rows at once, each segment's logits read back into its
+// span, and each n_past advanced.
 template <class RunLayer>
-void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, ModelState& state,
-               std::span<const int32_t> tokens, std::span<float> logits, bool all_rows, int n_layer,
-               int64_t n_embd, size_t n_moe, int k, ForwardCapture* capture, bool reads_back,
+void run_trunk(backend::Backend& be, const TrunkWeights& w, const SequenceBatch& batch, int n_layer,
+               int64_t n_embd, size_t n_moe, int k, int n_vocab, ForwardCapture* capture, bool reads_back,
                RunLayer&& run_layer) {
-  const int64_t T = static_cast<int64_t>(tokens.size()), H = n_embd;
-  for (int64_t t = 0; t < T; ++t) b.pos_host[static_cast<size_t>(t)] = static_cast<int32_t>(state.n_past + t);
+  TrunkBuffers& b = batch.work->trunk;
+  const int64_t T = batch.T, H = n_embd;
+  for (const BatchSegment& s : batch.segments)
+    for (int64_t t = 0; t < s.rows; ++t) {
+      const size_t r = static_cast<size_t>(s.row0 + t);
+      b.pos_host[r] = static_cast<int32_t>(s.n_past + t);
+      b.tokens_host[r] = s.tokens[static_cast<size_t>(t)];
+    }
   be.upload(b.pos.view(), b.pos_host.data(), static_cast<size_t>(T));
-  be.upload(b.tokens.view(), tokens.data(), static_cast<size_t>(T));
+  be.upload(b.tokens.view(), b.tokens_host.data(), static_cast<size_t>(T));
   begin_capture(capture, n_moe, T, k, n_layer, H);
 
-  const int64_t rows = all_rows ? T : 1;
-  b.logits.resize(be, logits.size(), "logits");
+  const size_t n_logits = static_cast<size_t>(batch.logit_rows) * static_cast<size_t>(n_vocab);
+  b.logits.resize(be, n_logits, "logits");
   // With a capture (residuals and routing) or `reads_back` (a routing sink), the host reads between the ops:
   // such a forward is not one step.
   std::optional<backend::StepScope> step;
-  if (!capture && !reads_back) step.emplace(be, step_key(&state, T, rows, logits.size()));
+  if (!capture && !reads_back) step.emplace(be, step_key(batch, n_logits));
 
   be.get_rows(w.tok_embd, b.tokens.view(), T, b.x.view());
   for (int il = 0; il < n_layer; ++il) {
@@ -75,13 +76,28 @@ void run_trunk(backend::Backend& be, const TrunkWeights& w, TrunkBuffers& b, Mod
     capture_layer(be, capture, il, b.x.view(), T, H);
   }
 
-  const auto last = b.x.view().sub(static_cast<size_t>((T - rows) * H));
-  be.rms_norm(last, rows, H, w.output_norm, w.eps, b.xn.view());
-  be.matmul(w.output, b.xn.view(), rows, b.logits.view(), b.scratch.view());
+  int64_t out = 0;
+  for (const BatchSegment& s : batch.segments) {
+    const auto last = b.x.view().sub(static_cast<size_t>((s.row0 + s.rows - s.logit_rows) * H));
+    be.rms_norm(last, s.logit_rows, H, w.output_norm, w.eps, b.xn.view().sub(static_cast<size_t>(out * H)));
+    out += s.logit_rows;
+  }
+  be.matmul(w.output, b.xn.view(), batch.logit_rows, b.logits.view(), b.scratch.view());
   if (step) step->end();
-  be.download(logits.data(), b.logits.view(), logits.size());
-  state.n_past += static_cast<int>(T);
+  out = 0;
+  for (const BatchSegment& s : batch.segments) {
+    const size_t n = static_cast<size_t>(s.logit_rows) * static_cast<size_t>(n_vocab);
+    be.download(s.logits.data(),
+                b.logits.view().sub(static_cast<size_t>(out) * static_cast<size_t>(n_vocab), n), n);
+    out += s.logit_rows;
+    s.state->n_past += static_cast<int>(s.rows);
+  }
 }
+
+// Each segment's K and V (rows of k and v, kv_dim wide) stored in its own KV cache of layer il at its
+// positions, and the attention of its rows of q (q_dim wide) over that cache into its rows of att.
+void attend_segments(backend::Backend& be, const SequenceBatch& batch, int il,
+                     const backend::AttentionParams& p, int64_t q_dim, int64_t kv_dim);
 
 // The GQA attention of lfm2moe and qwen3moe on b.xn (the normed residual): Q, K and V in one grouped matmul,
 // per-head RMS norm of Q and K, NeoX RoPE, the f16 KV cache, causal attention, and the output projection
@@ -93,8 +109,7 @@ struct QkNormAttention {
   int n_head, n_head_kv, head_dim, n_rot;
   float eps, rope_theta, rope_freq_scale;
 };
-void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const backend::KvCacheView& kv,
-                       int n_past, int64_t T, TrunkBuffers& b);
+void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const SequenceBatch& batch, int il);
 
 // The widest activation row any matmul quantizes: the scratch one token needs, sized once at load.
 class ActRowBytes {

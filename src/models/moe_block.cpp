@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "models/sequence_state.h"
+
 namespace df::models {
 
 void MoeBuffers::reserve(backend::Backend& be, size_t t, size_t H, size_t E, size_t K) {
@@ -168,12 +170,15 @@ void add_expert_outputs(backend::Backend& be, MoeBuffers& b, backend::Buf<float>
   be.moe_combine_add(b.expert_out.view(), b.expert_weights.view(), T, k, n_embd, x);
 }
 
-void report_routing(backend::Backend& be, RoutingSink* sink, int moe_index, int first_pos, int64_t T, int k,
+void report_routing(backend::Backend& be, RoutingSink* sink, int moe_index, const SequenceBatch& batch, int k,
                     MoeBuffers& b) {
   if (!sink) return;
-  const size_t n = static_cast<size_t>(T * k);
-  be.download(b.expert_ids_host.data(), b.expert_ids.view(), n);
-  sink->routed(moe_index, first_pos, std::span<const int32_t>(b.expert_ids_host.data(), n), T, k);
+  be.download(b.expert_ids_host.data(), b.expert_ids.view(), static_cast<size_t>(batch.T * k));
+  for (const BatchSegment& s : batch.segments)
+    sink->routed(
+        moe_index, s.n_past,
+        std::span<const int32_t>(b.expert_ids_host.data() + s.row0 * k, static_cast<size_t>(s.rows * k)),
+        s.rows, k);
 }
 
 void capture_routing(backend::Backend& be, ForwardCapture* capture, int moe_index, int64_t T, int k,

@@ -14,6 +14,8 @@
 
 namespace df::models {
 
+struct SequenceBatch;  // sequence_state.h
+
 // An array in the backend's memory that only grows: resize() reallocates (losing the contents) when it
 // needs more, so a decode loop that never outgrows its first batch allocates nothing.
 template <class T>
@@ -175,9 +177,9 @@ void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_inde
 void add_expert_outputs(backend::Backend& be, MoeBuffers& b, backend::Buf<float> x, int64_t T, int k,
                         int64_t n_embd);
 
-// Hands MoE layer moe_index's choice for the batch at first_pos to the sink (none: nothing), read back into
-// b.expert_ids_host (no allocation: it holds a batch's ids already).
-void report_routing(backend::Backend& be, RoutingSink* sink, int moe_index, int first_pos, int64_t T, int k,
+// Hands MoE layer moe_index's choice for each sequence of the batch (its rows at its positions) to the sink
+// (none: nothing), read back into b.expert_ids_host (no allocation: it holds a batch's ids already).
+void report_routing(backend::Backend& be, RoutingSink* sink, int moe_index, const SequenceBatch& batch, int k,
                     MoeBuffers& b);
 
 // Records MoE layer moe_index's choice and weights in the capture (none: nothing), read back.

@@ -20,6 +20,47 @@ uint64_t MoeModelBase::state_bytes(int n_ctx, int n_batch) const {
   return models::state_bytes(state_dims_, n_ctx, n_batch, backend_->n_threads());
 }
 
+void MoeModelBase::make_batch(std::span<const SequenceStep> steps) {
+  if (steps.empty()) fail("{}: forward_many() needs at least one sequence", info_.arch);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const SequenceStep& s = steps[i];
+    if (!s.state || !own_state(*s.state))
+      fail("{}: forward() was given a state made by another model", info_.arch);
+    check_forward_args(info_.arch, *s.state, s.tokens, s.logits, s.all_rows, info_.n_vocab);
+    for (size_t j = 0; j < i; ++j)
+      if (steps[j].state == s.state)
+        fail("{}: forward_many() was given the same state for sequences {} and {}", info_.arch, j, i);
+  }
+  batch_.segments.clear();
+  batch_.T = batch_.logit_rows = 0;
+  for (const SequenceStep& s : steps) {
+    BatchSegment seg;
+    seg.state = own_state(*s.state);
+    seg.tokens = s.tokens;
+    seg.logits = s.logits;
+    seg.row0 = batch_.T;
+    seg.rows = static_cast<int64_t>(s.tokens.size());
+    seg.logit_rows = s.all_rows ? seg.rows : 1;
+    seg.n_past = s.state->n_past;
+    batch_.T += seg.rows;
+    batch_.logit_rows += seg.logit_rows;
+    batch_.segments.push_back(seg);
+  }
+  batch_.work = batch_.segments.front().state;
+}
+
+void MoeModelBase::forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits,
+                           bool all_rows, ForwardCapture* capture) {
+  const SequenceStep one{&state, tokens, logits, all_rows};
+  make_batch(std::span(&one, 1));
+  run_batch(batch_, capture);
+}
+
+void MoeModelBase::forward_many(std::span<const SequenceStep> steps) {
+  make_batch(steps);
+  run_batch(batch_, nullptr);
+}
+
 void MoeModelBase::finish_load(const gguf::File& file, const LoadOptions& options, WeightLoader& w,
                                ActRowBytes& act_row) {
   storage_ = w.take_storage();

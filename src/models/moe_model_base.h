@@ -26,6 +26,11 @@ class MoeModelBase : public Model {
   ExpertProvider& experts() override { return *experts_; }
   void set_routing_sink(RoutingSink* sink) override { routing_sink_ = sink; }
   uint64_t state_bytes(int n_ctx, int n_batch) const override;
+  // Both are one batch (SequenceBatch) through run_batch: forward() of one sequence, forward_many() of
+  // several.
+  void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits, bool all_rows,
+               ForwardCapture* capture = nullptr) final;
+  void forward_many(std::span<const SequenceStep> steps) final;
 
  protected:
   explicit MoeModelBase(const LoadOptions& options);
@@ -33,15 +38,14 @@ class MoeModelBase : public Model {
   // new_state()'s check: df::Error when n_ctx < 1. Messages name the model by info_.arch, so these checks
   // run only once the loader has set info_.
   void check_n_ctx(int n_ctx) const;
-  // forward()'s checks before the state is touched: a State this model made (its model_ is this), then
-  // check_forward_args.
-  template <class State>
-  State& forward_state(ModelState& state, std::span<const int32_t> tokens, std::span<const float> logits,
-                       bool all_rows) const;
+  // The architecture's State when `state` is one this model made, else null.
+  virtual MoeSequenceState* own_state(ModelState& state) const = 0;
+  // Grows the work state's batch buffers to batch.T rows and runs the batch (forward_trunk); every step of
+  // it has been checked.
+  virtual void run_batch(const SequenceBatch& batch, ForwardCapture* capture) = 0;
   // run_trunk with this model's trunk weights and sizes.
   template <class RunLayer>
-  void forward_trunk(MoeSequenceState& st, std::span<const int32_t> tokens, std::span<float> logits,
-                     bool all_rows, ForwardCapture* capture, RunLayer&& run_layer);
+  void forward_trunk(const SequenceBatch& batch, ForwardCapture* capture, RunLayer&& run_layer);
   void matmul(MoeSequenceState& st, const backend::Weight& w, backend::Buf<const float> x, int64_t rows,
               backend::Buf<float> y) {
     backend_->matmul(w, x, rows, y, st.trunk.scratch.view());
@@ -67,16 +71,13 @@ class MoeModelBase : public Model {
   RoutingSink* routing_sink_ = nullptr;  // set_routing_sink
   size_t max_act_row_bytes_ = 0;
   StateDims state_dims_;  // set from the config by each constructor; act_row_bytes by finish_load
-};
 
-template <class State>
-State& MoeModelBase::forward_state(ModelState& state, std::span<const int32_t> tokens,
-                                   std::span<const float> logits, bool all_rows) const {
-  auto* st = dynamic_cast<State*>(&state);
-  if (!st || st->model_ != this) fail("{}: forward() was given a state made by another model", info_.arch);
-  check_forward_args(info_.arch, *st, tokens, logits, all_rows, info_.n_vocab);
-  return *st;
-}
+ private:
+  // The checks of forward() and forward_many() (a state of this model, check_forward_args, distinct states),
+  // then batch_ refilled from the steps.
+  void make_batch(std::span<const SequenceStep> steps);
+  SequenceBatch batch_;
+};
 
 template <class Layer, class LayerTarget>
 bool MoeModelBase::bind_tensors(TensorBinder& bind, const std::vector<TensorDesc>& tensors,
@@ -96,12 +97,10 @@ bool MoeModelBase::bind_tensors(TensorBinder& bind, const std::vector<TensorDesc
 }
 
 template <class RunLayer>
-void MoeModelBase::forward_trunk(MoeSequenceState& st, std::span<const int32_t> tokens,
-                                 std::span<float> logits, bool all_rows, ForwardCapture* capture,
-                                 RunLayer&& run_layer) {
-  run_trunk(*backend_, TrunkWeights{tok_embd_, output_norm_, info_.rms_eps, output_}, st.trunk, st, tokens,
-            logits, all_rows, info_.n_layer, info_.n_embd, expert_layout_.layers.size(), info_.n_expert_used,
-            capture, routing_sink_ != nullptr, std::forward<RunLayer>(run_layer));
+void MoeModelBase::forward_trunk(const SequenceBatch& batch, ForwardCapture* capture, RunLayer&& run_layer) {
+  run_trunk(*backend_, TrunkWeights{tok_embd_, output_norm_, info_.rms_eps, output_}, batch, info_.n_layer,
+            info_.n_embd, expert_layout_.layers.size(), info_.n_expert_used, info_.n_vocab, capture,
+            routing_sink_ != nullptr, std::forward<RunLayer>(run_layer));
 }
 
 }  // namespace df::models

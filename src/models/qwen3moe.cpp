@@ -61,17 +61,21 @@ backend::RouterParams Qwen3MoeModel::router_params() const {
   return p;
 }
 
-void Qwen3MoeModel::forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits,
-                            bool all_rows, ForwardCapture* capture) {
-  State& st = forward_state<State>(state, tokens, logits, all_rows);
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  st.reserve(T);
-  forward_trunk(st, tokens, logits, all_rows, capture, [&](int il) { run_layer(st, il, T, capture); });
+MoeSequenceState* Qwen3MoeModel::own_state(ModelState& state) const {
+  auto* st = dynamic_cast<State*>(&state);
+  return st && st->model_ == this ? st : nullptr;
 }
 
-void Qwen3MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* capture) {
+void Qwen3MoeModel::run_batch(const SequenceBatch& batch, ForwardCapture* capture) {
+  State& ws = static_cast<State&>(*batch.work);
+  ws.reserve(batch.T);
+  forward_trunk(batch, capture, [&](int il) { run_layer(ws, batch, il, capture); });
+}
+
+void Qwen3MoeModel::run_layer(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture) {
   const Layer& l = layers_[static_cast<size_t>(il)];
   TrunkBuffers& ws = st.trunk;
+  const int64_t T = batch.T;
   const int64_t H = cfg_.n_embd;
   backend::Backend& be = *backend_;
 
@@ -80,10 +84,10 @@ void Qwen3MoeModel::run_layer(State& st, int il, int64_t T, ForwardCapture* capt
       *backend_,
       QkNormAttention{l.wq, l.wk, l.wv, l.wo, l.q_norm, l.k_norm, cfg_.n_head, cfg_.n_head_kv, cfg_.head_dim,
                       cfg_.head_dim, cfg_.eps, cfg_.rope_theta, cfg_.rope_freq_scale},
-      st.layers.kv(il), st.n_past, T, ws);
+      batch, il);
   be.add(ws.x.view(), ws.mix.view(), T * H);
 
-  run_moe(st, il, T, capture);
+  run_moe(st, batch, il, capture);
 }
 
 // ffn_norm(x) into xn, then layer il's router: the k experts of every token and their weights.
@@ -95,8 +99,9 @@ void Qwen3MoeModel::route(State& st, int il, int64_t T, const RoutingOut& out) {
 }
 
 // Every layer is a MoE layer, so the MoE index is the model layer.
-void Qwen3MoeModel::run_moe(State& st, int il, int64_t T, ForwardCapture* capture) {
+void Qwen3MoeModel::run_moe(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture) {
   MoeBuffers& m = st.moe;
+  const int64_t T = batch.T;
   const int K = cfg_.n_expert_used;
   prefetch_next_layers(
       *backend_, *experts_, m, il, cfg_.n_layer, prefetch_lookahead_, T, K, cfg_.n_expert, [&](int target) {
@@ -110,7 +115,7 @@ void Qwen3MoeModel::run_moe(State& st, int il, int64_t T, ForwardCapture* captur
   compute_experts(*backend_, *experts_, il, m, st.wave,
                   {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp}, st.trunk.xn.view(), T);
   add_expert_outputs(*backend_, m, st.trunk.x.view(), T, K, cfg_.n_embd);
-  report_routing(*backend_, routing_sink_, il, st.n_past, T, K, m);
+  report_routing(*backend_, routing_sink_, il, batch, K, m);
   capture_routing(*backend_, capture, il, T, K, m);
 }
 

@@ -29,8 +29,6 @@ class Qwen3MoeModel final : public MoeModelBase {
 
   const Qwen3MoeConfig& config() const { return cfg_; }
   std::unique_ptr<ModelState> new_state(int n_ctx) override;
-  void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits, bool all_rows,
-               ForwardCapture* capture = nullptr) override;
 
   struct Layer {
     backend::Buf<const float> attn_norm;
@@ -43,8 +41,11 @@ class Qwen3MoeModel final : public MoeModelBase {
 
  private:
   class State;
-  void run_layer(State& st, int il, int64_t T, ForwardCapture* capture);
-  void run_moe(State& st, int il, int64_t T, ForwardCapture* capture);
+  MoeSequenceState* own_state(ModelState& state) const override;
+  void run_batch(const SequenceBatch& batch, ForwardCapture* capture) override;
+  // st: the work state, whose batch buffers hold every sequence's rows.
+  void run_layer(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture);
+  void run_moe(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture);
   void route(State& st, int il, int64_t T, const RoutingOut& out);
   backend::RouterParams router_params() const;
 

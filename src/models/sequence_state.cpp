@@ -159,6 +159,7 @@ void MoeSequenceState::copy_layers_from(const MoeSequenceState& other, const cha
 void TrunkBuffers::reserve(backend::Backend& be, size_t t, size_t H, size_t q_dim, size_t kv_dim,
                            size_t act_row_bytes) {
   pos_host.resize(t);
+  tokens_host.resize(t);
   pos.resize(be, t, "positions");
   tokens.resize(be, t, "token ids");
   for (auto* b : {&x, &xn, &mix}) b->resize(be, t * H, "batch buffers");
@@ -170,16 +171,16 @@ void TrunkBuffers::reserve(backend::Backend& be, size_t t, size_t H, size_t q_di
 }
 
 size_t TrunkBuffers::bytes() const {
-  size_t total = attn_scratch.bytes() + scratch.bytes() + pos_host.size() * sizeof(int32_t) + pos.bytes() +
-                 tokens.bytes();
+  size_t total = attn_scratch.bytes() + scratch.bytes() +
+                 (pos_host.size() + tokens_host.size()) * sizeof(int32_t) + pos.bytes() + tokens.bytes();
   for (const auto* b : {&x, &xn, &mix, &q, &k, &v, &att}) total += b->bytes();
   return total;
 }
 
 size_t TrunkBuffers::bytes_for(size_t t, size_t H, size_t q_dim, size_t kv_dim, size_t act_row_bytes) {
-  // pos (host and backend), tokens; x, xn, mix; q, att; k, v; scratch (attn_scratch is sized by the state,
+  // pos and tokens (host and backend); x, xn, mix; q, att; k, v; scratch (attn_scratch is sized by the state,
   // not per batch)
-  return t * (3 * sizeof(int32_t) + (3 * H + 2 * q_dim + 2 * kv_dim) * sizeof(float) + act_row_bytes);
+  return t * (4 * sizeof(int32_t) + (3 * H + 2 * q_dim + 2 * kv_dim) * sizeof(float) + act_row_bytes);
 }
 
 MoeSequenceState::MoeSequenceState(backend::Backend& backend, int n_ctx, std::vector<LayerStateSpec> specs,

@@ -6,6 +6,7 @@
 // is host memory.
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -70,8 +71,9 @@ class LayerStates {
 
 // The residual stream and attention buffers of a batch. reserve() only grows them.
 struct TrunkBuffers {
-  std::vector<int32_t> pos_host;     // the batch's positions, as the host counts them
-  DeviceArray<int32_t> pos, tokens;  // the same and the token ids, uploaded for rope and get_rows
+  std::vector<int32_t> pos_host,
+      tokens_host;                   // the batch's positions and token ids, every sequence's in turn
+  DeviceArray<int32_t> pos, tokens;  // the same, uploaded for rope and get_rows
   DeviceArray<float> x, xn, mix, q, k, v, att;
   DeviceArray<uint8_t> scratch;  // activation quantization, act_row_bytes per token
   DeviceArray<float> attn_scratch;
@@ -88,6 +90,27 @@ struct TrunkBuffers {
 struct BatchDims {
   size_t n_embd = 0, q_dim = 0, kv_dim = 0, n_expert = 0, k = 0;
   size_t act_row_bytes = 0;  // activation scratch per token
+};
+
+class MoeSequenceState;
+
+// One sequence's rows in a batch (Model::forward_many; forward() is a batch of one).
+struct BatchSegment {
+  MoeSequenceState* state = nullptr;
+  std::span<const int32_t> tokens;
+  std::span<float> logits;
+  int64_t row0 = 0, rows = 0;  // its rows of the batch
+  int64_t logit_rows = 0;      // its rows that get logits: the last, or every one
+  int n_past = 0;              // the state's n_past as the batch starts: row r is at position n_past + r
+};
+
+// The sequences of one forward, their rows in order. They are computed together in the batch buffers of
+// `work` (the first sequence's state); only the sequence mixers (attention, short conv) and the positions
+// are per segment.
+struct SequenceBatch {
+  std::vector<BatchSegment> segments;  // kept by the model and refilled: no allocation per step
+  int64_t T = 0, logit_rows = 0;
+  MoeSequenceState* work = nullptr;
 };
 
 class MoeSequenceState : public ModelState {

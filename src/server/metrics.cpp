@@ -45,6 +45,11 @@ std::string prometheus_text(const SchedulerCounters& c, int n_slots,
          static_cast<double>(c.prompt_ns.load()) * 1e-9);
   metric(out, "decode_seconds_total", "counter", "Time spent in decode steps.",
          static_cast<double>(c.decode_ns.load()) * 1e-9);
+  metric(out, "decode_forwards_total", "counter", "Decode forwards (each carries every slot that decodes).",
+         static_cast<double>(c.decode_forwards.load()));
+  metric(out, "decode_sequences_total", "counter",
+         "Sequences carried by the decode forwards (over decode_forwards_total: the mean batch).",
+         static_cast<double>(c.decode_sequences.load()));
   metric(out, "prompt_tokens_per_second", "gauge", "Prompt tokens per second of prefill time.",
          prompt_tps(c));
   metric(out, "decode_tokens_per_second", "gauge", "Generated tokens per second of decode time.",

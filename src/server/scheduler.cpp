@@ -81,6 +81,13 @@ Scheduler::Scheduler(OpenedModel& model, int n_slots, int n_ctx) : m_(model), n_
     s->session->keep_prompt_snapshot();
     slots_.push_back(std::move(s));
   }
+  // One decode forward carries every slot, up to the prefill chunk's rows (what the states' batch buffers
+  // were planned for); more slots than that decode in several forwards.
+  decode_ = std::make_unique<DecodeBatch>(
+      static_cast<size_t>(std::clamp(m_.prefill_chunk, 1, std::max(1, n_slots))));
+  decode_->on_step = [this](uint64_t tokens, uint64_t ns) { m_.on_step(tokens, ns); };
+  decode_->on_failure = [this] { m_.on_failure(); };
+  decoding_.reserve(static_cast<size_t>(n_slots));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -155,6 +162,7 @@ void Scheduler::loop() {
     const uint64_t before = counters_.generated_tokens.load();
     for (auto& s : slots_)
       if (s->job) step(*s);
+    decode_together();
     counters_.steps.fetch_add(1);
     const double secs = static_cast<double>(ns_since(t0)) * 1e-9;
     const double tps = secs > 0 ? static_cast<double>(counters_.generated_tokens.load() - before) / secs : 0;
@@ -259,11 +267,39 @@ void Scheduler::sample_and_emit(Slot& slot) {
   if ((r.max_tokens > 0 && slot.out.completion_tokens >= r.max_tokens) || slot.session->context_full())
     return end_with("length", true);
   if (!d.content.empty() || !d.reasoning.empty() || !d.logprobs.empty()) slot.job->push(std::move(d));
+  slot.logits = {};
+  if (decode_->size() == decode_->capacity()) decode_together();
+  decode_->add(*slot.session, token);
+  decoding_.push_back(&slot);
+}
+
+void Scheduler::decode_together() {
+  if (decoding_.empty()) return;
   const auto t0 = clock_type::now();
-  slot.logits = slot.session->decode(token);
+  try {
+    decode_->run();
+  } catch (const std::exception& e) {
+    // Every sequence the forward carried lost its state (DecodeBatch reset them): each request fails.
+    for (Slot* slot : decoding_) {
+      Outcome o = slot->out;
+      o.finish_reason.clear();
+      o.error_status = 500;
+      o.error = fmt::format("generation failed: {}", e.what());
+      finish(*slot, o);
+    }
+    decoding_.clear();
+    return;
+  }
   const uint64_t ns = ns_since(t0);
-  slot.out.predicted_ms += static_cast<double>(ns) * 1e-6;
   counters_.decode_ns.fetch_add(ns);
+  counters_.decode_forwards.fetch_add(1);
+  counters_.decode_sequences.fetch_add(decoding_.size());
+  for (Slot* slot : decoding_) {
+    slot->logits = slot->session->logits();
+    // What the sequence waited for its token: the whole forward it shared.
+    slot->out.predicted_ms += static_cast<double>(ns) * 1e-6;
+  }
+  decoding_.clear();
 }
 
 void Scheduler::step(Slot& slot) {
