@@ -102,6 +102,8 @@ TEST(ServerLoad, SixteenClientsGetTheSequentialAnswers) {
   const double sequences = metric(*c, "diskformer_decode_sequences_total");
   EXPECT_GT(sequences, forwards);
   EXPECT_LE(sequences, 4 * forwards);
+  // New requests' prompts ran beside the others' decode steps.
+  EXPECT_GT(metric(*c, "diskformer_mixed_forwards_total"), 0);
 }
 
 // One slot; a stream that would run to the end of a long context is cut off by its client after a few

@@ -77,7 +77,7 @@ void bench(const BenchFlags& f) {
   for (int rep = 0; rep < f.repeats; ++rep) {
     std::vector<std::unique_ptr<Session>> sessions;
     for (size_t s = 0; s < n_seq; ++s) sessions.push_back(make_session(m, n_ctx));
-    DecodeBatch batch(n_seq);
+    SessionBatch batch(n_seq, n_seq);
     batch.on_step = [&m](uint64_t tokens, uint64_t ns) { m.on_step(tokens, ns); };
     batch.on_failure = [&m] { m.on_failure(); };
     if (m.cache) m.cache->reset_telemetry();
@@ -95,7 +95,7 @@ void bench(const BenchFlags& f) {
     }
     auto t1 = clock::now();
     for (int i = 0; i < f.n_decode; ++i) {
-      for (auto& session : sessions) batch.add(*session, Sampler::argmax(session->logits()));  // greedy
+      for (auto& session : sessions) batch.add_token(*session, Sampler::argmax(session->logits()));  // greedy
       batch.run();
     }
     decode_s += std::chrono::duration<double>(clock::now() - t1).count();

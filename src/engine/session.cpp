@@ -14,11 +14,14 @@ Session::Session(models::Model& model, int n_ctx, int n_batch)
   state_ = model.new_state(n_ctx);
   logits_.resize(static_cast<size_t>(model.info().n_vocab));
   tokens_.reserve(static_cast<size_t>(n_ctx));
+  pending_.reserve(static_cast<size_t>(n_ctx));
 }
 
 void Session::reset() {
   state_->reset();
   tokens_.clear();
+  pending_.clear();
+  pending_at_ = 0;
   snapshot_tokens_.clear();
   have_logits_ = false;
 }
@@ -46,7 +49,9 @@ void Session::run_forward(std::span<const int32_t> tokens, models::ForwardCaptur
                                                      .count()));
 }
 
-std::span<const float> Session::prefill(std::span<const int32_t> tokens, models::ForwardCapture* capture) {
+size_t Session::begin_prefill(std::span<const int32_t> tokens) { return start_prefill(tokens, true); }
+
+size_t Session::start_prefill(std::span<const int32_t> tokens, bool full_hit_ok) {
   if (tokens.empty()) fail("cannot evaluate an empty prompt");
   if (static_cast<int>(tokens.size()) > n_ctx_)
     fail(
@@ -58,12 +63,14 @@ std::span<const float> Session::prefill(std::span<const int32_t> tokens, models:
       fail("prompt token {} at position {} is outside the vocabulary (0..{})", tokens[i], i, n_vocab - 1);
 
   if (on_prefill) on_prefill(static_cast<int>(tokens.size()));
+  pending_.clear();
+  pending_at_ = 0;
   size_t common = 0;
   while (common < tokens.size() && common < tokens_.size() && tokens[common] == tokens_[common]) ++common;
-  if (common == tokens.size() && common == tokens_.size() && have_logits_ && capture == nullptr) {
+  if (common == tokens.size() && common == tokens_.size() && have_logits_ && full_hit_ok) {
     stats_.tokens_reused = static_cast<int>(common);
     stats_.tokens_evaluated = 0;
-    return logits_;
+    return 0;
   }
   // The cached sequence must be a prefix of the new one, and at least one token must be evaluated to get
   // logits; else the prompt snapshot, if it is a shorter prefix of the new sequence, or token 0.
@@ -73,29 +80,46 @@ std::span<const float> Session::prefill(std::span<const int32_t> tokens, models:
         std::equal(snapshot_tokens_.begin(), snapshot_tokens_.end(), tokens.begin())) {
       state_->copy_sequence_from(*snapshot_);
       tokens_.assign(snapshot_tokens_.begin(), snapshot_tokens_.end());
-      have_logits_ = false;
       common = n_snap;
       ++stats_.snapshot_resumes;
     } else {
       if (!tokens_.empty()) ++stats_.restarts;
       state_->reset();
       tokens_.clear();
-      have_logits_ = false;
       common = 0;
     }
   }
+  have_logits_ = false;
   stats_.tokens_reused = static_cast<int>(common);
   stats_.tokens_evaluated = static_cast<int>(tokens.size() - common);
-  for (size_t at = common; at < tokens.size(); at += static_cast<size_t>(n_batch_)) {
-    size_t n = std::min(tokens.size() - at, static_cast<size_t>(n_batch_));
-    auto chunk = tokens.subspan(at, n);
-    run_forward(chunk, capture);
-    tokens_.insert(tokens_.end(), chunk.begin(), chunk.end());
-  }
+  pending_.assign(tokens.begin() + static_cast<std::ptrdiff_t>(common), tokens.end());
+  return pending_.size();
+}
+
+std::span<const int32_t> Session::next_chunk(size_t n) const {
+  return std::span<const int32_t>(pending_).subspan(pending_at_, std::min(n, prefill_left()));
+}
+
+void Session::chunk_done(size_t n) {
+  const auto chunk = next_chunk(n);
+  tokens_.insert(tokens_.end(), chunk.begin(), chunk.end());
+  pending_at_ += chunk.size();
+  if (prefill_left() > 0) return;
+  pending_.clear();
+  pending_at_ = 0;
   have_logits_ = true;
   if (snapshot_) {
     snapshot_->copy_sequence_from(*state_);
     snapshot_tokens_.assign(tokens_.begin(), tokens_.end());
+  }
+}
+
+std::span<const float> Session::prefill(std::span<const int32_t> tokens, models::ForwardCapture* capture) {
+  start_prefill(tokens, capture == nullptr);
+  while (prefill_left() > 0) {
+    const auto chunk = next_chunk(static_cast<size_t>(n_batch_));
+    run_forward(chunk, capture);
+    chunk_done(chunk.size());
   }
   return logits_;
 }
@@ -114,47 +138,73 @@ std::span<const float> Session::decode(int32_t token, models::ForwardCapture* ca
   return logits_;
 }
 
-DecodeBatch::DecodeBatch(size_t capacity) : sessions_(capacity), tokens_(capacity), steps_(capacity) {}
-
-void DecodeBatch::add(Session& s, int32_t token) {
-  if (n_ == sessions_.size()) fail("a decode batch holds at most {} sessions", sessions_.size());
-  for (size_t i = 0; i < n_; ++i)
-    if (sessions_[i] == &s) fail("a session was added twice to one decode batch");
-  if (n_ > 0 && &sessions_[0]->model_ != &s.model_)
-    fail("a decode batch runs sessions of one model, and this one is of another");
-  s.check_decode(token);
-  sessions_[n_] = &s;
-  tokens_[n_] = token;
-  ++n_;
+SessionBatch::SessionBatch(size_t capacity, size_t max_rows)
+    : entries_(capacity), steps_(capacity), max_rows_(max_rows) {
+  if (capacity < 1 || max_rows < 1) fail("a session batch needs room for at least one session and one token");
 }
 
-void DecodeBatch::run() {
+void SessionBatch::check_room(const Session& s, size_t rows) const {
+  if (n_ == entries_.size()) fail("a session batch holds at most {} sessions", entries_.size());
+  if (rows > rows_left()) fail("a session batch carries at most {} tokens per forward", max_rows_);
+  for (size_t i = 0; i < n_; ++i)
+    if (entries_[i].session == &s) fail("a session was added twice to one batch");
+  if (n_ > 0 && &entries_[0].session->model_ != &s.model_)
+    fail("a session batch runs sessions of one model, and this one is of another");
+}
+
+void SessionBatch::add_token(Session& s, int32_t token) {
+  check_room(s, 1);
+  if (s.prefill_left() > 0) fail("a session with a prefill under way cannot decode yet");
+  s.check_decode(token);
+  entries_[n_++] = Entry{&s, token, 0};
+  ++rows_;
+}
+
+size_t SessionBatch::add_prompt_chunk(Session& s, size_t max_tokens) {
+  if (s.prefill_left() == 0) fail("a session batch was given a session with no prefill under way");
+  const size_t rows = std::min({max_tokens, s.prefill_left(), rows_left()});
+  if (rows == 0) return 0;
+  check_room(s, rows);
+  entries_[n_++] = Entry{&s, 0, rows};
+  rows_ += rows;
+  return rows;
+}
+
+void SessionBatch::run() {
   if (n_ == 0) return;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < n_; ++i) {
-    Session& s = *sessions_[i];
+    const Entry& e = entries_[i];
+    Session& s = *e.session;
     s.have_logits_ = false;
-    steps_[i] = {s.state_.get(), std::span<const int32_t>(&tokens_[i], 1), s.logits_, false};
+    const auto tokens =
+        e.prompt_rows > 0 ? s.next_chunk(e.prompt_rows) : std::span<const int32_t>(&e.token, 1);
+    steps_[i] = {s.state_.get(), tokens, s.logits_, false};
   }
-  const size_t n = n_;
-  n_ = 0;
+  const size_t n = n_, rows = rows_;
+  clear();
   try {
-    sessions_[0]->model_.forward_many(std::span<const models::SequenceStep>(steps_.data(), n));
+    entries_[0].session->model_.forward_many(std::span<const models::SequenceStep>(steps_.data(), n));
   } catch (...) {
     // The forward may have advanced some states half way: every sequence of the batch starts again.
-    for (size_t i = 0; i < n; ++i) sessions_[i]->reset();
+    for (size_t i = 0; i < n; ++i) entries_[i].session->reset();
     if (on_failure) on_failure();
     throw;
   }
   for (size_t i = 0; i < n; ++i) {
-    Session& s = *sessions_[i];
-    s.tokens_.push_back(tokens_[i]);
-    s.have_logits_ = true;
+    const Entry& e = entries_[i];
+    Session& s = *e.session;
+    if (e.prompt_rows > 0) {
+      s.chunk_done(e.prompt_rows);
+    } else {
+      s.tokens_.push_back(e.token);
+      s.have_logits_ = true;
+    }
   }
   if (on_step)
-    on_step(n, static_cast<uint64_t>(
-                   std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-                       .count()));
+    on_step(rows, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                            std::chrono::steady_clock::now() - t0)
+                                            .count()));
 }
 
 }  // namespace df

@@ -29,6 +29,11 @@ class Session {
 
   // Makes the state hold exactly `tokens` and returns the logits after the last of them.
   std::span<const float> prefill(std::span<const int32_t> tokens, models::ForwardCapture* capture = nullptr);
+  // prefill() in steps that a SessionBatch runs (its prompt chunks share forwards with other sessions'
+  // tokens): the same checks, prefix reuse and snapshot, then the tokens still to run are kept here. Returns
+  // how many (0: the logits are there already). The prefill ends when a batch has run the last of them.
+  size_t begin_prefill(std::span<const int32_t> tokens);
+  size_t prefill_left() const { return pending_.size() - pending_at_; }
   // Appends one token and returns the logits after it.
   std::span<const float> decode(int32_t token, models::ForwardCapture* capture = nullptr);
   void reset();  // forgets the sequence and the snapshot
@@ -37,7 +42,8 @@ class Session {
   void keep_prompt_snapshot();
 
   const std::vector<int32_t>& tokens() const { return tokens_; }
-  // The logits after the last token (what the last prefill() or decode() returned, or a DecodeBatch gave).
+  // The logits after the last token (what the last prefill() or decode() returned, or a SessionBatch gave);
+  // not meaningful while a begun prefill has tokens left.
   std::span<const float> logits() const { return logits_; }
   int n_ctx() const { return n_ctx_; }
   int n_batch() const { return n_batch_; }
@@ -56,9 +62,15 @@ class Session {
   std::function<void()> on_failure;
 
  private:
-  friend class DecodeBatch;
+  friend class SessionBatch;
   // decode()'s checks of `token`.
   void check_decode(int32_t token) const;
+  // begin_prefill(); full_hit_ok: a prompt equal to what is cached returns at once (not with a capture,
+  // which must see the forward).
+  size_t start_prefill(std::span<const int32_t> tokens, bool full_hit_ok);
+  // The next at most n tokens of the begun prefill, and their having run (the snapshot taken after the last).
+  std::span<const int32_t> next_chunk(size_t n) const;
+  void chunk_done(size_t n);
   void run_forward(std::span<const int32_t> tokens, models::ForwardCapture* capture);
 
   models::Model& model_;
@@ -67,40 +79,54 @@ class Session {
   std::vector<int32_t> snapshot_tokens_;
   int n_ctx_, n_batch_;
   std::vector<int32_t> tokens_;
+  std::vector<int32_t> pending_;  // a begun prefill's tokens after the reused prefix; pending_at_ of them ran
+  size_t pending_at_ = 0;
   std::vector<float> logits_;
   bool have_logits_ = false;
   SessionStats stats_;
 };
 
-// The next token of several sessions of one model decoded in ONE forward (Model::forward_many): the
-// sessions' rows share every dense op, and each expert chosen by several of them is fetched and applied
-// once for all. Each session ends as decode() would leave it, with the same logits (the model's results do
-// not depend on batching; tests/test_models_sequences.cpp). Room for `capacity` sessions is allocated once.
-class DecodeBatch {
+// Several sessions of one model advanced in ONE forward (Model::forward_many): each one's next decoded token,
+// or the next chunk of its begun prefill. The sessions' rows share every dense op, and each expert chosen by
+// several of them is fetched and applied once for all. Each session ends as decode() or prefill() would
+// leave it, with the same logits (the model's results do not depend on batching;
+// tests/test_models_sequences.cpp). Room for `capacity` sessions is allocated once.
+class SessionBatch {
  public:
-  explicit DecodeBatch(size_t capacity);
+  // max_rows: the most tokens one forward carries (what the states' batch buffers are planned for).
+  SessionBatch(size_t capacity, size_t max_rows);
 
-  // Adds `s` with its next token, checked as decode() checks it. df::Error when the batch is full or s is
-  // in it already.
-  void add(Session& s, int32_t token);
+  // Adds `s` with its next token, checked as decode() checks it. df::Error when the batch is full (sessions
+  // or rows) or s is in it already.
+  void add_token(Session& s, int32_t token);
+  // Adds the next chunk of s's begun prefill: at most max_tokens tokens, and no more than rows_left().
+  // Returns how many (0 adds nothing). df::Error when s has no prefill begun or is in the batch already.
+  size_t add_prompt_chunk(Session& s, size_t max_tokens);
   size_t size() const { return n_; }
-  size_t capacity() const { return sessions_.size(); }
-  Session& session(size_t i) { return *sessions_[i]; }
+  size_t capacity() const { return entries_.size(); }
+  size_t rows() const { return rows_; }
+  size_t rows_left() const { return max_rows_ - rows_; }
+  bool full() const { return n_ == entries_.size() || rows_ == max_rows_; }
   // Runs the batch (nothing when it is empty) and empties it. If the forward fails, every session of the
-  // batch is reset (its sequence is lost, as decode()'s would be), on_failure is called, and the error
-  // is rethrown.
+  // batch is reset (its sequence is lost, as a failed decode()'s or prefill()'s would be), on_failure is
+  // called, and the error is rethrown.
   void run();
-  void clear() { n_ = 0; }
+  void clear() { n_ = rows_ = 0; }
 
-  // As Session's: after the forward with its token count (one per session) and time; after a failure.
+  // As Session's: after the forward with its token count and time; after a failure.
   std::function<void(uint64_t tokens, uint64_t ns)> on_step;
   std::function<void()> on_failure;
 
  private:
-  std::vector<Session*> sessions_;
-  std::vector<int32_t> tokens_;
+  struct Entry {
+    Session* session = nullptr;
+    int32_t token = 0;       // a decode step's token
+    size_t prompt_rows = 0;  // a prompt chunk's length (0: a decode step)
+  };
+  void check_room(const Session& s, size_t rows) const;
+  std::vector<Entry> entries_;
   std::vector<models::SequenceStep> steps_;
-  size_t n_ = 0;
+  size_t n_ = 0, rows_ = 0, max_rows_;
 };
 
 }  // namespace df

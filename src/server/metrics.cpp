@@ -50,6 +50,8 @@ std::string prometheus_text(const SchedulerCounters& c, int n_slots,
   metric(out, "decode_sequences_total", "counter",
          "Sequences carried by the decode forwards (over decode_forwards_total: the mean batch).",
          static_cast<double>(c.decode_sequences.load()));
+  metric(out, "mixed_forwards_total", "counter", "Forwards that carried prompt chunks beside decode steps.",
+         static_cast<double>(c.mixed_forwards.load()));
   metric(out, "prompt_tokens_per_second", "gauge", "Prompt tokens per second of prefill time.",
          prompt_tps(c));
   metric(out, "decode_tokens_per_second", "gauge", "Generated tokens per second of decode time.",

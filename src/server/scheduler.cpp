@@ -61,6 +61,8 @@ struct Scheduler::Slot {
   std::optional<ReasoningSplitter> think;
   std::span<const float> logits;
   bool started = false;
+  bool prefilling = false;  // its prompt's chunks are still to run
+  clock_type::time_point prompt_t0;
   Outcome out;
 };
 
@@ -81,13 +83,13 @@ Scheduler::Scheduler(OpenedModel& model, int n_slots, int n_ctx) : m_(model), n_
     s->session->keep_prompt_snapshot();
     slots_.push_back(std::move(s));
   }
-  // One decode forward carries every slot, up to the prefill chunk's rows (what the states' batch buffers
-  // were planned for); more slots than that decode in several forwards.
-  decode_ = std::make_unique<DecodeBatch>(
-      static_cast<size_t>(std::clamp(m_.prefill_chunk, 1, std::max(1, n_slots))));
-  decode_->on_step = [this](uint64_t tokens, uint64_t ns) { m_.on_step(tokens, ns); };
-  decode_->on_failure = [this] { m_.on_failure(); };
-  decoding_.reserve(static_cast<size_t>(n_slots));
+  // One forward carries every slot, and at most the prefill chunk's rows (what the states' batch buffers
+  // were planned for).
+  batch_ = std::make_unique<SessionBatch>(static_cast<size_t>(n_slots),
+                                          static_cast<size_t>(std::max(1, m_.prefill_chunk)));
+  batch_->on_step = [this](uint64_t tokens, uint64_t ns) { m_.on_step(tokens, ns); };
+  batch_->on_failure = [this] { m_.on_failure(); };
+  in_batch_.reserve(static_cast<size_t>(n_slots));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -160,9 +162,12 @@ void Scheduler::loop() {
     }
     const auto t0 = clock_type::now();
     const uint64_t before = counters_.generated_tokens.load();
+    // Decode steps first (each slot's next token), then prompt chunks in the rows left.
     for (auto& s : slots_)
       if (s->job) step(*s);
-    decode_together();
+    for (auto& s : slots_)
+      if (s->job && s->prefilling) add_prompt_chunk(*s);
+    run_batch();
     counters_.steps.fetch_add(1);
     const double secs = static_cast<double>(ns_since(t0)) * 1e-9;
     const double tps = secs > 0 ? static_cast<double>(counters_.generated_tokens.load() - before) / secs : 0;
@@ -191,6 +196,7 @@ void Scheduler::finish(Slot& slot, Outcome o) {
   // after its reply must not see its own request still holding the slot (CI caught that race under ASan).
   auto job = std::move(slot.job);
   slot.job = nullptr;
+  slot.prefilling = false;
   slot.sampler.reset();
   slot.decoder.reset();
   slot.stop.reset();
@@ -216,15 +222,27 @@ void Scheduler::start(Slot& slot) {
   const size_t history = static_cast<size_t>(r.sampling.repeat_last_n);
   for (size_t i = r.prompt.size() > history ? r.prompt.size() - history : 0; i < r.prompt.size(); ++i)
     slot.sampler->accept(r.prompt[i]);
-  const auto t0 = clock_type::now();
-  slot.logits = slot.session->prefill(r.prompt);
-  const uint64_t ns = ns_since(t0);
-  slot.out.prompt_ms = static_cast<double>(ns) * 1e-6;
+  slot.prompt_t0 = clock_type::now();
+  slot.started = true;
+  slot.prefilling = slot.session->begin_prefill(r.prompt) > 0;
+  if (!slot.prefilling) prompt_finished(slot);  // every token was cached
+}
+
+void Scheduler::prompt_finished(Slot& slot) {
+  slot.prefilling = false;
+  slot.logits = slot.session->logits();
+  slot.out.prompt_ms = static_cast<double>(ns_since(slot.prompt_t0)) * 1e-6;
   slot.out.cached_tokens = slot.session->stats().tokens_reused;
-  counters_.prompt_ns.fetch_add(ns);
   counters_.prompt_tokens.fetch_add(static_cast<uint64_t>(slot.session->stats().tokens_evaluated));
   counters_.cached_tokens.fetch_add(static_cast<uint64_t>(slot.out.cached_tokens));
-  slot.started = true;
+}
+
+void Scheduler::add_prompt_chunk(Slot& slot) {
+  if (slot.job->cancelled()) return;  // dropped at its next turn
+  if (batch_->full()) run_batch();
+  if (!slot.job) return;  // that forward failed, and with it this request
+  if (batch_->add_prompt_chunk(*slot.session, static_cast<size_t>(m_.prefill_chunk)) > 0)
+    in_batch_.push_back(&slot);
 }
 
 void Scheduler::sample_and_emit(Slot& slot) {
@@ -268,38 +286,52 @@ void Scheduler::sample_and_emit(Slot& slot) {
     return end_with("length", true);
   if (!d.content.empty() || !d.reasoning.empty() || !d.logprobs.empty()) slot.job->push(std::move(d));
   slot.logits = {};
-  if (decode_->size() == decode_->capacity()) decode_together();
-  decode_->add(*slot.session, token);
-  decoding_.push_back(&slot);
+  if (batch_->full()) run_batch();
+  batch_->add_token(*slot.session, token);
+  in_batch_.push_back(&slot);
 }
 
-void Scheduler::decode_together() {
-  if (decoding_.empty()) return;
+void Scheduler::run_batch() {
+  if (in_batch_.empty()) return;
+  size_t decode_steps = 0;
+  for (const Slot* slot : in_batch_) decode_steps += !slot->prefilling;
+  const size_t rows = batch_->rows();
   const auto t0 = clock_type::now();
   try {
-    decode_->run();
+    batch_->run();
   } catch (const std::exception& e) {
-    // Every sequence the forward carried lost its state (DecodeBatch reset them): each request fails.
-    for (Slot* slot : decoding_) {
+    // Every sequence the forward carried lost its state (SessionBatch reset them): each request fails.
+    for (Slot* slot : in_batch_) {
       Outcome o = slot->out;
       o.finish_reason.clear();
       o.error_status = 500;
       o.error = fmt::format("generation failed: {}", e.what());
+      slot->prefilling = false;
       finish(*slot, o);
     }
-    decoding_.clear();
+    in_batch_.clear();
     return;
   }
   const uint64_t ns = ns_since(t0);
-  counters_.decode_ns.fetch_add(ns);
-  counters_.decode_forwards.fetch_add(1);
-  counters_.decode_sequences.fetch_add(decoding_.size());
-  for (Slot* slot : decoding_) {
+  // The forward's time split between prompt and decode by their rows.
+  const uint64_t decode_ns = rows ? ns * decode_steps / rows : 0;
+  counters_.decode_ns.fetch_add(decode_ns);
+  counters_.prompt_ns.fetch_add(ns - decode_ns);
+  if (decode_steps > 0) {
+    counters_.decode_forwards.fetch_add(1);
+    counters_.decode_sequences.fetch_add(decode_steps);
+    if (decode_steps < in_batch_.size()) counters_.mixed_forwards.fetch_add(1);
+  }
+  for (Slot* slot : in_batch_) {
+    if (slot->prefilling) {
+      if (slot->session->prefill_left() == 0) prompt_finished(*slot);
+      continue;
+    }
     slot->logits = slot->session->logits();
     // What the sequence waited for its token: the whole forward it shared.
     slot->out.predicted_ms += static_cast<double>(ns) * 1e-6;
   }
-  decoding_.clear();
+  in_batch_.clear();
 }
 
 void Scheduler::step(Slot& slot) {
@@ -313,7 +345,7 @@ void Scheduler::step(Slot& slot) {
   }
   try {
     if (!slot.started) start(slot);
-    sample_and_emit(slot);
+    if (!slot.prefilling) sample_and_emit(slot);
   } catch (const std::exception& e) {
     slot.session->reset();  // a failed forward already reset it; anything else: start clean too
     Outcome o = slot.out;

@@ -2,12 +2,13 @@
 // The one thread that owns the model (Model::forward is not reentrant). It keeps -np slots, each with its own
 // Session (KV and recurrent state, with a prompt snapshot, so a prompt that extends what a slot holds
 // reuses it); queued requests take the free slot whose cached tokens share the longest prefix with their
-// prompt. Every step advances each active sequence by one token: a new request's prompt is prefilled in its
-// slot's turn, then every slot that decodes gives its next token to ONE forward (DecodeBatch), so the
-// experts that several sequences route to are fetched and applied once for all of them. A cancelled request
-// is stopped at its slot's next turn. The model's results do not depend on batching, so a sequence's output
-// does not depend on what else runs. A failed prefill (an expert read error) fails that request only (500);
-// a failed shared decode forward fails the requests it carried (each slot's state is reset).
+// prompt. Every step advances each active sequence in ONE shared forward (SessionBatch): the next token of
+// every slot that decodes, then the next chunk of each new request's prompt in the rows left (up to the
+// prefill chunk in all), so the experts that several sequences route to are fetched and applied once for all
+// of them and a long prompt does not stall the others' decoding. A cancelled request is stopped at its slot's
+// next turn. The model's results do not depend on batching, so a sequence's output does not depend on what
+// else runs. A failed forward (an expert read error) fails the requests it carried (500) and resets their
+// slots' states; the others, and later requests, go on.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -32,8 +33,9 @@ struct SchedulerCounters {
   std::atomic<uint64_t> generated_tokens{0};
   std::atomic<uint64_t> prompt_ns{0}, decode_ns{0};  // time the scheduler spent prefilling / decoding
   std::atomic<uint64_t> steps{0};
-  // Decode forwards, and the sequences they carried (each forward carries every slot that decodes).
-  std::atomic<uint64_t> decode_forwards{0}, decode_sequences{0};
+  // Forwards that carried decode steps, and the decode steps they carried (the mean batch is their ratio),
+  // and forwards that carried prompt chunks beside decode steps.
+  std::atomic<uint64_t> decode_forwards{0}, decode_sequences{0}, mixed_forwards{0};
   std::atomic<int> queued{0}, busy_slots{0};
   std::atomic<double> recent_tokens_per_second{0};  // generated tokens over the last steps' wall time
 };
@@ -61,7 +63,9 @@ class Scheduler {
   void step(Slot& slot);
   void start(Slot& slot);
   void sample_and_emit(Slot& slot);
-  void decode_together();
+  void add_prompt_chunk(Slot& slot);
+  void prompt_finished(Slot& slot);
+  void run_batch();
   void finish(Slot& slot, Outcome o);
 
   OpenedModel& m_;
@@ -73,9 +77,9 @@ class Scheduler {
   bool stopping_ = false;
   uint64_t clock_ = 0;  // admission counter: a slot's last use, for least-recently-used choice
   SchedulerCounters counters_;
-  // The slots whose next token runs in this step's decode forward, and that forward.
-  std::vector<Slot*> decoding_;
-  std::unique_ptr<DecodeBatch> decode_;
+  // The slots this step's shared forward carries, and that forward.
+  std::vector<Slot*> in_batch_;
+  std::unique_ptr<SessionBatch> batch_;
   std::thread thread_;
 };
 
