@@ -17,12 +17,14 @@
 #include "error_matchers.h"
 #include "models/model.h"
 #include "models_test_util.h"
+#include "sequences_rules.h"
 #include "util/error.h"
 
 namespace df::models {
 namespace {
 
 using test_util::RecordingProvider;
+using namespace sequences_rules;
 
 const test_util::GoldenModel kLfm2Moe{"lfm2moe-tiny", "lfm2moe"};
 const test_util::GoldenModel kQwen3Moe{"qwen3moe-tiny", "qwen3moe"};
@@ -39,68 +41,10 @@ class Sequences : public ::testing::TestWithParam<Named> {
   const test_util::GoldenModel& tiny() const { return *GetParam().model; }
 };
 
-// One sequence's share of a step: its next n tokens, with every row's logits or the last one's.
-struct Chunk {
-  size_t seq, n;
-  bool all_rows;
-};
-using Schedule = std::vector<std::vector<Chunk>>;
-
-// Three token streams cut from the golden tokens (different lengths of shared history: their routings
-// differ).
-std::vector<std::vector<int32_t>> three_streams(const std::vector<int32_t>& t) {
-  std::vector<int32_t> c(t.rbegin(), t.rend());
-  return {std::vector<int32_t>(t.begin(), t.end()), std::vector<int32_t>(t.begin() + 20, t.end()), c};
-}
-
-// Runs the schedule, each step as one forward_many (together) or each chunk as its own forward (alone), and
-// returns every chunk's logits in schedule order, then one more token decoded alone on each state (so that
-// the states, not only the logits, are compared).
-std::vector<std::vector<float>> run_schedule(Model& m, const std::vector<std::vector<int32_t>>& streams,
-                                             const Schedule& schedule, bool together) {
-  const size_t V = static_cast<size_t>(m.info().n_vocab);
-  std::vector<std::unique_ptr<ModelState>> states;
-  for (size_t i = 0; i < streams.size(); ++i) states.push_back(m.new_state(64));
-  std::vector<size_t> at(streams.size(), 0);
-  std::vector<std::vector<float>> out;
-  for (const auto& step : schedule) {
-    std::vector<SequenceStep> steps;
-    const size_t first = out.size();
-    for (const Chunk& c : step) {
-      out.emplace_back((c.all_rows ? c.n : 1) * V);
-      const auto tokens = std::span<const int32_t>(streams[c.seq]).subspan(at[c.seq], c.n);
-      at[c.seq] += c.n;
-      steps.push_back({states[c.seq].get(), tokens, {}, c.all_rows});
-    }
-    for (size_t i = 0; i < steps.size(); ++i) steps[i].logits = out[first + i];
-    if (together) {
-      m.forward_many(steps);
-    } else {
-      for (const auto& s : steps) m.forward(*s.state, s.tokens, s.logits, s.all_rows);
-    }
-  }
-  for (size_t i = 0; i < states.size(); ++i) {
-    out.emplace_back(V);
-    m.forward(*states[i], std::span<const int32_t>(streams[i]).subspan(at[i], 1), out.back(), false);
-  }
-  return out;
-}
-
 TEST_P(Sequences, RunTogetherEachGetsItsAloneBits) {
   auto m = load_model(tiny().file(), {});
-  const auto streams = three_streams(tiny().teacher_forced_tokens());
-  Schedule schedule;
-  schedule.push_back({{0, 7, true}, {1, 3, false}});                 // two prompts of different lengths
-  schedule.push_back({{1, 1, false}, {2, 9, true}, {0, 1, false}});  // a new prompt beside two decode steps
-  // 14 decode steps of all three: sequence 0 reaches position 22, past gpt-oss's window of 16.
-  for (int i = 0; i < 14; ++i) schedule.push_back({{0, 1, false}, {1, 1, false}, {2, 1, true}});
-  schedule.push_back({{2, 1, false}, {0, 5, true}});  // a prompt continued beside a decode step
-  const auto alone = run_schedule(*m, streams, schedule, false);
-  const auto together = run_schedule(*m, streams, schedule, true);
-  ASSERT_EQ(together.size(), alone.size());
-  for (size_t i = 0; i < alone.size(); ++i) EXPECT_EQ(together[i], alone[i]) << "chunk " << i;
-  // The streams must not all give the same logits, or a batch that mixed up its rows would pass.
-  EXPECT_NE(alone[0], alone[1]);
+  expect_together_equals_alone(*m, tiny().teacher_forced_tokens(), mixed_schedule());
+  expect_together_equals_alone(*m, tiny().teacher_forced_tokens(), decode_schedule());
 }
 
 // Records what the sink hears: per MoE layer, each call's (first position, rows) and ids.

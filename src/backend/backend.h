@@ -267,6 +267,10 @@ class Backend {
   // host round trip. Up to max_routed_tokens() tokens per call (0: the backend does not do this op faster
   // than the host-grouped ffn, and the models do not call it).
   virtual int64_t max_routed_tokens() const = 0;
+  // The most rows a batch may hold for each row's results to be the bits that row gets in a batch of its
+  // own, whatever else the batch holds (0: any number; the CPU backend). Callers that promise results
+  // independent of batching (serve's shared forwards) stay within it.
+  virtual int64_t batch_invariant_rows() const { return 0; }
   virtual void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
                           int64_t T, int k, Buf<const float> x, Buf<float> out) = 0;
   // out[i] = row ids[i] of the table for i < n, dequantized exactly (no activation rounding).

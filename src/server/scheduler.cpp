@@ -84,11 +84,21 @@ Scheduler::Scheduler(OpenedModel& model, int n_slots, int n_ctx) : m_(model), n_
     slots_.push_back(std::move(s));
   }
   // One forward carries every slot, and at most the prefill chunk's rows (what the states' batch buffers
-  // were planned for).
-  batch_ = std::make_unique<SessionBatch>(static_cast<size_t>(n_slots),
-                                          static_cast<size_t>(std::max(1, m_.prefill_chunk)));
-  batch_->on_step = [this](uint64_t tokens, uint64_t ns) { m_.on_step(tokens, ns); };
-  batch_->on_failure = [this] { m_.on_failure(); };
+  // were planned for). A backend whose results depend on the batch beyond some rows (CUDA: its tensor-core
+  // tiles) keeps a sequence's answer the same alone or beside others only within them: its forwards carry
+  // at most that many decode steps, and prompts run alone in the chunks a lone request's would.
+  const int64_t invariant = m_.backend ? m_.backend->batch_invariant_rows() : 0;
+  const size_t chunk = static_cast<size_t>(std::max(1, m_.prefill_chunk));
+  size_t per_forward = static_cast<size_t>(n_slots);
+  if (invariant > 0) per_forward = std::min(per_forward, static_cast<size_t>(invariant));
+  mix_prompts_ = invariant == 0 || static_cast<int64_t>(chunk) <= invariant;
+  batch_ = std::make_unique<SessionBatch>(per_forward, mix_prompts_ ? chunk : per_forward);
+  prompt_batch_ = std::make_unique<SessionBatch>(1, chunk);
+  for (auto* b : {batch_.get(), prompt_batch_.get()}) {
+    b->on_step = [this](uint64_t tokens, uint64_t ns) { m_.on_step(tokens, ns); };
+    b->on_failure = [this] { m_.on_failure(); };
+  }
+  alone_.reserve(1);
   in_batch_.reserve(static_cast<size_t>(n_slots));
   thread_ = std::thread([this] { loop(); });
 }
@@ -239,6 +249,11 @@ void Scheduler::prompt_finished(Slot& slot) {
 
 void Scheduler::add_prompt_chunk(Slot& slot) {
   if (slot.job->cancelled()) return;  // dropped at its next turn
+  if (!mix_prompts_) {
+    prompt_batch_->add_prompt_chunk(*slot.session, static_cast<size_t>(m_.prefill_chunk));
+    alone_.push_back(&slot);
+    return run_batch(*prompt_batch_, alone_);
+  }
   if (batch_->full()) run_batch();
   if (!slot.job) return;  // that forward failed, and with it this request
   if (batch_->add_prompt_chunk(*slot.session, static_cast<size_t>(m_.prefill_chunk)) > 0)
@@ -291,17 +306,19 @@ void Scheduler::sample_and_emit(Slot& slot) {
   in_batch_.push_back(&slot);
 }
 
-void Scheduler::run_batch() {
-  if (in_batch_.empty()) return;
+void Scheduler::run_batch() { run_batch(*batch_, in_batch_); }
+
+void Scheduler::run_batch(SessionBatch& batch, std::vector<Slot*>& in_batch) {
+  if (in_batch.empty()) return;
   size_t decode_steps = 0;
-  for (const Slot* slot : in_batch_) decode_steps += !slot->prefilling;
-  const size_t rows = batch_->rows();
+  for (const Slot* slot : in_batch) decode_steps += !slot->prefilling;
+  const size_t rows = batch.rows();
   const auto t0 = clock_type::now();
   try {
-    batch_->run();
+    batch.run();
   } catch (const std::exception& e) {
     // Every sequence the forward carried lost its state (SessionBatch reset them): each request fails.
-    for (Slot* slot : in_batch_) {
+    for (Slot* slot : in_batch) {
       Outcome o = slot->out;
       o.finish_reason.clear();
       o.error_status = 500;
@@ -309,7 +326,7 @@ void Scheduler::run_batch() {
       slot->prefilling = false;
       finish(*slot, o);
     }
-    in_batch_.clear();
+    in_batch.clear();
     return;
   }
   const uint64_t ns = ns_since(t0);
@@ -320,9 +337,9 @@ void Scheduler::run_batch() {
   if (decode_steps > 0) {
     counters_.decode_forwards.fetch_add(1);
     counters_.decode_sequences.fetch_add(decode_steps);
-    if (decode_steps < in_batch_.size()) counters_.mixed_forwards.fetch_add(1);
+    if (decode_steps < in_batch.size()) counters_.mixed_forwards.fetch_add(1);
   }
-  for (Slot* slot : in_batch_) {
+  for (Slot* slot : in_batch) {
     if (slot->prefilling) {
       if (slot->session->prefill_left() == 0) prompt_finished(*slot);
       continue;
@@ -331,7 +348,7 @@ void Scheduler::run_batch() {
     // What the sequence waited for its token: the whole forward it shared.
     slot->out.predicted_ms += static_cast<double>(ns) * 1e-6;
   }
-  in_batch_.clear();
+  in_batch.clear();
 }
 
 void Scheduler::step(Slot& slot) {

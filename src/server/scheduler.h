@@ -6,9 +6,10 @@
 // every slot that decodes, then the next chunk of each new request's prompt in the rows left (up to the
 // prefill chunk in all), so the experts that several sequences route to are fetched and applied once for all
 // of them and a long prompt does not stall the others' decoding. A cancelled request is stopped at its slot's
-// next turn. The model's results do not depend on batching, so a sequence's output does not depend on what
-// else runs. A failed forward (an expert read error) fails the requests it carried (500) and resets their
-// slots' states; the others, and later requests, go on.
+// next turn. The forwards stay within the backend's batch_invariant_rows (the CPU: any size; CUDA: 8 decode
+// steps a forward, prompts alone in their own chunks), where the model's results do not depend on batching,
+// so a sequence's output does not depend on what else runs. A failed forward (an expert read error) fails the
+// requests it carried (500) and resets their slots' states; the others, and later requests, go on.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -66,6 +67,7 @@ class Scheduler {
   void add_prompt_chunk(Slot& slot);
   void prompt_finished(Slot& slot);
   void run_batch();
+  void run_batch(SessionBatch& batch, std::vector<Slot*>& in_batch);
   void finish(Slot& slot, Outcome o);
 
   OpenedModel& m_;
@@ -80,6 +82,10 @@ class Scheduler {
   // The slots this step's shared forward carries, and that forward.
   std::vector<Slot*> in_batch_;
   std::unique_ptr<SessionBatch> batch_;
+  // Whether prompt chunks share the decode steps' forwards; else each runs alone in prompt_batch_ (alone_).
+  bool mix_prompts_ = true;
+  std::unique_ptr<SessionBatch> prompt_batch_;
+  std::vector<Slot*> alone_;
   std::thread thread_;
 };
 

@@ -207,6 +207,11 @@ void CudaBackend::synchronize() {
   check_error_word();
 }
 
+// Up to kMatvecMaxRows rows every product and grouped FFN runs its matrix-vector kernels, row by row as a
+// batch of one (test_models_cuda_sequences shows decode batches of 3 sequences bit-identical to each alone);
+// above it the tensor-core tiles sum in another order.
+int64_t CudaBackend::batch_invariant_rows() const { return cuda::kMatvecMaxRows; }
+
 void CudaBackend::begin_step(uint64_t key) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   graph_.begin(key, generation_, stream_);

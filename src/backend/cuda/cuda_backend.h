@@ -60,6 +60,7 @@ class CudaBackend final : public Backend {
            Buf<float> out) override;
   // Decode-sized batches: the FFN tables are built on the device from the routing ids (no host round trip).
   int64_t max_routed_tokens() const override { return 16; }
+  int64_t batch_invariant_rows() const override;
   void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
                   int64_t T, int k, Buf<const float> x, Buf<float> out) override;
   void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) override;

@@ -101,8 +101,12 @@ struct FfnItem {
   int32_t cols;    // 1..8
 };
 enum class FfnAct : int32_t { SwiGLU = 0, GeGLU = 1, OaiSwiGLU = 2 };
-// Whether the int8 tensor-core kernels take this weight type (products of more than 8 activation rows, and
-// FFN work items of up to kFfnMmaCols rows).
+// Products of up to this many activation rows run the matrix-vector kernels, which compute each row as a
+// batch of one would; more rows (with a weight type mma_supported takes) run int8 tensor-core tiles, whose
+// float sums come in another order (Backend::batch_invariant_rows).
+constexpr int64_t kMatvecMaxRows = 8;
+// Whether the int8 tensor-core kernels take this weight type (products of more than kMatvecMaxRows activation
+// rows, and FFN work items of up to kFfnMmaCols rows).
 bool mma_supported(GgmlType w_type);
 constexpr int kFfnMmaCols = 32;
 

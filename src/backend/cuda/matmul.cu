@@ -130,7 +130,7 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
     check_launch("matmul kernel (f32)");
     return;
   }
-  if (cols > 8 && mma_supported(w_type)) {
+  if (cols > kMatvecMaxRows && mma_supported(w_type)) {
     const dim3 grid(static_cast<unsigned>((n_out + kMmaRowsPerBlock - 1) / kMmaRowsPerBlock),
                     static_cast<unsigned>((cols + kMmaCols - 1) / kMmaCols));
     with_mma_weight(w_type, [&]<class W>() {

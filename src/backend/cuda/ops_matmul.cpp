@@ -178,8 +178,8 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
   // every stage has an mma kernel for its weights.
   int64_t most_rows = 0;
   for (const FfnTask& b : ffns) most_rows = std::max(most_rows, b.n_rows);
-  const bool mma = most_rows > 8 && a.gate.type == a.up.type && cuda::mma_supported(a.gate.type) &&
-                   cuda::mma_supported(a.down.type);
+  const bool mma = most_rows > cuda::kMatvecMaxRows && a.gate.type == a.up.type &&
+                   cuda::mma_supported(a.gate.type) && cuda::mma_supported(a.down.type);
   const int64_t item_rows = mma ? cuda::kFfnMmaCols : 8;
   for (size_t f = 0; f < ffns.size(); ++f) {
     const FfnTask& b = ffns[f];
