@@ -54,6 +54,22 @@ TEST(ChatPromptBuilder, ATemplateSyntaxErrorIsReportedWhenTheBuilderIsMade) {
   EXPECT_TRUE(empty.build({{"user", "hi"}}).opens_reasoning);
 }
 
+// A generation prompt that opens a harmony message (gpt-oss's template ends with "<|start|>assistant") says
+// so, and the reply's channels then decide what is reasoning; a think template's does not.
+TEST(ChatPromptBuilder, AHarmonyGenerationPromptIsRecognised) {
+  auto file = df::gguf::File::open(golden_path("lfm2moe-tiny.gguf"));
+  auto tokenizer = df::tok::Tokenizer::from_gguf(file);
+  const df::ChatPromptBuilder harmony(
+      tokenizer, std::string("{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>"
+                             "{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}"));
+  const auto p = harmony.build({{"user", "hi"}});
+  EXPECT_TRUE(p.harmony);
+  EXPECT_FALSE(p.opens_reasoning);
+  EXPECT_FALSE(harmony.build({{"user", "hi"}}, /*add_generation_prompt=*/false).harmony);
+  const df::ChatPromptBuilder fallback(tokenizer, std::string());
+  EXPECT_FALSE(fallback.build({{"user", "hi"}}).harmony);
+}
+
 INSTANTIATE_TEST_SUITE_P(Golden, ChatPromptGolden,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16",
                                            "qwen3moe-tiny", "gpt-oss-tiny"));

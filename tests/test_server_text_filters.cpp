@@ -3,7 +3,9 @@
 
 #include "server/text_filters.h"
 
+using df::server::ReasoningFormat;
 using df::server::ReasoningSplitter;
+using df::server::SplitText;
 using df::server::StopMatcher;
 
 namespace {
@@ -80,4 +82,53 @@ TEST(ReasoningSplitter, FormatNoneKeepsEverythingInline) {
   auto a = s.push("<think>x</think>y");
   EXPECT_EQ(a.content, "<think>x</think>y");
   EXPECT_TRUE(a.reasoning.empty());
+}
+
+namespace {
+
+SplitText run_split(ReasoningSplitter s, const std::string& text, size_t step) {
+  SplitText all;
+  for (size_t at = 0; at < text.size(); at += step) {
+    auto t = s.push(text.substr(at, step));
+    all.content += t.content;
+    all.reasoning += t.reasoning;
+  }
+  auto t = s.flush();
+  all.content += t.content;
+  all.reasoning += t.reasoning;
+  return all;
+}
+
+}  // namespace
+
+// gpt-oss's reply after "<|start|>assistant": the analysis channel is reasoning, the final channel content,
+// every harmony header and separator dropped, in any split of the stream.
+TEST(ReasoningSplitter, HarmonyChannelsSplitInAnySplit) {
+  const std::string text =
+      "<|channel|>analysis<|message|>The user greets; answer briefly.<|end|><|start|>assistant"
+      "<|channel|>final<|message|>Hello! How can I help?";
+  for (size_t step = 1; step <= 40; ++step) {
+    SCOPED_TRACE(step);
+    const SplitText t = run_split(ReasoningSplitter(true, false, ReasoningFormat::harmony()), text, step);
+    EXPECT_EQ(t.reasoning, "The user greets; answer briefly.");
+    EXPECT_EQ(t.content, "Hello! How can I help?");
+  }
+  // Straight to the final channel, a commentary channel, and text with no header at all: content.
+  EXPECT_EQ(run_split(ReasoningSplitter(true, false, ReasoningFormat::harmony()),
+                      "<|channel|>final<|message|>Hi.", 3)
+                .content,
+            "Hi.");
+  EXPECT_EQ(run_split(ReasoningSplitter(true, false, ReasoningFormat::harmony()),
+                      "<|channel|>commentary<|message|>{\"a\":1}", 5)
+                .content,
+            "{\"a\":1}");
+  const SplitText plain =
+      run_split(ReasoningSplitter(true, false, ReasoningFormat::harmony()), "just <|text", 2);
+  EXPECT_EQ(plain.content, "just <|text") << "a partial marker that never completes is content at the end";
+  EXPECT_TRUE(plain.reasoning.empty());
+  // Think markers mean nothing to the harmony format, and --reasoning-format none keeps the raw stream.
+  EXPECT_EQ(
+      run_split(ReasoningSplitter(true, false, ReasoningFormat::harmony()), "<think>x</think>", 1).content,
+      "<think>x</think>");
+  EXPECT_EQ(run_split(ReasoningSplitter(false, false, ReasoningFormat::harmony()), text, 7).content, text);
 }

@@ -36,7 +36,8 @@ ChatPrompt ChatPromptBuilder::build(const std::vector<ChatMessage>& messages,
   p.ids = tokenizer_.encode(p.text, /*add_special=*/true, /*parse_special=*/true);
   std::string_view tail(p.text);
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.remove_suffix(1);
-  p.opens_reasoning = tail.size() >= 7 && tail.substr(tail.size() - 7) == "<think>";
+  p.opens_reasoning = tail.ends_with("<think>");
+  p.harmony = tail.ends_with("<|start|>assistant");
   return p;
 }
 

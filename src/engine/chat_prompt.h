@@ -15,6 +15,9 @@ struct ChatPrompt {
   std::string text;  // the rendered prompt (after the BOS strip)
   std::vector<int32_t> ids;
   bool opens_reasoning = false;  // the generation prompt ends inside a <think> block
+  // The generation prompt opens a harmony message (gpt-oss: "<|start|>assistant"): the reply's channels say
+  // what is reasoning.
+  bool harmony = false;
 };
 
 // One model's prompt builder: the template is parsed once (a chat renders it every turn). `tokenizer` must

@@ -235,6 +235,7 @@ GenRequest parse_chat_request(const json& body, const ParseContext& ctx) {
   }
   r.prompt = std::move(cp.ids);
   r.opens_reasoning = cp.opens_reasoning;
+  r.harmony = cp.harmony;
   check_fits(r, ctx);
   return r;
 }

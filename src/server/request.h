@@ -28,6 +28,7 @@ struct GenRequest {
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   bool opens_reasoning = false;   // the chat prompt ends inside a think block
+  bool harmony = false;  // the reply is harmony messages (gpt-oss): its analysis channel is reasoning
   bool extract_reasoning = true;  // chat: think blocks go to reasoning_content
   std::string model;              // as the client named it (echoed back)
 };

@@ -40,12 +40,31 @@ std::string StopMatcher::flush() {
   return out;
 }
 
-ReasoningSplitter::ReasoningSplitter(bool extract, bool in_reasoning, std::string open, std::string close)
+ReasoningFormat ReasoningFormat::think() {
+  using To = ReasoningMarker::To;
+  ReasoningFormat f;
+  f.markers = {{"<think>", To::Reasoning, true, false}, {"</think>", To::Content, false, true}};
+  f.strip_newlines = true;
+  return f;
+}
+
+ReasoningFormat ReasoningFormat::harmony() {
+  using To = ReasoningMarker::To;
+  ReasoningFormat f;
+  f.markers = {{"<|channel|>analysis<|message|>", To::Reasoning},
+               {"<|channel|>final<|message|>", To::Content},
+               {"<|channel|>commentary<|message|>", To::Content},
+               // Between two messages: where the next goes is the next header's to say.
+               {"<|end|>", To::Content},
+               {"<|start|>assistant", To::Content}};
+  return f;
+}
+
+ReasoningSplitter::ReasoningSplitter(bool extract, bool in_reasoning, ReasoningFormat format)
     : extract_(extract),
       in_reasoning_(extract && in_reasoning),
-      strip_newlines_(extract && in_reasoning),
-      open_(std::move(open)),
-      close_(std::move(close)) {}
+      strip_newlines_(extract && in_reasoning && format.strip_newlines),
+      format_(std::move(format)) {}
 
 void ReasoningSplitter::emit(SplitText& out, std::string_view text) {
   if (strip_newlines_) {
@@ -64,15 +83,26 @@ SplitText ReasoningSplitter::push(std::string_view text) {
   }
   pending_.append(text);
   while (true) {
-    const std::string& marker = in_reasoning_ ? close_ : open_;
-    const size_t at = pending_.find(marker);
-    if (at == std::string::npos) break;
+    // The earliest marker that applies in the current mode.
+    const ReasoningMarker* first = nullptr;
+    size_t at = std::string::npos;
+    for (const ReasoningMarker& m : format_.markers) {
+      if (!applies(m)) continue;
+      const size_t pos = pending_.find(m.text);
+      if (pos < at) {
+        at = pos;
+        first = &m;
+      }
+    }
+    if (!first) break;
     emit(out, std::string_view(pending_).substr(0, at));
-    pending_.erase(0, at + marker.size());
-    in_reasoning_ = !in_reasoning_;
-    strip_newlines_ = true;
+    pending_.erase(0, at + first->text.size());
+    in_reasoning_ = first->to == ReasoningMarker::To::Reasoning;
+    strip_newlines_ = format_.strip_newlines;
   }
-  const size_t hold = partial_suffix(pending_, in_reasoning_ ? close_ : open_);
+  size_t hold = 0;
+  for (const ReasoningMarker& m : format_.markers)
+    if (applies(m)) hold = std::max(hold, partial_suffix(pending_, m.text));
   emit(out, std::string_view(pending_).substr(0, pending_.size() - hold));
   pending_.erase(0, pending_.size() - hold);
   return out;
