@@ -71,13 +71,15 @@ size_t group_by_expert(MoeBuffers& b, int64_t T, int k, int n_expert) {
   return n_used;
 }
 
-size_t fetch_and_group(backend::Backend& be, MoeBuffers& b, int64_t T, int k, int n_expert) {
+size_t fetch_groups(backend::Backend& be, MoeBuffers& b, int64_t T, int k, int n_expert) {
+  be.download(b.expert_ids_host.data(), b.expert_ids.view(), static_cast<size_t>(T * k));
+  return group_by_expert(b, T, k, n_expert);
+}
+
+void upload_groups(backend::Backend& be, MoeBuffers& b, int64_t T, int k) {
   const size_t entries = static_cast<size_t>(T * k);
-  be.download(b.expert_ids_host.data(), b.expert_ids.view(), entries);
-  const size_t n_used = group_by_expert(b, T, k, n_expert);
   be.upload(b.expert_entries_dev.view(), b.expert_entries.data(), entries);
   be.upload(b.entry_tokens_dev.view(), b.entry_tokens.data(), entries);
-  return n_used;
 }
 
 size_t guessed_experts(MoeBuffers& b, int64_t T, int k, int n_expert) {
@@ -148,9 +150,10 @@ void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_inde
     be.routed_ffn(*ex, f.act, b.expert_ids.view(), T, f.k, xn, b.expert_out.view());
     return;
   }
-  const size_t n_used = fetch_and_group(be, b, T, f.k, f.n_expert);
+  const size_t n_used = fetch_groups(be, b, T, f.k, f.n_expert);
   if (T <= be.max_routed_tokens()) {
-    // Experts in a device tier: the same routed op as resident stacks, through the expert->slot map.
+    // Experts in a device tier: the same routed op as resident stacks, through the expert->slot map (it
+    // reads the ids on the device: the groups' row lists need not go up).
     const std::span<const int32_t> used(b.used.data(), n_used);
     ex = experts.routed_slots(moe_index, used);
     if (ex) {
@@ -162,6 +165,7 @@ void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_inde
       return;
     }
   }
+  upload_groups(be, b, T, f.k);
   run_experts(be, experts, moe_index, b, n_used, wave, f.act, f.biases, xn, T, f.n_embd, f.n_ff);
 }
 

@@ -66,8 +66,10 @@ struct MoeBuffers {
 // token · k + slot) with their tokens in entry_tokens. Lists the experts with at least one entry in
 // used[0..n), ascending, and returns n.
 size_t group_by_expert(MoeBuffers& b, int64_t T, int k, int n_expert);
-// Reads the routing ids back, groups them (group_by_expert) and uploads the groups' row lists.
-size_t fetch_and_group(backend::Backend& be, MoeBuffers& b, int64_t T, int k, int n_expert);
+// Reads the routing ids back and groups them (group_by_expert).
+size_t fetch_groups(backend::Backend& be, MoeBuffers& b, int64_t T, int k, int n_expert);
+// Uploads the groups' row lists, which the grouped FFNs of run_experts read (the routed op does not).
+void upload_groups(backend::Backend& be, MoeBuffers& b, int64_t T, int k);
 
 // The distinct experts of guess_ids_host (T·k entries), ascending, into guess_list; returns how many.
 size_t guessed_experts(MoeBuffers& b, int64_t T, int k, int n_expert);
@@ -163,7 +165,7 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
 // The chosen experts' outputs into b.expert_out (row token · k + slot) for the routing in b.expert_ids:
 // on the device from the ids (Backend::routed_ffn) when the provider holds every expert in the backend's
 // memory and the batch is one the backend routes that way (a decode step: no host round trip), else the ids
-// read back, grouped by expert and run in waves (fetch_and_group, run_experts).
+// read back, grouped by expert and run in waves (fetch_groups, upload_groups, run_experts).
 struct ExpertFfn {
   const backend::ActivationParams& act;
   const ExpertBiases& biases;
