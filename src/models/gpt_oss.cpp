@@ -24,7 +24,7 @@ class GptOssModel::State final : public MoeSequenceState {
   // Sliding-window layers keep every position too: a ring of n_swa + batch positions would save memory at
   // long contexts (llama.cpp's iSWA cache) but changes nothing numerically.
   State(const GptOssModel& model, int n_ctx)
-      : MoeSequenceState(*model.backend_, n_ctx, layer_states(model.cfg_), model.cfg_.head_dim),
+      : MoeSequenceState(model, *model.backend_, n_ctx, layer_states(model.cfg_), model.cfg_.head_dim),
         model_(&model) {}
 
   size_t bytes() const override { return MoeSequenceState::bytes() + wave.bytes(); }
@@ -35,13 +35,6 @@ class GptOssModel::State final : public MoeSequenceState {
     for (size_t il = 0; il < static_cast<size_t>(c.n_layer); ++il)
       specs.push_back(LayerStateSpec::kv(c.n_head_kv, c.head_dim, c.swa[il] ? c.n_swa : 0));
     return specs;
-  }
-
-  void copy_sequence_from(const ModelState& other) override {
-    const auto* o = dynamic_cast<const State*>(&other);
-    if (!o || o->model_ != model_)
-      fail("gpt-oss: copy_sequence_from() was given a state made by another model");
-    copy_layers_from(*o, "gpt-oss");
   }
 
   // Grows the batch buffers to hold T tokens (no-op when they already do).
@@ -66,15 +59,8 @@ std::unique_ptr<ModelState> GptOssModel::new_state(int n_ctx) {
   return std::make_unique<State>(*this, n_ctx);
 }
 
-MoeSequenceState* GptOssModel::own_state(ModelState& state) const {
-  auto* st = dynamic_cast<State*>(&state);
-  return st && st->model_ == this ? st : nullptr;
-}
-
 void GptOssModel::run_batch(const SequenceBatch& batch, ForwardCapture* capture) {
-  State& ws = static_cast<State&>(*batch.work);
-  ws.reserve(batch.T);
-  forward_trunk(batch, capture, [&](int il) { run_layer(ws, batch, il, capture); });
+  run_layers<State>(batch, capture, &GptOssModel::run_layer);
 }
 
 void GptOssModel::run_layer(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture) {

@@ -49,7 +49,6 @@ class GptOssModel final : public MoeModelBase {
 
  private:
   class State;
-  MoeSequenceState* own_state(ModelState& state) const override;
   void run_batch(const SequenceBatch& batch, ForwardCapture* capture) override;
   // st: the work state, whose batch buffers hold every sequence's rows.
   void run_layer(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture);

@@ -16,7 +16,7 @@ namespace df::models {
 class Lfm2MoeModel::State final : public MoeSequenceState {
  public:
   State(const Lfm2MoeModel& model, int n_ctx)
-      : MoeSequenceState(*model.backend_, n_ctx, layer_states(model.cfg_), model.cfg_.head_dim),
+      : MoeSequenceState(model, *model.backend_, n_ctx, layer_states(model.cfg_), model.cfg_.head_dim),
         model_(&model) {}
 
   // Attention layers keep a KV cache, the others the short convolution's last l_cache - 1 rows.
@@ -32,13 +32,6 @@ class Lfm2MoeModel::State final : public MoeSequenceState {
     size_t total = MoeSequenceState::bytes();
     for (const auto* b : {&y, &bcx}) total += b->bytes();
     return total + wave.bytes();
-  }
-
-  void copy_sequence_from(const ModelState& other) override {
-    const auto* o = dynamic_cast<const State*>(&other);
-    if (!o || o->model_ != model_)
-      fail("lfm2moe: copy_sequence_from() was given a state made by another model");
-    copy_layers_from(*o, "lfm2moe");
   }
 
   // Grows the batch buffers to hold T tokens (no-op when they already do).
@@ -66,6 +59,10 @@ std::unique_ptr<ModelState> Lfm2MoeModel::new_state(int n_ctx) {
   return std::make_unique<State>(*this, n_ctx);
 }
 
+void Lfm2MoeModel::run_batch(const SequenceBatch& batch, ForwardCapture* capture) {
+  run_layers<State>(batch, capture, &Lfm2MoeModel::run_layer);
+}
+
 backend::RouterParams Lfm2MoeModel::router_params(const Layer& layer) const {
   backend::RouterParams p;
   p.gating = backend::Gating::Sigmoid;
@@ -75,17 +72,6 @@ backend::RouterParams Lfm2MoeModel::router_params(const Layer& layer) const {
   p.normalize = true;
   p.scale = 1.0f;  // llama.cpp applies no expert weight scale to lfm2moe
   return p;
-}
-
-MoeSequenceState* Lfm2MoeModel::own_state(ModelState& state) const {
-  auto* st = dynamic_cast<State*>(&state);
-  return st && st->model_ == this ? st : nullptr;
-}
-
-void Lfm2MoeModel::run_batch(const SequenceBatch& batch, ForwardCapture* capture) {
-  State& ws = static_cast<State&>(*batch.work);
-  ws.reserve(batch.T);
-  forward_trunk(batch, capture, [&](int il) { run_layer(ws, batch, il, capture); });
 }
 
 void Lfm2MoeModel::run_layer(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture) {

@@ -20,6 +20,11 @@ uint64_t MoeModelBase::state_bytes(int n_ctx, int n_batch) const {
   return models::state_bytes(state_dims_, n_ctx, n_batch, backend_->n_threads());
 }
 
+MoeSequenceState* MoeModelBase::own_state(ModelState& state) const {
+  auto* st = dynamic_cast<MoeSequenceState*>(&state);
+  return st && st->owner() == this ? st : nullptr;
+}
+
 void MoeModelBase::make_batch(std::span<const SequenceStep> steps) {
   if (steps.empty()) fail("{}: forward_many() needs at least one sequence", info_.arch);
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -35,7 +40,7 @@ void MoeModelBase::make_batch(std::span<const SequenceStep> steps) {
   batch_.T = batch_.logit_rows = 0;
   for (const SequenceStep& s : steps) {
     BatchSegment seg;
-    seg.state = own_state(*s.state);
+    seg.state = static_cast<MoeSequenceState*>(s.state);  // own_state() said so above
     seg.tokens = s.tokens;
     seg.logits = s.logits;
     seg.row0 = batch_.T;

@@ -38,11 +38,19 @@ class MoeModelBase : public Model {
   // new_state()'s check: df::Error when n_ctx < 1. Messages name the model by info_.arch, so these checks
   // run only once the loader has set info_.
   void check_n_ctx(int n_ctx) const;
-  // The architecture's State when `state` is one this model made, else null.
-  virtual MoeSequenceState* own_state(ModelState& state) const = 0;
-  // Grows the work state's batch buffers to batch.T rows and runs the batch (forward_trunk); every step of
-  // it has been checked.
+  // Runs a batch whose every step has been checked; each architecture's is run_layers with its State and
+  // layer function.
   virtual void run_batch(const SequenceBatch& batch, ForwardCapture* capture) = 0;
+  // Grows the work state (the architecture's State) to batch.T rows and runs the trunk with run_layer for
+  // every layer.
+  template <class State, class Arch>
+  void run_layers(const SequenceBatch& batch, ForwardCapture* capture,
+                  void (Arch::*run_layer)(State&, const SequenceBatch&, int, ForwardCapture*)) {
+    State& work = static_cast<State&>(*batch.work);
+    work.reserve(batch.T);
+    Arch& self = static_cast<Arch&>(*this);
+    forward_trunk(batch, capture, [&](int il) { (self.*run_layer)(work, batch, il, capture); });
+  }
   // run_trunk with this model's trunk weights and sizes.
   template <class RunLayer>
   void forward_trunk(const SequenceBatch& batch, ForwardCapture* capture, RunLayer&& run_layer);
@@ -73,6 +81,8 @@ class MoeModelBase : public Model {
   StateDims state_dims_;  // set from the config by each constructor; act_row_bytes by finish_load
 
  private:
+  // `state` as a sequence state when this model made it, else null.
+  MoeSequenceState* own_state(ModelState& state) const;
   // The checks of forward() and forward_many() (a state of this model, check_forward_args, distinct states),
   // then batch_ refilled from the steps.
   void make_batch(std::span<const SequenceStep> steps);

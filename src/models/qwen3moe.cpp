@@ -14,20 +14,13 @@ class Qwen3MoeModel::State final : public MoeSequenceState {
  public:
   State(const Qwen3MoeModel& model, int n_ctx)
       : MoeSequenceState(
-            *model.backend_, n_ctx,
+            model, *model.backend_, n_ctx,
             std::vector<LayerStateSpec>(static_cast<size_t>(model.cfg_.n_layer),
                                         LayerStateSpec::kv(model.cfg_.n_head_kv, model.cfg_.head_dim)),
             model.cfg_.head_dim),
         model_(&model) {}
 
   size_t bytes() const override { return MoeSequenceState::bytes() + wave.bytes(); }
-
-  void copy_sequence_from(const ModelState& other) override {
-    const auto* o = dynamic_cast<const State*>(&other);
-    if (!o || o->model_ != model_)
-      fail("qwen3moe: copy_sequence_from() was given a state made by another model");
-    copy_layers_from(*o, "qwen3moe");
-  }
 
   // Grows the batch buffers to hold T tokens (no-op when they already do).
   void reserve(int64_t T) {
@@ -51,6 +44,10 @@ std::unique_ptr<ModelState> Qwen3MoeModel::new_state(int n_ctx) {
   return std::make_unique<State>(*this, n_ctx);
 }
 
+void Qwen3MoeModel::run_batch(const SequenceBatch& batch, ForwardCapture* capture) {
+  run_layers<State>(batch, capture, &Qwen3MoeModel::run_layer);
+}
+
 backend::RouterParams Qwen3MoeModel::router_params() const {
   backend::RouterParams p;
   p.gating = backend::Gating::Softmax;
@@ -59,17 +56,6 @@ backend::RouterParams Qwen3MoeModel::router_params() const {
   p.normalize = true;  // qwen3moe renormalises the top-k weights (build_moe_ffn norm_w = true)
   p.scale = cfg_.expert_weights_scale;
   return p;
-}
-
-MoeSequenceState* Qwen3MoeModel::own_state(ModelState& state) const {
-  auto* st = dynamic_cast<State*>(&state);
-  return st && st->model_ == this ? st : nullptr;
-}
-
-void Qwen3MoeModel::run_batch(const SequenceBatch& batch, ForwardCapture* capture) {
-  State& ws = static_cast<State&>(*batch.work);
-  ws.reserve(batch.T);
-  forward_trunk(batch, capture, [&](int il) { run_layer(ws, batch, il, capture); });
 }
 
 void Qwen3MoeModel::run_layer(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture) {

@@ -149,11 +149,15 @@ uint64_t LayerStates::bytes_for(const std::vector<LayerStateSpec>& specs, int n_
   return total;
 }
 
-void MoeSequenceState::copy_layers_from(const MoeSequenceState& other, const char* arch) {
-  if (other.n_ctx_ != n_ctx_)
-    fail("{}: cannot copy a state of context {} into one of context {}", arch, other.n_ctx_, n_ctx_);
-  layers.copy_from(other.layers, other.n_past);
-  n_past = other.n_past;
+void MoeSequenceState::copy_sequence_from(const ModelState& other) {
+  const std::string& arch = owner_->info().arch;
+  const auto* o = dynamic_cast<const MoeSequenceState*>(&other);
+  if (!o || o->owner_ != owner_)
+    fail("{}: copy_sequence_from() was given a state made by another model", arch);
+  if (o->n_ctx_ != n_ctx_)
+    fail("{}: cannot copy a state of context {} into one of context {}", arch, o->n_ctx_, n_ctx_);
+  layers.copy_from(o->layers, o->n_past);
+  n_past = o->n_past;
 }
 
 void TrunkBuffers::reserve(backend::Backend& be, size_t t, size_t H, size_t q_dim, size_t kv_dim,
@@ -183,9 +187,9 @@ size_t TrunkBuffers::bytes_for(size_t t, size_t H, size_t q_dim, size_t kv_dim, 
   return t * (4 * sizeof(int32_t) + (3 * H + 2 * q_dim + 2 * kv_dim) * sizeof(float) + act_row_bytes);
 }
 
-MoeSequenceState::MoeSequenceState(backend::Backend& backend, int n_ctx, std::vector<LayerStateSpec> specs,
-                                   int attn_head_dim)
-    : be(backend), layers(backend, std::move(specs), n_ctx), n_ctx_(n_ctx) {
+MoeSequenceState::MoeSequenceState(const Model& owner, backend::Backend& backend, int n_ctx,
+                                   std::vector<LayerStateSpec> specs, int attn_head_dim)
+    : be(backend), layers(backend, std::move(specs), n_ctx), owner_(&owner), n_ctx_(n_ctx) {
   if (attn_head_dim > 0)
     trunk.attn_scratch.resize(be, be.attention_scratch_floats(n_ctx, attn_head_dim), "attention scratch");
 }

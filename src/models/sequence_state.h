@@ -115,8 +115,10 @@ struct SequenceBatch {
 
 class MoeSequenceState : public ModelState {
  public:
-  // attn_head_dim: the head size attention scratch is sized for (0: no attention layer).
-  MoeSequenceState(backend::Backend& be, int n_ctx, std::vector<LayerStateSpec> specs, int attn_head_dim);
+  // owner: the model that made the state (own_state() and copy_sequence_from() check it). attn_head_dim: the
+  // head size attention scratch is sized for (0: no attention layer).
+  MoeSequenceState(const Model& owner, backend::Backend& be, int n_ctx, std::vector<LayerStateSpec> specs,
+                   int attn_head_dim);
 
   int n_ctx() const override { return n_ctx_; }
   void reset() override {
@@ -124,6 +126,10 @@ class MoeSequenceState : public ModelState {
     layers.reset();
   }
   size_t bytes() const override { return layers.bytes() + trunk.bytes() + moe.bytes(); }
+  // n_past, the KV below it and the recurrent states of another state of the same model and context
+  // (df::Error otherwise).
+  void copy_sequence_from(const ModelState& other) final;
+  const Model* owner() const { return owner_; }
 
   // True when the buffers hold fewer than T tokens; grow_batch() then grows the shared ones, and the model
   // its own, before batch_grown(T).
@@ -136,12 +142,8 @@ class MoeSequenceState : public ModelState {
   TrunkBuffers trunk;
   MoeBuffers moe;
 
- protected:
-  // copy_sequence_from() once the derived state has checked that `other` is a state of its model: n_past, the
-  // KV below it, the recurrent states. `arch` names the model in the message when the contexts differ.
-  void copy_layers_from(const MoeSequenceState& other, const char* arch);
-
  private:
+  const Model* owner_;
   int n_ctx_;
   int64_t rows_ = 0;
 };
