@@ -24,8 +24,7 @@ class GptOssModel::State final : public MoeSequenceState {
   // Sliding-window layers keep every position too: a ring of n_swa + batch positions would save memory at
   // long contexts (llama.cpp's iSWA cache) but changes nothing numerically.
   State(const GptOssModel& model, int n_ctx)
-      : MoeSequenceState(model, *model.backend_, n_ctx, layer_states(model.cfg_), model.cfg_.head_dim),
-        model_(&model) {}
+      : MoeSequenceState(model, *model.backend_, n_ctx, layer_states(model.cfg_), model.cfg_.head_dim) {}
 
   size_t bytes() const override { return MoeSequenceState::bytes() + wave.bytes(); }
 
@@ -40,17 +39,17 @@ class GptOssModel::State final : public MoeSequenceState {
   // Grows the batch buffers to hold T tokens (no-op when they already do).
   void reserve(int64_t T) {
     if (!batch_too_small(T)) return;
-    const auto& c = model_->cfg_;
+    const auto& c = model().cfg_;
     const size_t K = static_cast<size_t>(c.n_expert_used);
     grow_batch(T, BatchDims{static_cast<size_t>(c.n_embd),
                             static_cast<size_t>(c.n_head) * static_cast<size_t>(c.head_dim),
                             static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim),
-                            static_cast<size_t>(c.n_expert), K, model_->max_act_row_bytes_});
+                            static_cast<size_t>(c.n_expert), K, model().max_act_row_bytes_});
     wave.reserve(K, static_cast<size_t>(c.n_expert));
     batch_grown(T);
   }
 
-  const GptOssModel* model_;
+  const GptOssModel& model() const { return static_cast<const GptOssModel&>(*owner()); }
   ExpertWave wave;
 };
 

@@ -16,8 +16,7 @@ namespace df::models {
 class Lfm2MoeModel::State final : public MoeSequenceState {
  public:
   State(const Lfm2MoeModel& model, int n_ctx)
-      : MoeSequenceState(model, *model.backend_, n_ctx, layer_states(model.cfg_), model.cfg_.head_dim),
-        model_(&model) {}
+      : MoeSequenceState(model, *model.backend_, n_ctx, layer_states(model.cfg_), model.cfg_.head_dim) {}
 
   // Attention layers keep a KV cache, the others the short convolution's last l_cache - 1 rows.
   static std::vector<LayerStateSpec> layer_states(const Lfm2MoeConfig& c) {
@@ -37,19 +36,19 @@ class Lfm2MoeModel::State final : public MoeSequenceState {
   // Grows the batch buffers to hold T tokens (no-op when they already do).
   void reserve(int64_t T) {
     if (!batch_too_small(T)) return;
-    const auto& c = model_->cfg_;
+    const auto& c = model().cfg_;
     const size_t t = static_cast<size_t>(T), H = static_cast<size_t>(c.n_embd);
     grow_batch(T, BatchDims{H, static_cast<size_t>(c.n_head) * static_cast<size_t>(c.head_dim),
                             static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim),
                             static_cast<size_t>(c.n_expert), static_cast<size_t>(c.n_expert_used),
-                            model_->max_act_row_bytes_});
+                            model().max_act_row_bytes_});
     y.resize(be, t * H, "short-conv batch buffers");
     bcx.resize(be, t * 3 * H, "short-conv batch buffers");
     wave.reserve(static_cast<size_t>(c.n_expert_used), static_cast<size_t>(c.n_expert));
     batch_grown(T);
   }
 
-  const Lfm2MoeModel* model_;
+  const Lfm2MoeModel& model() const { return static_cast<const Lfm2MoeModel&>(*owner()); }
   DeviceArray<float> y, bcx;  // short-conv batch buffers
   ExpertWave wave;
 };
