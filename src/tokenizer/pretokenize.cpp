@@ -6,11 +6,14 @@ namespace df::tok {
 
 namespace {
 
+// hunyuan-dense's second regex: CJK Unified Ideographs up to U+9FA5, Hiragana and Katakana.
+bool cjk_or_kana(char32_t cp) { return (cp >= 0x4E00 && cp <= 0x9FA5) || (cp >= 0x3040 && cp <= 0x30FF); }
+
 // One split: cps/classes of a text, and a function per pattern returning the end of the match that starts at
-// `i` (every pattern here matches at every position, so pieces are contiguous).
+// `i` (every single-regex pattern here matches at every position, so pieces are contiguous).
 class Matcher {
  public:
-  Matcher(const std::vector<char32_t>& cps, const std::vector<uint8_t>& classes)
+  Matcher(const std::vector<char32_t>& cps, const std::vector<uint16_t>& classes)
       : cps_(cps), cls_(classes), n_(cps.size()) {}
 
   size_t llama3_like(size_t i, size_t max_digits) const {
@@ -23,7 +26,7 @@ class Matcher {
     }
     if (has(i, kNumber)) return digits(i, max_digits);
     if (size_t j = punctuation(i, /*slash_in_tail=*/false)) return j;
-    return whitespace(i);
+    return whitespace(i, n_);
   }
 
   size_t gpt4o(size_t i) const {
@@ -55,11 +58,40 @@ class Matcher {
     }
     if (has(i, kNumber)) return digits(i, 3);
     if (size_t e = punctuation(i, /*slash_in_tail=*/true)) return e;
-    return whitespace(i);
+    return whitespace(i, n_);
+  }
+
+  // Calls emit(end) with the end of each piece in turn. The three regexes split in sequence, so each later
+  // one works inside the pieces of the earlier ones, and its look-ahead ends where the piece ends.
+  template <typename Emit>
+  void hunyuan_dense(Emit&& emit) const {
+    for (size_t i = 0; i < n_;) {
+      // \p{N}{1,3}. The later regexes leave such a piece whole: it holds no letter, mark, punctuation,
+      // symbol or whitespace for them to match.
+      if (has(i, kNumber)) {
+        i = digits(i, 3);
+        emit(i);
+        continue;
+      }
+      // Between digit runs, the CJK/kana runs and the text between them become pieces.
+      const bool cjk = cjk_or_kana(cps_[i]);
+      size_t end = i + 1;
+      while (end < n_ && !has(end, kNumber) && cjk_or_kana(cps_[end]) == cjk) ++end;
+      // The third regex: leftmost matches; unmatched text (before a match, or at the end) is a piece too.
+      while (i < end) {
+        size_t match_start = i, match_end = 0;
+        while (match_start < end && (match_end = hunyuan_match(match_start, end)) == 0) ++match_start;
+        if (match_start > i) emit(match_start);
+        if (match_start == end) break;
+        emit(match_end);
+        i = match_end;
+      }
+      i = end;
+    }
   }
 
  private:
-  bool has(size_t i, uint8_t mask) const { return (cls_[i] & mask) != 0; }
+  bool has(size_t i, uint16_t mask) const { return (cls_[i] & mask) != 0; }
   bool upper(size_t i) const { return has(i, kLetter) && !has(i, kAsciiLower); }
   bool lower(size_t i) const { return has(i, kLetter) && !has(i, kAsciiUpper); }
   bool other(size_t i) const { return !has(i, kWhitespace | kLetter | kNumber); }
@@ -93,22 +125,55 @@ class Matcher {
     return j;
   }
 
-  // \s*[\r\n]+ | \s+(?!\S) | \s+ at a whitespace character.
-  size_t whitespace(size_t i) const {
+  // hunyuan-dense's third regex at i, in a piece that ends at `end`: the end of the match, or 0 if no
+  // alternative matches there (a digit, or a control/format/unassigned character, with no letter or mark
+  // right after it).
+  size_t hunyuan_match(size_t i, size_t end) const {
+    constexpr uint16_t kAsciiLetter = kAsciiUpper | kAsciiLower;
+    // [!-/:-@[-`{-~][A-Za-z]+
+    if (cps_[i] < 0x80 && has(i, kPunctuation | kSymbol) && i + 1 < end && has(i + 1, kAsciiLetter)) {
+      size_t j = i + 1;
+      while (j < end && has(j, kAsciiLetter)) ++j;
+      return j;
+    }
+    // [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+ (a mark may be the optional character too, which ends the match
+    // in the same place).
+    size_t j = i;
+    if (!has(i, kCrLf | kLetter | kMark | kPunctuation | kSymbol) && i + 1 < end &&
+        has(i + 1, kLetter | kMark))
+      j = i + 1;
+    if (has(j, kLetter | kMark)) {
+      while (j < end && has(j, kLetter | kMark)) ++j;
+      return j;
+    }
+    //  ?[\p{P}\p{S}]+[\r\n]*
+    j = i;
+    if (cps_[i] == ' ' && i + 1 < end && has(i + 1, kPunctuation | kSymbol)) j = i + 1;
+    if (has(j, kPunctuation | kSymbol)) {
+      while (j < end && has(j, kPunctuation | kSymbol)) ++j;
+      while (j < end && has(j, kCrLf)) ++j;
+      return j;
+    }
+    if (has(i, kWhitespace)) return whitespace(i, end);
+    return 0;
+  }
+
+  // \s*[\r\n]+ | \s+(?!\S) | \s+ at a whitespace character, in a piece that ends at `end`.
+  size_t whitespace(size_t i, size_t end) const {
     size_t k = i;
     size_t after_last_newline = 0;
-    while (k < n_ && has(k, kWhitespace)) {
+    while (k < end && has(k, kWhitespace)) {
       if (has(k, kCrLf)) after_last_newline = k + 1;
       ++k;
     }
     if (after_last_newline != 0) return after_last_newline;
-    if (k - i > 1 && k < n_) return k - 1;  // leave the last space to the word that follows
+    if (k - i > 1 && k < end) return k - 1;  // leave the last space to the word that follows
     if (k > i) return k;
     return i + 1;  // unreachable for the patterns here: every character matches some alternative
   }
 
   const std::vector<char32_t>& cps_;
-  const std::vector<uint8_t>& cls_;
+  const std::vector<uint16_t>& cls_;
   size_t n_;
 };
 
@@ -122,23 +187,32 @@ void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::stri
   for (size_t i = 0; i < scratch.cps.size(); ++i) scratch.classes[i] = char_class(scratch.cps[i]);
 
   const Matcher m(scratch.cps, scratch.classes);
-  const size_t n = scratch.cps.size();
-  for (size_t i = 0; i < n;) {
-    size_t end = 0;
-    switch (kind) {
-      case PreTokenizer::kLlama3:
-        end = m.llama3_like(i, 3);
-        break;
-      case PreTokenizer::kQwen2:
-        end = m.llama3_like(i, 1);
-        break;
-      case PreTokenizer::kGpt4o:
-        end = m.gpt4o(i);
-        break;
-    }
-    const uint32_t b0 = scratch.offsets[i], b1 = scratch.offsets[end];
+  size_t piece_start = 0;
+  const auto emit = [&](size_t piece_end) {
+    const uint32_t b0 = scratch.offsets[piece_start], b1 = scratch.offsets[piece_end];
     pieces.push_back(text.substr(b0, b1 - b0));
-    i = end;
+    piece_start = piece_end;
+  };
+  // A single pattern matches at every position, so each match ends one piece and starts the next.
+  const auto each_match = [&](auto match_end) {
+    for (size_t i = 0; i < scratch.cps.size();) {
+      i = match_end(i);
+      emit(i);
+    }
+  };
+  switch (kind) {
+    case PreTokenizer::kLlama3:
+      each_match([&](size_t i) { return m.llama3_like(i, 3); });
+      break;
+    case PreTokenizer::kQwen2:
+      each_match([&](size_t i) { return m.llama3_like(i, 1); });
+      break;
+    case PreTokenizer::kGpt4o:
+      each_match([&](size_t i) { return m.gpt4o(i); });
+      break;
+    case PreTokenizer::kHunyuanDense:
+      m.hunyuan_dense(emit);
+      break;
   }
 }
 

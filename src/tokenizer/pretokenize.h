@@ -20,13 +20,21 @@ enum class PreTokenizer {
   // [^\r\n\p{L}\p{N}]?U*W+C?|[^\r\n\p{L}\p{N}]?U+W*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|
   // \s+(?!\S)|\s+   with C = the case-insensitive contractions.
   kGpt4o,
+  // hunyuan-dense (also deepseek-v3, joyai-llm): three regexes, each splitting the pieces of the one before
+  // (text between matches stays a piece of its own):
+  //   \p{N}{1,3}
+  //   [\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+
+  //   [!-/:-@[-`{-~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|
+  //   \s+(?!\S)|\s+
+  // (the first bracket is the 32 ASCII punctuation and symbol characters).
+  kHunyuanDense,
 };
 
 // Reusable buffers so that splitting a long text does not allocate per piece.
 struct PreTokenizeScratch {
   std::vector<char32_t> cps;
   std::vector<uint32_t> offsets;
-  std::vector<uint8_t> classes;
+  std::vector<uint16_t> classes;
 };
 
 // Splits well-formed UTF-8 `text` (the caller checks it) into pieces, appended to `pieces` as views into

@@ -64,6 +64,23 @@ struct ByteMap {
   }
 };
 
+bool icu_is_newer_than_unicode_15_1() {
+  static const bool newer = [] {
+    UVersionInfo v;
+    u_getUnicodeVersion(v);
+    return v[0] > 15 || (v[0] == 15 && v[1] > 1);
+  }();
+  return newer;
+}
+
+// General category mask of the characters Unicode 15.1 assigned (ideographic description characters,
+// CJK stroke HXG, CJK Unified Ideographs Extension I) for an ICU that predates it; Cn for the rest.
+uint32_t unicode_15_1_addition(char32_t cp) {
+  if ((cp >= 0x2FFC && cp <= 0x2FFF) || cp == 0x31EF) return U_GC_SO_MASK;
+  if (cp >= 0x2EBF0 && cp <= 0x2EE5D) return U_GC_LO_MASK;
+  return U_GC_CN_MASK;
+}
+
 const ByteMap& byte_map() {
   static const ByteMap map;
   return map;
@@ -175,22 +192,37 @@ std::vector<char32_t> decode_utf8_lenient(std::string_view s) {
   return out;
 }
 
-uint8_t char_class(char32_t cp) {
+uint16_t char_class(char32_t cp) {
   if (cp < 0x80) {
-    uint8_t r = 0;
+    static constexpr std::string_view kAsciiPunctuation = "!\"#%&'()*,-./:;?@[\\]_{}";
+    static constexpr std::string_view kAsciiSymbols = "$+<=>^`|~";
+    uint16_t r = 0;
     if (cp >= 'A' && cp <= 'Z') r |= kLetter | kAsciiUpper;
     if (cp >= 'a' && cp <= 'z') r |= kLetter | kAsciiLower;
     if (cp >= '0' && cp <= '9') r |= kNumber;
     if ((cp >= 0x09 && cp <= 0x0D) || cp == ' ') r |= kWhitespace;
     if (cp == '\r' || cp == '\n') r |= kCrLf;
+    if (kAsciiPunctuation.find(static_cast<char>(cp)) != std::string_view::npos) r |= kPunctuation;
+    if (kAsciiSymbols.find(static_cast<char>(cp)) != std::string_view::npos) r |= kSymbol;
     return r;
   }
   const auto c = static_cast<UChar32>(cp);
-  const uint32_t mask = U_GET_GC_MASK(c);
-  uint8_t r = 0;
+  // llama.cpp's tables are Unicode 15.1; ICU may know another version. What came later is unassigned there,
+  // and where ICU predates 15.1 the few characters 15.1 added get their category here.
+  if (icu_is_newer_than_unicode_15_1()) {
+    UVersionInfo age;
+    u_charAge(c, age);
+    if (age[0] > 15 || (age[0] == 15 && age[1] > 1)) return 0;
+  }
+  uint32_t mask = U_GET_GC_MASK(c);
+  if (mask & U_GC_CN_MASK) mask = unicode_15_1_addition(cp);
+  if (u_isUWhiteSpace(c)) return kWhitespace;  // llama.cpp's collapsed text keeps nothing else of these
+  uint16_t r = 0;
   if (mask & U_GC_L_MASK) r |= kLetter;
   if (mask & U_GC_N_MASK) r |= kNumber;
-  if (u_isUWhiteSpace(c)) r |= kWhitespace;
+  if (mask & U_GC_P_MASK) r |= kPunctuation;
+  if (mask & U_GC_S_MASK) r |= kSymbol;
+  if (mask & U_GC_M_MASK) r |= kMark;
   return r;
 }
 

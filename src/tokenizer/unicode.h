@@ -1,6 +1,7 @@
 #pragma once
 // Unicode helpers for the tokenizer: UTF-8 decoding (strict for user text, lenient for vocabulary text, as
-// llama.cpp decodes it), character classes from ICU, and the GPT-2 byte <-> printable-character map.
+// llama.cpp decodes it), character classes from ICU (pinned to llama.cpp's Unicode 15.1), and the GPT-2 byte
+// <-> printable-character map.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -34,16 +35,21 @@ void decode_utf8(std::string_view bytes, std::vector<char32_t>& cps, std::vector
 // next byte. Only continuation bits are checked (overlong forms decode to their value).
 std::vector<char32_t> decode_utf8_lenient(std::string_view bytes);
 
-// Character classes used by the pre-tokenizer regexes.
-enum CharClass : uint8_t {
-  kLetter = 1 << 0,      // \p{L}
-  kNumber = 1 << 1,      // \p{N}
-  kWhitespace = 1 << 2,  // \s: the Unicode White_Space property
-  kAsciiUpper = 1 << 3,  // A-Z
-  kAsciiLower = 1 << 4,  // a-z
-  kCrLf = 1 << 5,        // \r or \n
+// Character classes used by the pre-tokenizer regexes, as llama.cpp's tables (Unicode 15.1, unicode-data.cpp)
+// give them: one general category per code point, and White_Space, which wins over the category the way
+// llama.cpp's "collapsed" regex input lets it (every such character is a separator or a control anyway).
+enum CharClass : uint16_t {
+  kLetter = 1 << 0,       // \p{L}
+  kNumber = 1 << 1,       // \p{N}
+  kWhitespace = 1 << 2,   // \s: the Unicode White_Space property
+  kAsciiUpper = 1 << 3,   // A-Z
+  kAsciiLower = 1 << 4,   // a-z
+  kCrLf = 1 << 5,         // \r or \n
+  kPunctuation = 1 << 6,  // \p{P}
+  kSymbol = 1 << 7,       // \p{S}
+  kMark = 1 << 8,         // \p{M}
 };
-uint8_t char_class(char32_t cp);
+uint16_t char_class(char32_t cp);
 
 // GPT-2 byte map: every byte has a printable stand-in character (ARCHITECTURES.md 9.2 step 4).
 // Returns the UTF-8 encoding of the stand-in.

@@ -38,6 +38,9 @@ constexpr std::array kPreSpecs{
     PreSpec{"gpt-4o", PreTokenizer::kGpt4o, false, false, false},
     PreSpec{"llama4", PreTokenizer::kGpt4o, false, false, false},
     PreSpec{"minimax-m2", PreTokenizer::kGpt4o, false, false, false},
+    PreSpec{"hunyuan-dense", PreTokenizer::kHunyuanDense, false, false, false},
+    PreSpec{"deepseek-v3", PreTokenizer::kHunyuanDense, false, false, false},
+    PreSpec{"joyai-llm", PreTokenizer::kHunyuanDense, false, false, false},
 };
 
 // Texts llama.cpp treats as end of generation (ARCHITECTURES.md 9.6).
