@@ -1,12 +1,21 @@
 #pragma once
-// Access to the golden fixtures (../shared/golden, README there).
+// Access to the golden fixtures: ../shared/golden (README there), else the project's own for architectures
+// that folder lacks (tests/golden, copied beside the models make-model writes at build time; see
+// tests/CMakeLists.txt).
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 namespace df::testing {
 
-inline std::string golden_path(const std::string& name) { return std::string(DF_GOLDEN_DIR) + "/" + name; }
+// The path of a fixture file (e.g. "hy_v3-tiny.gguf"): the shared folder's when it has it, else the own
+// one's.
+inline std::string golden_path(const std::string& name) {
+  const std::string shared = std::string(DF_GOLDEN_DIR) + "/" + name;
+  if (std::filesystem::exists(shared)) return shared;
+  return std::string(DF_OWN_GOLDEN_DIR) + "/" + name;
+}
 
 inline nlohmann::json golden_json(const std::string& model) {
   std::ifstream f(golden_path(model + ".json"));

@@ -28,13 +28,12 @@
 #include "backend/backend_factory.h"
 #include "gguf/gguf.h"
 #include "golden_checks.h"
+#include "golden_json.h"
 #include "models/model.h"
 
 namespace df::models::golden {
 
 using nlohmann::json;
-
-inline const std::string kGolden = DF_GOLDEN_DIR;
 
 // One loaded model per golden file, shared by the tests of this process (loading is the slow part).
 struct Golden {
@@ -49,9 +48,9 @@ inline Golden& golden(const std::string& name) {
   auto& slot = cache[name];
   if (!slot) {
     slot = std::make_unique<Golden>();
-    std::ifstream in(kGolden + "/" + name + ".json");
+    std::ifstream in(testing::golden_path(name + ".json"));
     slot->meta = json::parse(in);
-    const auto file = gguf::File::open(kGolden + "/" + name + ".gguf");
+    const auto file = gguf::File::open(testing::golden_path(name + ".gguf"));
     LoadOptions options;
 #ifdef DF_GOLDEN_DEVICE
     options.backend = backend::make_backend({DF_GOLDEN_DEVICE, 0});
@@ -97,7 +96,7 @@ TEST_P(MoeGolden, LayersPromptExpertChoicesAndResiduals) {
 
   // (1) Expert sets. A differing set is allowed only where the reference gap is a near-tie; the residual
   // checks then skip that token and the later ones from that layer on.
-  const auto ref_topk = read_f32(kGolden + "/" + GetParam() + ".topk.f32");
+  const auto ref_topk = read_f32(testing::golden_path(GetParam() + ".topk.f32"));
   ASSERT_EQ(ref_topk.size(), static_cast<size_t>(n_moe * T * K));
   int exempt_layer = n_layer, exempt_token = T, differing = 0;
   double min_gap_checked = 1e9;
@@ -124,7 +123,7 @@ TEST_P(MoeGolden, LayersPromptExpertChoicesAndResiduals) {
       GetParam().c_str(), differing, n_moe * T, min_gap_checked, g.G);
 
   // (2) Residual stream after every layer.
-  const auto ref = read_f32(kGolden + "/" + GetParam() + ".l_out.f32");
+  const auto ref = read_f32(testing::golden_path(GetParam() + ".l_out.f32"));
   ASSERT_EQ(ref.size(), cap.l_out.size());
   expect_finite(cap.l_out.data(), cap.l_out.size(), "residual stream (layers prompt)");
   expect_finite(logits.data(), logits.size(), "logits (layers prompt)");
@@ -185,7 +184,7 @@ TEST_P(MoeGolden, TeacherForcedLogitsAndExpertChoices) {
               tf["routing_near_ties"].size());
   if (exempt_from < T) std::printf("  near-tie flip: positions from %d on are exempt\n", exempt_from);
 
-  const auto ref = read_f32(kGolden + "/" + GetParam() + ".tf_logits.f32");
+  const auto ref = read_f32(testing::golden_path(GetParam() + ".tf_logits.f32"));
   ASSERT_EQ(ref.size(), logits.size());
   expect_finite(logits.data(), logits.size(), "teacher-forced logits (all 60 rows, exempt ones too)");
   double worst = 0, smallest_checked_margin = 1e9;
@@ -221,7 +220,7 @@ TEST_P(MoeGolden, DecodePathMatchesTeacherForcedRows) {
   const std::vector<int32_t> tokens = tf["tokens"];
   const int n = 24, V = m.info().n_vocab, K = m.info().n_expert_used;  // 24 > gpt-oss-tiny's window of 16
   const auto& moe_layers = m.info().moe_layers;
-  const auto ref = read_f32(kGolden + "/" + GetParam() + ".tf_logits.f32");
+  const auto ref = read_f32(testing::golden_path(GetParam() + ".tf_logits.f32"));
   auto st = m.new_state(n);
   std::vector<float> logits(static_cast<size_t>(V));
   ForwardCapture cap;

@@ -23,8 +23,9 @@
 #include <vector>
 
 #include "backend/backend_factory.h"
-#include "gguf/gguf.h"
 #include "experts/expert_provider.h"
+#include "gguf/gguf.h"
+#include "golden_json.h"
 #include "models/model.h"
 #include "util/error.h"
 
@@ -143,7 +144,7 @@ inline TensorEdit retyped(std::string name, GgmlType type) {
   };
 }
 
-// One golden model (DF_GOLDEN_DIR/<name>.gguf and .json), opened once per process.
+// One golden model (<name>.gguf and .json, golden_json.h), opened once per process.
 class GoldenModel {
  public:
   // Copies of the file are named <variant_prefix>-<what>.gguf in the test's scratch directory.
@@ -151,14 +152,12 @@ class GoldenModel {
       : name_(std::move(name)), variant_prefix_(std::move(variant_prefix)) {}
 
   const gguf::File& file() const {
-    if (!file_)
-      file_ =
-          std::make_unique<gguf::File>(gguf::File::open(std::string(DF_GOLDEN_DIR) + "/" + name_ + ".gguf"));
+    if (!file_) file_ = std::make_unique<gguf::File>(gguf::File::open(testing::golden_path(name_ + ".gguf")));
     return *file_;
   }
 
   std::vector<int32_t> teacher_forced_tokens() const {
-    std::ifstream in(std::string(DF_GOLDEN_DIR) + "/" + name_ + ".json");
+    std::ifstream in(testing::golden_path(name_ + ".json"));
     const auto meta = nlohmann::json::parse(in);
     return meta["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
   }

@@ -98,6 +98,32 @@ TEST(CliMakeModel, FlagsReachTheFileAndInspectReadsIt) {
   EXPECT_EQ(report["memory"]["n_expert_used"], 2);
 }
 
+// hy_v3's own flags reach the keys and tensors llama.cpp reads: the dense layers (no router), the shared
+// expert's width, the expert weight scale, and --qtype for every matrix including the head.
+TEST(CliMakeModel, HyV3FlagsReachTheFile) {
+  const std::string p = tmp("hy.gguf");
+  auto r = run_cli(
+      "make-model --arch hy_v3 --layers 5 --dense-lead 2 --shared-ff 192 --expert-scale 1.5 --qtype Q4_0 "
+      "--experts 8 --topk 2 -o '" +
+      p + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("2 leading dense layers (ff 512), shared expert ff 192"), std::string::npos) << r.out;
+  const df::gguf::File f = df::gguf::File::open(p);
+  EXPECT_EQ(f.require_string("general.architecture"), "hy_v3");
+  EXPECT_EQ(f.require_int("hy_v3.expert_shared_feed_forward_length"), 192);
+  EXPECT_FLOAT_EQ(float(f.require_float("hy_v3.expert_weights_scale")), 1.5f);
+  EXPECT_EQ(f.require_int("hy_v3.expert_gating_func"), 2);
+  EXPECT_TRUE(f.require("hy_v3.expert_weights_norm").as_bool());
+  EXPECT_EQ(f.require_string("tokenizer.ggml.pre"), "hunyuan-dense");
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_gate_inp.weight"), nullptr);  // dense
+  EXPECT_NE(f.find_tensor("blk.2.ffn_gate_inp.weight"), nullptr);
+  EXPECT_EQ(f.require_tensor("blk.2.exp_probs_b").ne[0], 8);
+  EXPECT_EQ(f.require_tensor("blk.4.ffn_down_shexp.weight").ne[0], 192);
+  for (const char* t : {"blk.3.ffn_up_exps.weight", "blk.3.ffn_gate_shexp.weight", "output.weight",
+                        "token_embd.weight", "blk.0.ffn_up.weight"})
+    EXPECT_EQ(f.require_tensor(t).type, df::GgmlType::Q4_0) << t;
+}
+
 TEST(CliMakeModel, InvalidFlagsFailNamingTheFlagAndWriteNothing) {
   const std::string p = tmp("invalid.gguf");
   fs::remove(p);
@@ -118,6 +144,12 @@ TEST(CliMakeModel, InvalidFlagsFailNamingTheFlagAndWriteNothing) {
       {"--qtype Q8_K", "--qtype"},
       {"--output-type Q8_0", "--output-type"},
       {"--arch qwen3moe --attn-layers 1", "lfm2moe only"},
+      {"--arch qwen3moe --dense-lead 1", "lfm2moe and hy_v3 only"},
+      {"--arch lfm2moe --shared-ff 128", "hy_v3 only"},
+      {"--arch hy_v3 --shared-ff 100", "--shared-ff"},
+      {"--arch hy_v3 --dense-lead 4", "--dense-lead"},
+      {"--arch hy_v3 --expert-scale -1", "--expert-scale"},
+      {"--arch hy_v3 --preset qwen3-30b", "--preset"},
       {"--vocab 100", "--vocab"},
       {"--route-dims 200", "--route-dims"},
       {"--rms-eps 0", "--rms-eps"},

@@ -47,11 +47,12 @@ struct MoeGolden {
 const MoeGolden kLfm2Moe{"lfm2moe-tiny", {"lfm2moe-tiny", "lfm2moe"}, GgmlType::Q4_0, 128};
 const MoeGolden kQwen3Moe{"qwen3moe-tiny", {"qwen3moe-tiny", "qwen3moe"}, GgmlType::Q4_0, 128};
 const MoeGolden kGptOss{"gpt-oss-tiny", {"gpt-oss-tiny", "gpt-oss"}, GgmlType::MXFP4, 128};
+const MoeGolden kHyV3{"hy_v3-tiny", {"hy_v3-tiny", "hy_v3"}, GgmlType::Q8_0, 128};
 
 // gtest would otherwise print the parameter as a bare address.
 void PrintTo(const MoeGolden* g, std::ostream* os) { *os << g->name; }
 
-class MoeModelContract : public testing::TestWithParam<const MoeGolden*> {
+class MoeModelContract : public ::testing::TestWithParam<const MoeGolden*> {
  protected:
   const test_util::GoldenModel& tiny() const { return GetParam()->model; }
 };
@@ -285,8 +286,9 @@ TEST_P(MoeModelContract, ForwardRejectsBadCalls) {
   EXPECT_EQ(st->n_past, 2);
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyGoldens, MoeModelContract, testing::Values(&kLfm2Moe, &kQwen3Moe, &kGptOss),
-                         [](const testing::TestParamInfo<const MoeGolden*>& p) {
+INSTANTIATE_TEST_SUITE_P(TinyGoldens, MoeModelContract,
+                         ::testing::Values(&kLfm2Moe, &kQwen3Moe, &kGptOss, &kHyV3),
+                         [](const ::testing::TestParamInfo<const MoeGolden*>& p) {
                            std::string name = p.param->name;
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;

@@ -15,12 +15,11 @@
 #include "backend/backend_factory.h"
 #include "gguf/gguf.h"
 #include "golden_checks.h"
+#include "golden_json.h"
 #include "models/model.h"
 
 namespace df::models {
 namespace {
-
-const std::string kGolden = DF_GOLDEN_DIR;
 
 struct DecodeRun {
   std::vector<float> logits;
@@ -37,10 +36,10 @@ DecodeRun decode(const std::string& name, bool graphs) {
   LoadOptions options;
   options.backend = backend::make_backend({"cuda", 0});
   unsetenv("DF_CUDA_GRAPH");
-  std::ifstream in(kGolden + "/" + name + ".json");
+  std::ifstream in(df::testing::golden_path(name + ".json"));
   const nlohmann::json meta = nlohmann::json::parse(in);
   const std::vector<int32_t> tokens = meta["teacher_forced"]["tokens"];
-  const auto file = gguf::File::open(kGolden + "/" + name + ".gguf");
+  const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));
   auto model = load_model(file, options);
   const size_t V = static_cast<size_t>(model->info().n_vocab);
   const int n = static_cast<int>(tokens.size());
@@ -88,7 +87,7 @@ TEST_P(CudaGraphs, ReplayedStepsGiveTheBitsOfEagerSteps) {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaGraphs,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny",
-                                           "gpt-oss-tiny"),
+                                           "gpt-oss-tiny", "hy_v3-tiny"),
                          golden::golden_test_name);
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "backend/backend_factory.h"
 #include "gguf/gguf.h"
+#include "golden_json.h"
 #include "models/model.h"
 #include "sequences_rules.h"
 
@@ -32,16 +33,15 @@ class CudaSequences : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(CudaSequences, DecodeBatchesGiveTheAloneBitsAndMixedOnesStayWithinTolerance) {
-  const std::string dir = DF_GOLDEN_DIR;
-  std::ifstream in(dir + "/" + GetParam() + ".json");
+  std::ifstream in(df::testing::golden_path(GetParam() + ".json"));
   const std::vector<int32_t> tokens = nlohmann::json::parse(in)["teacher_forced"]["tokens"];
-  const auto file = gguf::File::open(dir + "/" + GetParam() + ".gguf");
+  const auto file = gguf::File::open(df::testing::golden_path(GetParam() + ".gguf"));
   LoadOptions options;
   options.backend = backend::make_backend({"cuda", 0});
   auto model = load_model(file, options);
   ASSERT_GE(options.backend->batch_invariant_rows(), 3);
   sequences_rules::expect_together_equals_alone(*model, tokens, sequences_rules::decode_schedule());
-  std::ifstream again(dir + "/" + GetParam() + ".json");
+  std::ifstream again(df::testing::golden_path(GetParam() + ".json"));
   const float tolerance = nlohmann::json::parse(again)["tolerance"]["logit_abs"];
   const float worst = sequences_rules::together_vs_alone(*model, tokens, sequences_rules::mixed_schedule());
   EXPECT_LE(worst, tolerance);
@@ -51,7 +51,7 @@ TEST_P(CudaSequences, DecodeBatchesGiveTheAloneBitsAndMixedOnesStayWithinToleran
 
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaSequences,
                          ::testing::Values("lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny",
-                                           "lfm2moe-tiny-f16"),
+                                           "lfm2moe-tiny-f16", "hy_v3-tiny"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            std::string name = p.param;
                            for (char& c : name)

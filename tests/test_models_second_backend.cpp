@@ -294,7 +294,7 @@ TEST_P(SecondBackend, AForwardingBackendGivesTheSameBitsAndSeesEveryOp) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, SecondBackend,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny",
-                                           "gpt-oss-tiny"),
+                                           "gpt-oss-tiny", "hy_v3-tiny"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s)

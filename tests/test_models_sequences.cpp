@@ -29,6 +29,7 @@ using namespace sequences_rules;
 const test_util::GoldenModel kLfm2Moe{"lfm2moe-tiny", "lfm2moe"};
 const test_util::GoldenModel kQwen3Moe{"qwen3moe-tiny", "qwen3moe"};
 const test_util::GoldenModel kGptOss{"gpt-oss-tiny", "gpt-oss"};
+const test_util::GoldenModel kHyV3{"hy_v3-tiny", "hy_v3"};
 
 struct Named {
   std::string name;
@@ -153,7 +154,7 @@ TEST_P(Sequences, AWarmBatchedDecodeAllocatesNothing) {
 INSTANTIATE_TEST_SUITE_P(TinyGoldens, Sequences,
                          ::testing::Values(Named{"lfm2moe_tiny", &kLfm2Moe},
                                            Named{"qwen3moe_tiny", &kQwen3Moe},
-                                           Named{"gpt_oss_tiny", &kGptOss}),
+                                           Named{"gpt_oss_tiny", &kGptOss}, Named{"hy_v3_tiny", &kHyV3}),
                          [](const ::testing::TestParamInfo<Named>& p) { return p.param.name; });
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "golden_json.h"
 #include "models/model.h"
 #include "models/state_size.h"
 
@@ -17,7 +18,7 @@ namespace {
 class StateSize : public ::testing::TestWithParam<const char*> {
  protected:
   gguf::File file() const {
-    return gguf::File::open(std::string(DF_GOLDEN_DIR) + "/" + GetParam() + ".gguf");
+    return gguf::File::open(testing::golden_path(std::string(GetParam()) + ".gguf"));
   }
 };
 
@@ -54,7 +55,7 @@ TEST_P(StateSize, GrowsWithTheContextAndTheThreads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, StateSize,
-                         ::testing::Values("lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny"));
+                         ::testing::Values("lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny"));
 
 TEST(StateSizeKv, IsTwoF16RowsPerPositionAndAttentionLayer) {
   StateDims d;

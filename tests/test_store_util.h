@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "golden_json.h"
 #include "quant/q4_0x16.h"
 #include "store/ingest.h"
 #include "store/store.h"
@@ -21,7 +22,7 @@ namespace df::testing {
 
 namespace fs = std::filesystem;
 
-inline std::string golden(const std::string& name) { return std::string(DF_GOLDEN_DIR) + "/" + name; }
+inline std::string golden(const std::string& name) { return golden_path(name); }
 
 // Scratch directories of the running test, removed when it passes (kept for a look when it fails).
 inline std::vector<fs::path> scratch_dirs;

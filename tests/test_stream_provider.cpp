@@ -120,5 +120,21 @@ TEST(StreamProvider, StoreLayoutMustMatchTheModel) {
   }
 }
 
+// A model that does not run its file's trailing blocks (hy_v3's MTP blocks) takes a store that holds their
+// experts after its own; the blocks must still line up.
+TEST(StreamProvider, StoreMayHoldTheExpertsOfTrailingBlocksTheModelDoesNotRun) {
+  const SyntheticStore store = make_store(testing::fresh_dir(), 3, 6);  // blocks 1, 2, 3
+  experts::ExpertLayout two = model_layout(2, GgmlType::F32);           // blocks 1, 2
+  two.unrun_from_layer = 3;
+  EXPECT_NO_THROW(check_layout_matches(store.source.layout, two, "/s"));
+  two.unrun_from_layer = 4;  // block 3 is the model's to run, and it lacks it
+  df::testing::expect_error([&] { check_layout_matches(store.source.layout, two, "/s"); },
+                            {"/s: the store has 3 MoE layers, the model 2; re-run diskformer ingest"});
+  experts::ExpertLayout shifted = model_layout(3, GgmlType::F32);
+  for (auto& l : shifted.layers) l.model_layer += 1;  // blocks 2, 3, 4
+  df::testing::expect_error([&] { check_layout_matches(store.source.layout, shifted, "/s"); },
+                            {"/s: MoE layer 0 is block 1 in the store, block 2 in the model"});
+}
+
 }  // namespace
 }  // namespace df::stream

@@ -10,6 +10,7 @@
 
 #include "gguf/gguf.h"
 #include "golden_json.h"
+#include "models/hy_v3_tensors.h"
 #include "models/lfm2moe_tensors.h"
 #include "models/qwen3moe_tensors.h"
 #include "quant/quant.h"
@@ -138,7 +139,7 @@ TEST(SyntheticPreset, TinyShapesAreTheGoldenShapes) {
 }
 
 TEST(SyntheticPreset, EveryPresetValidatesAndLfm24bHasTheFlagshipShape) {
-  for (auto arch : {syn::Arch::lfm2moe, syn::Arch::qwen3moe})
+  for (auto arch : {syn::Arch::lfm2moe, syn::Arch::qwen3moe, syn::Arch::hy_v3})
     for (const auto& name : syn::preset_names(arch))
       EXPECT_NO_THROW(syn::validate(syn::preset(arch, name))) << name;
   const syn::Config c = syn::preset(syn::Arch::lfm2moe, "lfm2-24b");
@@ -196,9 +197,13 @@ TEST(SyntheticFile, HoldsExactlyWhatTheLoaderReadsBack) {
   convs.shape.n_dense_lead = 0, convs.shape.attn_layers = {}, convs.shape.conv_l_cache = 4;
   syn::Config wide = syn::preset(syn::Arch::qwen3moe, "tiny");
   wide.shape.head_dim = 128, wide.shape.n_expert_used = 2;
+  syn::Config hy_dense2 = syn::preset(syn::Arch::hy_v3, "tiny");
+  hy_dense2.shape.n_dense_lead = 2, hy_dense2.shape.n_ff_shexp = 256,
+  hy_dense2.shape.expert_weights_scale = 0;
   int n = 0;
-  for (const syn::Config& c : {syn::preset(syn::Arch::lfm2moe, "tiny"),
-                               syn::preset(syn::Arch::qwen3moe, "tiny"), medium_config(), convs, wide}) {
+  for (const syn::Config& c :
+       {syn::preset(syn::Arch::lfm2moe, "tiny"), syn::preset(syn::Arch::qwen3moe, "tiny"), medium_config(),
+        convs, wide, syn::preset(syn::Arch::hy_v3, "tiny"), hy_dense2}) {
     SCOPED_TRACE(c.name + " #" + std::to_string(n));
     const File f = File::open(write(c, "readback" + std::to_string(n++) + ".gguf"));
     std::vector<df::models::TensorDesc> described;
@@ -209,6 +214,15 @@ TEST(SyntheticFile, HoldsExactlyWhatTheLoaderReadsBack) {
       for (int il = 0; il < c.shape.n_layer; ++il) EXPECT_EQ(m.attn[size_t(il)], c.is_attention_layer(il));
       EXPECT_EQ(m.n_expert_used, c.shape.n_expert_used);
       described = df::models::lfm2moe_tensors(m);
+    } else if (c.arch == syn::Arch::hy_v3) {
+      const auto m = df::models::hy_v3_config(f);
+      for (int il = 0; il < c.shape.n_layer; ++il) EXPECT_EQ(m.moe[size_t(il)], c.is_moe_layer(il));
+      EXPECT_EQ(m.n_ff, c.shape.n_ff);
+      EXPECT_EQ(m.n_ff_shexp, c.shape.n_ff_shexp);
+      EXPECT_EQ(m.expert_weights_scale, c.shape.expert_weights_scale);
+      EXPECT_TRUE(m.weights_norm);
+      EXPECT_EQ(m.gating, df::backend::Gating::Sigmoid);
+      described = df::models::hy_v3_tensors(m);
     } else {
       const auto m = df::models::qwen3moe_config(f);
       EXPECT_EQ(m.head_dim, c.shape.head_dim);

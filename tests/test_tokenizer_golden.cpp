@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "golden_json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -17,7 +18,7 @@ using df::tok::TokenId;
 using df::tok::Tokenizer;
 using json = nlohmann::json;
 
-std::string golden_path(const std::string& name) { return std::string(DF_GOLDEN_DIR) + "/" + name; }
+using df::testing::golden_path;
 
 json load_json(const std::string& model) {
   std::ifstream in(golden_path(model + ".json"));
@@ -132,7 +133,7 @@ TEST_P(GoldenTokenizer, EncodeThenDecodeRoundTripsEveryCase) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenTokenizer,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16",
-                                           "qwen3moe-tiny", "gpt-oss-tiny"),
+                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) {

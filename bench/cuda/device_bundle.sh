@@ -2,7 +2,8 @@
 # Fills the ignored folder .device/ of the checkout with what one call to the lent GPU machine needs (64 MiB
 # at most travel), from a CUDA build in build/:
 #   bench/cuda/device_bundle.sh tests [GOLDEN_MODELS...]  the gpu-labelled test binaries (stripped), their CTest
-#       files, libfmt, and the golden models named (default: the four small ones; lfm2moe-medium goes in a
+#       files, libfmt, and the golden models named (default: the four small ones and hy_v3-tiny, the project's
+#       own (build/golden); lfm2moe-medium goes in a
 #       call of its own with DF_TESTS=test_models_cuda_golden, the one test binary that reads it). There,
 #       after unpacking (see the end): ln -sfn $PWD/.device/golden /work/shared/golden;
 #       ln -sfn $PWD/.device/build /work/main/build; LD_LIBRARY_PATH=$PWD/.device/lib ctest --test-dir
@@ -19,7 +20,7 @@ case "$mode" in
   tests)
     shift
     models=("$@")
-    [ ${#models[@]} -gt 0 ] || models=(lfm2moe-tiny lfm2moe-tiny-f16 qwen3moe-tiny gpt-oss-tiny)
+    [ ${#models[@]} -gt 0 ] || models=(lfm2moe-tiny lfm2moe-tiny-f16 qwen3moe-tiny gpt-oss-tiny hy_v3-tiny)
     rm -rf .device/build .device/golden .device/lib
     mkdir -p .device/build/tests .device/golden .device/lib
     # Every shared library but the C and C++ runtimes (the engine tests link liburing, libxxhash, ICU, ...).
@@ -33,7 +34,11 @@ case "$mode" in
     done
     echo 'subdirs("tests")' > .device/build/CTestTestfile.cmake
     golden=${DF_GOLDEN:-../shared/golden}
-    for m in "${models[@]}"; do cp "$golden/$m".* .device/golden/; done
+    # The project's own fixtures (tests/golden, their models written by make-model) live in the build tree.
+    mkdir -p .device/build/golden
+    for m in "${models[@]}"; do
+      if [ -e "$golden/$m.gguf" ]; then cp "$golden/$m".* .device/golden/; else cp "$build/golden/$m".* .device/build/golden/; fi
+    done
     cp "$golden/README.md" .device/golden/
     ;;
   bench)

@@ -1,5 +1,5 @@
 // `diskformer make-model`: writes a synthetic random-weight MoE GGUF with the real tensor names, shapes,
-// types and keys of lfm2moe or qwen3moe (src/synth/), from a preset and per-field overrides.
+// types and keys of lfm2moe, qwen3moe or hy_v3 (src/synth/), from a preset and per-field overrides.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -29,7 +29,8 @@ struct MakeModelArgs {
   int threads = 0;
   bool quiet = false;
   int layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, experts = 0, topk = 0, expert_ff = 0;
-  int dense_ff = 0, vocab = 0, ctx = 0, dense_lead = 0, conv_l_cache = 0, route_dims = 0;
+  int dense_ff = 0, vocab = 0, ctx = 0, dense_lead = 0, conv_l_cache = 0, route_dims = 0, shared_ff = 0;
+  float expert_scale = 0;
   float rope_theta = 0, rms_eps = 0, embd_std = 0, logit_std = 0, block_gain = 0, router_std = 0,
         bias_std = 0;
   std::map<std::string, CLI::Option*> opts;  // long flag name -> option, to know which were given
@@ -69,10 +70,11 @@ syn::Config build_config(const MakeModelArgs& a) {
   syn::Config c = syn::preset(arch, a.preset);
   syn::Shape& s = c.shape;
   syn::Numerics& n = c.numerics;
-  const bool lfm2 = arch == syn::Arch::lfm2moe;
+  const bool lfm2 = arch == syn::Arch::lfm2moe, hy = arch == syn::Arch::hy_v3;
   c.seed = a.seed;
-  for (const char* f : {"--layers", "--hidden", "--heads", "--kv-heads", "--head-dim", "--experts", "--topk",
-                        "--expert-ff", "--dense-ff", "--vocab", "--dense-lead", "--attn-layers"})
+  for (const char* f :
+       {"--layers", "--hidden", "--heads", "--kv-heads", "--head-dim", "--experts", "--topk", "--expert-ff",
+        "--dense-ff", "--vocab", "--dense-lead", "--attn-layers", "--shared-ff", "--expert-scale"})
     if (a.given(f)) c.name = fmt::format("{}-custom", a.arch);  // no longer the preset's shape
   if (a.given("--name")) c.name = a.name;
   if (a.given("--layers")) s.n_layer = a.layers;
@@ -93,9 +95,13 @@ syn::Config build_config(const MakeModelArgs& a) {
     s.head_dim =
         s.n_embd / s.n_head;  // lfm2moe derives it; validate() rejects a hidden size heads do not divide
   }
-  if (a.given("--dense-lead") || a.given("--attn-layers") || a.given("--conv-l-cache")) {
-    if (!lfm2) fail("--dense-lead, --attn-layers and --conv-l-cache apply to --arch lfm2moe only");
-  }
+  if ((a.given("--attn-layers") || a.given("--conv-l-cache")) && !lfm2)
+    fail("--attn-layers and --conv-l-cache apply to --arch lfm2moe only");
+  if (a.given("--dense-lead") && !lfm2 && !hy) fail("--dense-lead applies to --arch lfm2moe and hy_v3 only");
+  if ((a.given("--shared-ff") || a.given("--expert-scale")) && !hy)
+    fail("--shared-ff and --expert-scale apply to --arch hy_v3 only");
+  if (a.given("--shared-ff")) s.n_ff_shexp = a.shared_ff;
+  if (a.given("--expert-scale")) s.expert_weights_scale = a.expert_scale;
   if (a.given("--dense-lead")) s.n_dense_lead = a.dense_lead;
   if (a.given("--conv-l-cache")) s.conv_l_cache = a.conv_l_cache;
   if (a.given("--attn-layers")) {
@@ -110,6 +116,7 @@ syn::Config build_config(const MakeModelArgs& a) {
     c.types.matmul = parse_type(a.qtype, "--qtype");
     c.types.experts = c.types.matmul;
     if (!lfm2) c.types.token_embd = c.types.matmul;  // qwen3moe files store the embedding like the matmuls
+    if (hy) c.types.output = c.types.matmul;         // and hy_v3 files the head too
   }
   if (a.given("--expert-type")) c.types.experts = parse_type(a.expert_type, "--expert-type");
   if (a.given("--embd-type")) c.types.token_embd = parse_type(a.embd_type, "--embd-type");
@@ -162,10 +169,13 @@ void run_make_model(const MakeModelArgs& a) {
   if (c.arch == syn::Arch::lfm2moe)
     fmt::print("  attention layers [{}], {} leading dense layers (ff {})\n", fmt::join(s.attn_layers, ", "),
                s.n_dense_lead, s.n_ff);
+  if (c.arch == syn::Arch::hy_v3)
+    fmt::print("  {} leading dense layers (ff {}), shared expert ff {}, expert weights scale {}\n",
+               s.n_dense_lead, s.n_ff, s.n_ff_shexp, s.expert_weights_scale);
   fmt::print("  types: matmul {}, experts {}, token_embd {}{}; {} tensors, {} of tensor data in {:.1f} s\n",
              ggml_type_name(c.types.matmul), ggml_type_name(c.types.experts),
              ggml_type_name(c.types.token_embd),
-             c.arch == syn::Arch::qwen3moe ? fmt::format(", output {}", ggml_type_name(c.types.output)) : "",
+             c.arch != syn::Arch::lfm2moe ? fmt::format(", output {}", ggml_type_name(c.types.output)) : "",
              sum.n_tensors, human_bytes(sum.tensor_bytes), secs);
 }
 
@@ -181,11 +191,12 @@ void register_make_model(CLI::App& app) {
   const auto opt = [&](const std::string& flag, auto& var, const std::string& help) {
     a.opts[flag] = sub->add_option(flag, var, help);
   };
-  sub->add_option("--arch", a.arch, "lfm2moe or qwen3moe")->capture_default_str();
+  sub->add_option("--arch", a.arch, "lfm2moe, qwen3moe or hy_v3")->capture_default_str();
   sub->add_option(
          "--preset", a.preset,
          "tiny (the golden fixture's shape), small (~0.3 GB, for benchmarks), lfm2-24b (lfm2moe: the real "
-         "LFM2.5-24B-A2B hyper-parameters, ~13.5 GB) or qwen3-30b (qwen3moe: Qwen3-30B-A3B, ~16 GB)")
+         "LFM2.5-24B-A2B hyper-parameters, ~13.5 GB), qwen3-30b (qwen3moe: Qwen3-30B-A3B, ~16 GB) or "
+         "hy-v3-30b (hy_v3: a 48-layer 30B-A3B shape, Q8_0, ~31 GB)")
       ->capture_default_str();
   sub->add_option("--seed", a.seed, "seed of the random weights")->capture_default_str();
   sub->add_option("-o,--out", a.out, "output GGUF file (written to a temporary name, then renamed)")
@@ -208,14 +219,16 @@ void register_make_model(CLI::App& app) {
   opt("--ctx", a.ctx, "context_length key");
   opt("--rope-theta", a.rope_theta, "RoPE base");
   opt("--rms-eps", a.rms_eps, "RMS norm epsilon");
-  opt("--dense-lead", a.dense_lead, "lfm2moe: leading dense-FFN layers");
+  opt("--dense-lead", a.dense_lead, "lfm2moe, hy_v3: leading dense-FFN layers");
+  opt("--shared-ff", a.shared_ff, "hy_v3: the shared expert's feed-forward width");
+  opt("--expert-scale", a.expert_scale, "hy_v3: expert_weights_scale (0: none)");
   opt("--attn-layers", a.attn_layers,
       "lfm2moe: comma-separated attention layer indices (or none); others are conv");
   opt("--conv-l-cache", a.conv_l_cache, "lfm2moe: short-conv taps");
   opt("--qtype", a.qtype, "type of the matmul and expert weights (qwen3moe: and of token_embd)");
   opt("--expert-type", a.expert_type, "type of the expert weights");
   opt("--embd-type", a.embd_type, "type of token_embd (lfm2moe: also the tied head)");
-  opt("--output-type", a.output_type, "qwen3moe: type of the output head");
+  opt("--output-type", a.output_type, "qwen3moe, hy_v3: type of the output head");
   opt("--embd-std", a.embd_std, "numerics: std of the token embedding (0.25)");
   opt("--logit-std", a.logit_std, "numerics: target std of the logits (12)");
   opt("--block-gain", a.block_gain, "numerics: RMS each block adds to the residual stream (1)");

@@ -11,6 +11,7 @@
 // can wait on, behind the same acquire/release: not done yet.)
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -64,6 +65,9 @@ struct ExpertLayerLayout {
 // Indexed by MoE layer (0 = the first MoE layer of the model).
 struct ExpertLayout {
   std::vector<ExpertLayerLayout> layers;
+  // Blocks of the file from this index on are not run (trailing multi-token-prediction blocks, hy_v3): a
+  // store ingested from the file may hold their experts after the model's.
+  int unrun_from_layer = std::numeric_limits<int>::max();
 };
 
 class ExpertProvider {

@@ -20,6 +20,10 @@ inline constexpr std::string_view expert_used_count = "expert_used_count";
 inline constexpr std::string_view expert_feed_forward_length = "expert_feed_forward_length";
 inline constexpr std::string_view expert_gating_func = "expert_gating_func";
 inline constexpr std::string_view expert_weights_scale = "expert_weights_scale";
+inline constexpr std::string_view expert_weights_norm = "expert_weights_norm";
+inline constexpr std::string_view expert_shared_feed_forward_length = "expert_shared_feed_forward_length";
+inline constexpr std::string_view expert_shared_count = "expert_shared_count";
+inline constexpr std::string_view nextn_predict_layers = "nextn_predict_layers";
 
 inline constexpr std::string_view head_count = "attention.head_count";
 inline constexpr std::string_view head_count_kv = "attention.head_count_kv";

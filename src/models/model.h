@@ -122,5 +122,7 @@ class Model {
 // Dispatches on general.architecture. Throws df::Error for an unsupported architecture and for missing,
 // misshapen or mistyped tensors and keys (naming the tensor or key, what was expected and what was found).
 std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options = {});
+// The architectures load_model() runs, as error messages list them.
+inline constexpr const char* kSupportedArchitectures = "lfm2moe, qwen3moe, gpt-oss, hy_v3";
 
 }  // namespace df::models

@@ -1,6 +1,7 @@
 // load_model: one entry per supported architecture.
 #include "gguf/gguf.h"
 #include "models/gpt_oss.h"
+#include "models/hy_v3.h"
 #include "models/lfm2moe.h"
 #include "models/model.h"
 #include "models/qwen3moe.h"
@@ -13,7 +14,8 @@ std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& opt
   if (arch == "lfm2moe") return load_lfm2moe(file, options);
   if (arch == "qwen3moe") return load_qwen3moe(file, options);
   if (arch == "gpt-oss") return load_gpt_oss(file, options);
-  fail("{}: unsupported architecture '{}' (supported: lfm2moe, qwen3moe, gpt-oss)", file.path(), arch);
+  if (arch == "hy_v3") return load_hy_v3(file, options);
+  fail("{}: unsupported architecture '{}' (supported: {})", file.path(), arch, kSupportedArchitectures);
 }
 
 }  // namespace df::models

@@ -5,7 +5,9 @@
 #include "backend/backend_factory.h"
 #include "gguf/gguf.h"
 #include "models/gpt_oss.h"
+#include "models/hy_v3.h"
 #include "models/lfm2moe.h"
+#include "models/model.h"
 #include "models/moe_block.h"
 #include "models/qwen3moe.h"
 #include "models/sequence_state.h"
@@ -62,6 +64,12 @@ StateDims state_dims_of(const Qwen3MoeConfig& c) {
   return d;
 }
 
+StateDims state_dims_of(const HyV3Config& c) {
+  StateDims d = common_dims(c, c.n_layer);
+  d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
+  return d;
+}
+
 StateDims state_dims_of(const GptOssConfig& c) {
   StateDims d = common_dims(c, c.n_layer);
   d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
@@ -88,8 +96,10 @@ StateDims state_dims(const gguf::File& file) {
     d = state_dims_of(qwen3moe_config(file));
   else if (arch == "gpt-oss")
     d = state_dims_of(gpt_oss_config(file));
+  else if (arch == "hy_v3")
+    d = state_dims_of(hy_v3_config(file));
   else
-    fail("{}: unsupported architecture '{}' (supported: lfm2moe, qwen3moe, gpt-oss)", file.path(), arch);
+    fail("{}: unsupported architecture '{}' (supported: {})", file.path(), arch, kSupportedArchitectures);
   d.act_row_bytes = widest_act_row(file);
   return d;
 }

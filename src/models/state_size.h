@@ -15,6 +15,7 @@ namespace df::models {
 struct Lfm2MoeConfig;
 struct Qwen3MoeConfig;
 struct GptOssConfig;
+struct HyV3Config;
 
 struct StateDims {
   int n_layer = 0;
@@ -34,6 +35,7 @@ uint64_t state_bytes(const StateDims& dims, int n_ctx, int n_batch, int n_thread
 StateDims state_dims_of(const Lfm2MoeConfig& c);
 StateDims state_dims_of(const Qwen3MoeConfig& c);
 StateDims state_dims_of(const GptOssConfig& c);
+StateDims state_dims_of(const HyV3Config& c);
 
 // The dims from a GGUF's keys and tensor types, no weight read: what a model loaded from it would report,
 // with the activation scratch taken from the widest matrix of the file (at least what the model uses).

@@ -43,6 +43,9 @@ enum class TensorKind : uint8_t {
   gate_exps_bias,
   up_exps_bias,
   down_exps_bias,
+  shared_gate,  // the always-on shared expert beside the routed ones (ffn_*_shexp)
+  shared_up,
+  shared_down,
 };
 
 // How the loader reads a tensor; the generator derives the stored type from it.

@@ -18,13 +18,20 @@ void check_part(const std::string& path, int layer, const char* what, const stor
 }  // namespace
 
 void check_layout_matches(const store::Layout& s, const experts::ExpertLayout& m, const std::string& path) {
-  if (static_cast<size_t>(s.n_moe_layers) != m.layers.size())
-    fail("{}: the store has {} MoE layers, the model {}; re-run diskformer ingest", path, s.n_moe_layers,
-         m.layers.size());
+  // The store holds every MoE block of the file; blocks the model does not run (trailing MTP blocks) may
+  // follow the model's own.
+  size_t unrun = 0;
+  for (const store::MoeLayerLayout& sl : s.layers) unrun += sl.layer >= m.unrun_from_layer ? 1 : 0;
+  if (static_cast<size_t>(s.n_moe_layers) != m.layers.size() + unrun)
+    fail("{}: the store has {} MoE layers, the model {}; re-run diskformer ingest", path,
+         static_cast<size_t>(s.n_moe_layers) - unrun, m.layers.size());
   for (size_t i = 0; i < m.layers.size(); ++i) {
     const experts::ExpertLayerLayout& ml = m.layers[i];
     const store::MoeLayerLayout& sl = s.layers[i];
     const int layer = static_cast<int>(i);
+    if (sl.layer != ml.model_layer)
+      fail("{}: MoE layer {} is block {} in the store, block {} in the model; re-run diskformer ingest", path,
+           layer, sl.layer, ml.model_layer);
     if (ml.n_expert != s.n_expert)
       fail("{}: MoE layer {} has {} experts in the store, {} in the model; re-run diskformer ingest", path,
            layer, s.n_expert, ml.n_expert);
@@ -110,14 +117,14 @@ experts::ExpertView StreamingExpertProvider::acquire(int moe_layer, int expert) 
   const uint8_t* record = cache_.wait(h);
   const store::MoeLayerLayout& l = cache_.source().layout.layers[static_cast<size_t>(moe_layer)];
   return experts::ExpertView{record + l.gate.offset,
-                            record + l.up.offset,
-                            record + l.down.offset,
-                            l.gate.type,
-                            l.up.type,
-                            l.down.type,
-                            l.gate.packing,
-                            l.up.packing,
-                            l.down.packing};
+                             record + l.up.offset,
+                             record + l.down.offset,
+                             l.gate.type,
+                             l.up.type,
+                             l.down.type,
+                             l.gate.packing,
+                             l.up.packing,
+                             l.down.packing};
 }
 
 void StreamingExpertProvider::release(int moe_layer, int expert) {

@@ -1,5 +1,6 @@
 #include "synth/arch_tensors.h"
 
+#include "models/hy_v3_tensors.h"
 #include "models/lfm2moe_tensors.h"
 #include "models/qwen3moe_tensors.h"
 
@@ -33,9 +34,32 @@ models::Qwen3MoeConfig qwen3moe_config_of(const Config& c) {
   return m;
 }
 
+models::HyV3Config hy_v3_config_of(const Config& c) {
+  const Shape& s = c.shape;
+  models::HyV3Config m;
+  m.name = c.name;
+  m.n_layer = s.n_layer, m.n_embd = s.n_embd, m.n_vocab = s.n_vocab, m.n_ctx_train = s.n_ctx_train;
+  m.n_head = s.n_head, m.n_head_kv = s.n_head_kv, m.head_dim = s.head_dim;
+  for (int il = 0; il < s.n_layer; ++il) m.moe.push_back(c.is_moe_layer(il));
+  m.n_ff = s.n_ff;
+  m.n_expert = s.n_expert, m.n_expert_used = s.n_expert_used, m.n_ff_exp = s.n_ff_exp;
+  m.n_ff_shexp = s.n_ff_shexp;
+  m.weights_norm = true;
+  m.expert_weights_scale = s.expert_weights_scale;
+  m.eps = s.rms_eps, m.rope_theta = s.rope_theta;
+  return m;
+}
+
 std::vector<models::TensorDesc> described_tensors(const Config& c) {
-  return c.arch == Arch::lfm2moe ? models::lfm2moe_tensors(lfm2moe_config_of(c))
-                                 : models::qwen3moe_tensors(qwen3moe_config_of(c));
+  switch (c.arch) {
+    case Arch::lfm2moe:
+      return models::lfm2moe_tensors(lfm2moe_config_of(c));
+    case Arch::qwen3moe:
+      return models::qwen3moe_tensors(qwen3moe_config_of(c));
+    case Arch::hy_v3:
+      break;
+  }
+  return models::hy_v3_tensors(hy_v3_config_of(c));
 }
 
 }  // namespace df::synth

@@ -27,9 +27,35 @@ constexpr const char* kTurns =
     "{{- '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>\\n' -}}"
     "{%- endfor -%}";
 
+// Hunyuan-dense style: BOS, the system prompt closed by place-holder 3, user turns after <｜hy_User｜>,
+// assistant turns after <｜hy_Assistant｜> closed by the EOS place-holder 2; enable_thinking=false closes an
+// empty reasoning block, as the Qwen3 family does.
+constexpr const char* kHunyuanTemplate =
+    "{{- bos_token -}}"
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- for message in messages -%}"
+    "{%- set content = message['content'] -%}"
+    "{%- if message['role'] == 'system' -%}"
+    "{{- content + '<\uFF5Chy_place\u2581holder\u2581no\u25813\uFF5C>' -}}"
+    "{%- elif message['role'] == 'user' -%}"
+    "{{- '<\uFF5Chy_User\uFF5C>' + content -}}"
+    "{%- elif message['role'] == 'assistant' -%}"
+    "{%- if loop.index0 < ns.last_user -%}{%- set content = content.split('</think>')[-1].strip() -%}{%- "
+    "endif -%}"
+    "{{- '<\uFF5Chy_Assistant\uFF5C>' + content + '<\uFF5Chy_place\u2581holder\u2581no\u25812\uFF5C>' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<\uFF5Chy_Assistant\uFF5C>' -}}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}"
+    "{{- '<think>\\n\\n</think>\\n\\n' -}}{%- endif -%}{%- endif -%}";
+
 }  // namespace
 
 std::string chat_template(Arch arch) {
+  if (arch == Arch::hy_v3) return kHunyuanTemplate;
   std::string t;
   if (arch == Arch::lfm2moe) {
     t += "{{- bos_token -}}";

@@ -4,8 +4,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
+#include "models/hy_v3_tensors.h"
 #include "models/lfm2moe_tensors.h"
 #include "models/qwen3moe_tensors.h"
 #include "synth/vocab.h"
@@ -14,17 +16,26 @@
 namespace df::synth {
 
 std::string_view arch_name(Arch a) {
-  return a == Arch::lfm2moe ? models::kLfm2MoeArch : models::kQwen3MoeArch;
+  switch (a) {
+    case Arch::lfm2moe:
+      return models::kLfm2MoeArch;
+    case Arch::qwen3moe:
+      return models::kQwen3MoeArch;
+    case Arch::hy_v3:
+      break;
+  }
+  return models::kHyV3Arch;
 }
 
 Arch arch_from_name(std::string_view name) {
   if (name == models::kLfm2MoeArch) return Arch::lfm2moe;
   if (name == models::kQwen3MoeArch) return Arch::qwen3moe;
-  fail("--arch '{}': unknown architecture (make-model writes lfm2moe or qwen3moe)", name);
+  if (name == models::kHyV3Arch) return Arch::hy_v3;
+  fail("--arch '{}': unknown architecture (make-model writes lfm2moe, qwen3moe or hy_v3)", name);
 }
 
 bool Config::is_attention_layer(int il) const {
-  if (arch == Arch::qwen3moe) return true;
+  if (arch != Arch::lfm2moe) return true;
   return std::find(shape.attn_layers.begin(), shape.attn_layers.end(), il) != shape.attn_layers.end();
 }
 
@@ -95,6 +106,36 @@ Config qwen3moe_preset(std::string_view name) {
   return c;
 }
 
+Config hy_v3_preset(std::string_view name) {
+  Config c;
+  c.arch = Arch::hy_v3;
+  // The files the seed engine reads: Q8_0 for every matrix (experts, shared experts, head, embedding).
+  c.types = {GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::Q8_0};
+  Shape& s = c.shape;
+  s.rms_eps = 1e-5f;
+  s.n_dense_lead = 1;  // Hy3-preview: layer 0 dense (first_k_dense_replace = 1)
+  s.expert_weights_scale = 2.826f;
+  if (name == "tiny") {
+    s.n_layer = 4, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64;
+    s.n_expert = 16, s.n_expert_used = 4, s.n_ff_exp = 128, s.n_ff_shexp = 128, s.n_ff = 512;
+    s.n_vocab = 2048, s.n_ctx_train = 4096, s.rope_theta = 1e6f;
+  } else if (name == "small") {
+    s.n_layer = 12, s.n_embd = 1024, s.n_head = 16, s.n_head_kv = 4, s.head_dim = 64;
+    s.n_expert = 32, s.n_expert_used = 4, s.n_ff_exp = 512, s.n_ff_shexp = 512, s.n_ff = 2816;
+    s.n_vocab = 8192, s.n_ctx_train = 4096, s.rope_theta = 1e6f;
+  } else if (name == "hy-v3-30b") {
+    // llama.cpp names a 48-layer hy_v3 "30B-A3B"; no such checkpoint is published, so the widths scale
+    // Hy3-preview's (ARCHITECTURES.md 6.1) down to Qwen3-30B-A3B's sizes: ~31 GB in Q8_0.
+    s.n_layer = 48, s.n_embd = 2048, s.n_head = 32, s.n_head_kv = 4, s.head_dim = 128;
+    s.n_expert = 128, s.n_expert_used = 8, s.n_ff_exp = 768, s.n_ff_shexp = 768, s.n_ff = 6144;
+    s.n_vocab = 120832, s.n_ctx_train = 262144, s.rope_theta = 11158840.0f;
+  } else {
+    fail("--preset '{}' does not exist for hy_v3 (tiny, small, hy-v3-30b)", name);
+  }
+  c.name = name == "hy-v3-30b" ? "hy_v3-30b-a3b-synthetic" : fmt::format("hy_v3-{}", name);
+  return c;
+}
+
 bool storable(GgmlType t) {
   switch (t) {
     case GgmlType::F32:
@@ -135,18 +176,27 @@ void check_range(int64_t v, int64_t lo, int64_t hi, std::string_view flag, std::
 }  // namespace
 
 Config preset(Arch arch, std::string_view name) {
-  return arch == Arch::lfm2moe ? lfm2moe_preset(name) : qwen3moe_preset(name);
+  switch (arch) {
+    case Arch::lfm2moe:
+      return lfm2moe_preset(name);
+    case Arch::qwen3moe:
+      return qwen3moe_preset(name);
+    case Arch::hy_v3:
+      break;
+  }
+  return hy_v3_preset(name);
 }
 
 std::vector<std::string> preset_names(Arch arch) {
   if (arch == Arch::lfm2moe) return {"tiny", "small", "lfm2-24b"};
+  if (arch == Arch::hy_v3) return {"tiny", "small", "hy-v3-30b"};
   return {"tiny", "small", "qwen3-30b"};
 }
 
 void validate(const Config& c) {
   const Shape& s = c.shape;
   const Numerics& n = c.numerics;
-  const bool lfm2 = c.arch == Arch::lfm2moe;
+  const bool lfm2 = c.arch == Arch::lfm2moe, hy = c.arch == Arch::hy_v3;
   check_range(s.n_layer, 1, 1024, "--layers");
   check_range(s.n_embd, 32, 65536, "--hidden");
   check_range(s.n_head, 1, 1024, "--heads");
@@ -202,6 +252,17 @@ void validate(const Config& c) {
              s.n_layer - 1);
       if (!seen.insert(il).second) fail("--attn-layers: layer {} is listed twice", il);
     }
+  } else if (hy) {
+    check_range(s.n_dense_lead, 0, s.n_layer - 1, "--dense-lead",
+                "at most --layers - 1, so that one layer is MoE");
+    if (s.n_dense_lead > 0) {
+      check_range(s.n_ff, 1, 1 << 20, "--dense-ff");
+      check_row(s.n_ff, c.types.matmul, "--dense-ff", "--qtype");
+    }
+    check_range(s.n_ff_shexp, 1, 1 << 20, "--shared-ff");
+    check_row(s.n_ff_shexp, c.types.matmul, "--shared-ff", "--qtype");
+    if (!(s.expert_weights_scale >= 0) || !std::isfinite(s.expert_weights_scale))
+      fail("--expert-scale {} must be a finite number >= 0 (0: none)", s.expert_weights_scale);
   } else if (s.n_ff < 1) {
     fail("--dense-ff {} must be positive (qwen3moe stores it as feed_forward_length)", s.n_ff);
   }

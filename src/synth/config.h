@@ -13,7 +13,7 @@
 
 namespace df::synth {
 
-enum class Arch { lfm2moe, qwen3moe };
+enum class Arch { lfm2moe, qwen3moe, hy_v3 };
 std::string_view arch_name(Arch a);
 Arch arch_from_name(std::string_view name);  // throws df::Error naming the accepted values
 
@@ -32,16 +32,18 @@ struct Shape {
   int n_ctx_train = 0;
   float rope_theta = 0;
   float rms_eps = 0;
-  int n_dense_lead = 0;          // lfm2moe only
-  std::vector<int> attn_layers;  // lfm2moe only: the attention layers, the others are short-conv layers
-  int conv_l_cache = 3;          // lfm2moe only
+  int n_dense_lead = 0;            // lfm2moe, hy_v3: leading dense-FFN layers
+  std::vector<int> attn_layers;    // lfm2moe only: the attention layers, the others are short-conv layers
+  int conv_l_cache = 3;            // lfm2moe only
+  int n_ff_shexp = 0;              // hy_v3 only: the shared expert's width
+  float expert_weights_scale = 0;  // hy_v3 only: expert_weights_scale (0: not written)
 };
 
 struct Types {
   GgmlType matmul = GgmlType::Q4_0;      // attention / conv / dense FFN projections
   GgmlType experts = GgmlType::Q4_0;     // ffn_{gate,up,down}_exps
   GgmlType token_embd = GgmlType::Q6_K;  // lfm2moe: also the (tied) output head
-  GgmlType output = GgmlType::Q6_K;      // qwen3moe only: the untied output head
+  GgmlType output = GgmlType::Q6_K;      // qwen3moe, hy_v3: the untied output head
 };
 
 // Knobs of the weight distributions (the golden JSON's `numerics`). See synth/weights.h for how they are
@@ -63,14 +65,14 @@ struct Config {
   Numerics numerics;
   uint64_t seed = 1;
 
-  bool is_attention_layer(int il) const;  // lfm2moe: listed in attn_layers; qwen3moe: always
-  bool is_moe_layer(int il) const;        // lfm2moe: il >= n_dense_lead; qwen3moe: always
+  bool is_attention_layer(int il) const;  // lfm2moe: listed in attn_layers; the others: always
+  bool is_moe_layer(int il) const;        // qwen3moe: always; the others: il >= n_dense_lead
   int n_moe_layers() const;
 };
 
-// Preset names: "tiny", "small" for both architectures; "lfm2-24b" (lfm2moe) and "qwen3-30b" (qwen3moe) with
-// the flagship hyper-parameters. Throws df::Error for an unknown name or one that does not fit the
-// architecture.
+// Preset names: "tiny", "small" for every architecture; "lfm2-24b" (lfm2moe) and "qwen3-30b" (qwen3moe) with
+// the flagship hyper-parameters, "hy-v3-30b" (hy_v3) with the shape llama.cpp calls 30B-A3B. Throws df::Error
+// for an unknown name or one that does not fit the architecture.
 Config preset(Arch arch, std::string_view name);
 std::vector<std::string> preset_names(Arch arch);
 

@@ -40,6 +40,21 @@ const std::vector<SpecialToken> kQwenSpecials = {
     {"</think>", kTokenUserDefined},
 };
 
+// Hunyuan-dense style (full-width bars and U+2581 in the names), after the normal tokens as in the real
+// vocabularies; the real Hy3 list is not published in a form checked here, so these are the family's.
+const std::vector<SpecialToken> kHunyuanSpecials = {
+    {"<\uFF5Chy_begin\u2581of\u2581sentence\uFF5C>", kTokenControl},
+    {"<\uFF5Chy_place\u2581holder\u2581no\u25812\uFF5C>", kTokenControl},
+    {"<\uFF5Chy_place\u2581holder\u2581no\u25813\uFF5C>", kTokenControl},
+    {"<\uFF5Chy_User\uFF5C>", kTokenControl},
+    {"<\uFF5Chy_Assistant\uFF5C>", kTokenControl},
+    {"<\uFF5Chy_\u2581pad\u2581\uFF5C>", kTokenControl},
+    {"<think>", kTokenUserDefined},
+    {"</think>", kTokenUserDefined},
+    {"<tool_call>", kTokenUserDefined},
+    {"</tool_call>", kTokenUserDefined},
+};
+
 // Decodes one code point at s[i] (the corpus is valid UTF-8) and advances i.
 uint32_t next_code_point(std::string_view s, size_t& i) {
   const auto b = static_cast<unsigned char>(s[i]);
@@ -209,7 +224,15 @@ class Trainer {
 }  // namespace
 
 const std::vector<SpecialToken>& special_tokens(Arch arch) {
-  return arch == Arch::lfm2moe ? kLfm2Specials : kQwenSpecials;
+  switch (arch) {
+    case Arch::lfm2moe:
+      return kLfm2Specials;
+    case Arch::qwen3moe:
+      return kQwenSpecials;
+    case Arch::hy_v3:
+      break;
+  }
+  return kHunyuanSpecials;
 }
 
 int min_vocab_size(Arch arch) { return static_cast<int>(special_tokens(arch).size()) + 256; }
@@ -308,7 +331,7 @@ Vocab build_vocab(Arch arch, int n_vocab) {
 
   std::map<std::string, int64_t> word_counts;
   for (std::string_view part : builtin_corpus())
-    for (auto& piece : pretokenize(part, lfm2 ? 3 : 1)) ++word_counts[piece];
+    for (auto& piece : pretokenize(part, arch == Arch::qwen3moe ? 1 : 3)) ++word_counts[piece];
   Trainer trainer(static_cast<size_t>(n_vocab) - specials.size());
   trainer.learn(word_counts);
   trainer.fill(0x5eed0f11e7ULL);
@@ -338,6 +361,14 @@ Vocab build_vocab(Arch arch, int n_vocab) {
     v.bos_id = id_of("<|startoftext|>");
     v.eos_id = id_of("<|im_end|>");
     v.pad_id = id_of("<|pad|>");
+    v.add_bos = true;
+    v.has_add_eos = true;
+  } else if (arch == Arch::hy_v3) {
+    // The Hunyuan-dense vocabulary family's split (ARCHITECTURES.md 6.4, 9.3).
+    v.pre = "hunyuan-dense";
+    v.bos_id = id_of("<\uFF5Chy_begin\u2581of\u2581sentence\uFF5C>");
+    v.eos_id = id_of("<\uFF5Chy_place\u2581holder\u2581no\u25812\uFF5C>");
+    v.pad_id = id_of("<\uFF5Chy_\u2581pad\u2581\uFF5C>");
     v.add_bos = true;
     v.has_add_eos = true;
   } else {

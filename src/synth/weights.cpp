@@ -72,6 +72,8 @@ class Planner {
       case K::ffn_up:
       case K::gate_exps:
       case K::up_exps:
+      case K::shared_gate:
+      case K::shared_up:
         return normal(t, in_std);
       case K::attn_output:
         return output_proj(t, g / std::sqrt(float(ne[0])));
@@ -88,16 +90,24 @@ class Planner {
         return output_proj(t, g / (kSwigluRms * std::sqrt(float(ne[0]))));
       case K::router:
         return router(t);
-      case K::down_exps:
-        // k experts mixed with weights summing to 1 have ~1/sqrt(k) of one expert's RMS.
-        return output_proj(t,
-                           g * std::sqrt(float(s_.n_expert_used)) / (kSwigluRms * std::sqrt(float(ne[0]))));
+      case K::down_exps: {
+        // k experts mixed with weights summing to 1 have ~1/sqrt(k) of one expert's RMS; hy_v3 scales the
+        // weights by expert_weights_scale and adds a shared expert beside them, each half the block's gain.
+        const float scale = s_.expert_weights_scale > 0 ? s_.expert_weights_scale : 1.0f;
+        return output_proj(t, shared_split() * g * std::sqrt(float(s_.n_expert_used)) /
+                                  (scale * kSwigluRms * std::sqrt(float(ne[0]))));
+      }
+      case K::shared_down:
+        return output_proj(t, shared_split() * g / (kSwigluRms * std::sqrt(float(ne[0]))));
       case K::selection_bias:
         return normal(t, n_.bias_std);
       default:
         fail("internal: make-model has no weight distribution for '{}'", t.name);
     }
   }
+
+  // With a shared expert the routed and shared outputs each add half the block's variance.
+  float shared_split() const { return c_.arch == Arch::hy_v3 ? std::sqrt(0.5f) : 1.0f; }
 
   // The stored type: the Types choice for the role; routers, norms, biases and conv taps stay F32.
   GgmlType type_of(const models::TensorDesc& t) const {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "models/gguf_keys.h"
+#include "models/hy_v3_tensors.h"
 #include "models/lfm2moe_tensors.h"
 #include "util/error.h"
 
@@ -65,6 +66,14 @@ gguf::Writer make_writer(const Config& c, const Vocab& v, const std::vector<Tens
     w.set(key(keys::head_count_kv), u32(s.n_head_kv));
     w.set(key(keys::key_length), u32(s.head_dim));
     w.set(key(keys::value_length), u32(s.head_dim));
+  }
+  if (c.arch == Arch::hy_v3) {  // what llama.cpp's HYV3Model conversion writes
+    w.set(key(keys::expert_shared_feed_forward_length), u32(s.n_ff_shexp));
+    w.set(key(keys::expert_shared_count), u32(1));
+    w.set(key(keys::expert_weights_norm), Value::of_bool(true));
+    if (s.expert_weights_scale > 0)
+      w.set(key(keys::expert_weights_scale), Value::of_f32(s.expert_weights_scale));
+    w.set(key(keys::expert_gating_func), u32(models::kHyV3SigmoidGating));
   }
   for (const auto& t : tensors) w.add_tensor(t.spec);
   return w;

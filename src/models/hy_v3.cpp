@@ -1,0 +1,133 @@
+// hy_v3 forward pass (ARCHITECTURES.md 6.3), written against the backend ops. One batch of T tokens (of one
+// sequence or several, each through its own KV cache) goes through every layer together; each MoE layer
+// routes all T tokens, then acquires each chosen expert once and applies it to the tokens routed to it
+// (moe_block.h), beside the shared expert, which every token goes through. All buffers live in the state and
+// grow only when a batch is larger than any before, so decoding allocates nothing.
+#include "models/hy_v3.h"
+
+#include "models/model_common.h"
+#include "models/moe_block.h"
+#include "models/sequence_state.h"
+
+namespace df::models {
+
+class HyV3Model::State final : public MoeSequenceState {
+ public:
+  State(const HyV3Model& model, int n_ctx)
+      : MoeSequenceState(
+            model, *model.backend_, n_ctx,
+            std::vector<LayerStateSpec>(static_cast<size_t>(model.cfg_.n_layer),
+                                        LayerStateSpec::kv(model.cfg_.n_head_kv, model.cfg_.head_dim)),
+            model.cfg_.head_dim) {}
+
+  size_t bytes() const override { return MoeSequenceState::bytes() + wave.bytes(); }
+
+  // Grows the batch buffers to hold T tokens (no-op when they already do).
+  void reserve(int64_t T) {
+    if (!batch_too_small(T)) return;
+    const auto& c = model().cfg_;
+    grow_batch(T, BatchDims{static_cast<size_t>(c.n_embd),
+                            static_cast<size_t>(c.n_head) * static_cast<size_t>(c.head_dim),
+                            static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim),
+                            static_cast<size_t>(c.n_expert), static_cast<size_t>(c.n_expert_used),
+                            model().max_act_row_bytes_});
+    wave.reserve(static_cast<size_t>(c.n_expert_used), static_cast<size_t>(c.n_expert));
+    batch_grown(T);
+  }
+
+  const HyV3Model& model() const { return static_cast<const HyV3Model&>(*owner()); }
+  ExpertWave wave;
+};
+
+std::unique_ptr<ModelState> HyV3Model::new_state(int n_ctx) {
+  check_n_ctx(n_ctx);
+  return std::make_unique<State>(*this, n_ctx);
+}
+
+void HyV3Model::run_batch(const SequenceBatch& batch, ForwardCapture* capture) {
+  run_layers<State>(batch, capture, &HyV3Model::run_layer);
+}
+
+backend::RouterParams HyV3Model::router_params(const Layer& layer) const {
+  backend::RouterParams p;
+  p.gating = cfg_.gating;
+  p.n_expert = cfg_.n_expert;
+  p.k = cfg_.n_expert_used;
+  p.selection_bias = layer.selection_bias;
+  p.normalize = cfg_.weights_norm;
+  p.scale = cfg_.expert_weights_scale;
+  return p;
+}
+
+void HyV3Model::run_layer(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture) {
+  const Layer& l = layers_[static_cast<size_t>(il)];
+  TrunkBuffers& ws = st.trunk;
+  const int64_t T = batch.T;
+  const int64_t H = cfg_.n_embd;
+  backend::Backend& be = *backend_;
+
+  be.rms_norm(ws.x.view(), T, H, l.attn_norm, cfg_.eps, ws.xn.view());
+  qk_norm_attention(
+      *backend_,
+      QkNormAttention{l.wq, l.wk, l.wv, l.wo, l.q_norm, l.k_norm, cfg_.n_head, cfg_.n_head_kv, cfg_.head_dim,
+                      cfg_.head_dim, cfg_.eps, cfg_.rope_theta, cfg_.rope_freq_scale},
+      batch, il);
+  be.add(ws.x.view(), ws.mix.view(), T * H);
+
+  if (l.moe_index >= 0) {
+    run_moe(st, batch, l, capture);
+    return;
+  }
+  be.rms_norm(ws.x.view(), T, H, l.ffn_norm, cfg_.eps, ws.xn.view());
+  backend::FfnTask dense;
+  dense.gate = l.ffn_gate;
+  dense.up = l.ffn_up;
+  dense.down = l.ffn_down;
+  dense.n_rows = T;
+  be.ffn(std::span(&dense, 1), backend::ActivationParams{}, ws.xn.view(), T, ws.mix.view());
+  be.add(ws.x.view(), ws.mix.view(), T * H);
+}
+
+// ffn_norm(x) into xn, then the layer's router: the k experts of every token and their weights.
+void HyV3Model::route(State& st, const Layer& l, int64_t T, const RoutingOut& out) {
+  const backend::RouterParams params = router_params(l);
+  route_normed(*backend_, RouterInputs{params, l.ffn_norm, cfg_.eps, l.router}, st.trunk.x.view(), T,
+               cfg_.n_embd, st.trunk.scratch.view(), out);
+}
+
+void HyV3Model::run_moe(State& st, const SequenceBatch& batch, const Layer& l, ForwardCapture* capture) {
+  MoeBuffers& m = st.moe;
+  TrunkBuffers& ws = st.trunk;
+  const int64_t T = batch.T, H = cfg_.n_embd;
+  const int K = cfg_.n_expert_used, moe = l.moe_index;
+  const int n_moe = static_cast<int>(expert_layout_.layers.size());
+  // The guesses use the post-attention state, before this layer's FFN.
+  prefetch_next_layers(
+      *backend_, *experts_, m, moe, n_moe, prefetch_lookahead_, T, K, cfg_.n_expert, [&](int target) {
+        const Layer& g =
+            layers_[static_cast<size_t>(expert_layout_.layers[static_cast<size_t>(target)].model_layer)];
+        route(st, g, T,
+              {m.guess_xn.view(), m.guess_logits.view(), m.guess_ids.view(), m.guess_weights.view()});
+      });
+  route(st, l, T, {ws.xn.view(), m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
+  const backend::ActivationParams swiglu;
+  const ExpertBiases none;
+  compute_experts(*backend_, *experts_, moe, m, st.wave, {swiglu, none, K, cfg_.n_expert, H, cfg_.n_ff_exp},
+                  ws.xn.view(), T);
+
+  // llama.cpp adds the routed sum and the shared expert first, then the residual: x + (moe + shared). The
+  // shared output goes to mix and the routed sum is added onto it (f32 addition commutes), then into x.
+  backend::FfnTask shared;
+  shared.gate = l.shared_gate;
+  shared.up = l.shared_up;
+  shared.down = l.shared_down;
+  shared.n_rows = T;
+  backend_->ffn(std::span(&shared, 1), swiglu, ws.xn.view(), T, ws.mix.view());
+  add_expert_outputs(*backend_, m, ws.mix.view(), T, K, H);
+  backend_->add(ws.x.view(), ws.mix.view(), T * H);
+
+  report_routing(*backend_, routing_sink_, moe, batch, K, m);
+  capture_routing(*backend_, capture, moe, T, K, m);
+}
+
+}  // namespace df::models
