@@ -5,7 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "synth/rng.h"
+#include "synth/vocab_trainer.h"
 #include "util/error.h"
 #include "util/utf8.h"
 
@@ -75,151 +75,6 @@ bool is_letter(uint32_t c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= 0x80 && !is_space(c));
 }
 bool is_other(uint32_t c) { return !is_space(c) && !is_letter(c) && !is_digit(c); }
-
-bool is_word_token(std::string_view t) {
-  // "Ġ" (U+0120, the mapped space) may lead; the rest must be ASCII letters.
-  if (t.substr(0, 2) == "\xC4\xA0") t.remove_prefix(2);
-  if (t.empty()) return false;
-  return std::all_of(t.begin(), t.end(),
-                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); });
-}
-
-size_t code_points(std::string_view s) {
-  return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
-}
-
-// Byte-level BPE training on word counts: repeatedly merge the most frequent adjacent pair (ties: the smaller
-// pair of texts), then pad with filler merges of word-like tokens until the vocabulary has `target` tokens.
-class Trainer {
- public:
-  explicit Trainer(size_t target) : target_(target) {
-    for (int b = 0; b < 256; ++b) add_token(byte_token_text(static_cast<uint8_t>(b)));
-  }
-
-  void learn(const std::map<std::string, int64_t>& word_counts) {
-    for (const auto& [word, count] : word_counts) {
-      std::vector<int> syms;
-      for (unsigned char b : word) syms.push_back(b);
-      words_.push_back({std::move(syms), count});
-    }
-    std::unordered_map<uint64_t, int64_t> pairs;
-    for (const auto& w : words_) count_pairs(w, pairs, +1);
-    while (texts_.size() < target_) {
-      uint64_t best = 0;
-      int64_t best_count = 0;
-      for (const auto& [key, count] : pairs) {
-        if (count > best_count || (count == best_count && count > 0 && pair_less(key, best))) {
-          best = key;
-          best_count = count;
-        }
-      }
-      if (best_count < 2) break;  // hapax pairs would only memorise the corpus
-      const int a = static_cast<int>(best >> 32), b = static_cast<int>(best & 0xffffffff);
-      const int merged = add_merge(a, b);
-      for (auto& w : words_) {
-        if (!contains_pair(w.syms, a, b)) continue;
-        count_pairs(w, pairs, -1);
-        std::vector<int> out;
-        for (size_t i = 0; i < w.syms.size(); ++i) {
-          if (i + 1 < w.syms.size() && w.syms[i] == a && w.syms[i + 1] == b) {
-            out.push_back(merged);
-            ++i;
-          } else {
-            out.push_back(w.syms[i]);
-          }
-        }
-        w.syms = std::move(out);
-        count_pairs(w, pairs, +1);
-      }
-      std::erase_if(pairs, [](const auto& kv) { return kv.second <= 0; });
-    }
-  }
-
-  // Filler merges: join a word-like token (optionally with a leading space mark) and a word-like token
-  // without one, at most 14 characters, never a duplicate. The pool grows with the filler tokens themselves.
-  void fill(uint64_t seed) {
-    std::vector<int> heads, tails;
-    for (size_t id = 0; id < texts_.size(); ++id) note_word(static_cast<int>(id), heads, tails);
-    Rng rng(seed);
-    size_t failures = 0;
-    while (texts_.size() < target_) {
-      int a, b;
-      if (failures < 10000 && !heads.empty() && !tails.empty()) {
-        a = heads[rng.below(heads.size())];
-        b = tails[rng.below(tails.size())];
-      } else {  // no fresh word-like pair found: any two non-empty tokens will do
-        a = static_cast<int>(rng.below(texts_.size()));
-        b = static_cast<int>(rng.below(texts_.size()));
-      }
-      const std::string text = texts_[a] + texts_[b];
-      if (ids_.count(text) || code_points(text) > 14) {
-        ++failures;
-        continue;
-      }
-      failures = 0;
-      const int id = add_merge(a, b);
-      note_word(id, heads, tails);
-    }
-  }
-
-  const std::vector<std::string>& texts() const { return texts_; }
-  const std::vector<std::string>& merges() const { return merges_; }
-
- private:
-  struct Word {
-    std::vector<int> syms;
-    int64_t count;
-  };
-
-  static uint64_t key(int a, int b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
-
-  bool pair_less(uint64_t x, uint64_t y) const {
-    const auto& xa = texts_[x >> 32];
-    const auto& ya = texts_[y >> 32];
-    if (xa != ya) return xa < ya;
-    return texts_[x & 0xffffffff] < texts_[y & 0xffffffff];
-  }
-
-  static bool contains_pair(const std::vector<int>& s, int a, int b) {
-    for (size_t i = 0; i + 1 < s.size(); ++i)
-      if (s[i] == a && s[i + 1] == b) return true;
-    return false;
-  }
-
-  static void count_pairs(const Word& w, std::unordered_map<uint64_t, int64_t>& pairs, int sign) {
-    for (size_t i = 0; i + 1 < w.syms.size(); ++i) pairs[key(w.syms[i], w.syms[i + 1])] += sign * w.count;
-  }
-
-  int add_token(std::string text) {
-    const int id = static_cast<int>(texts_.size());
-    ids_.emplace(text, id);
-    texts_.push_back(std::move(text));
-    return id;
-  }
-
-  // Records the merge; the merged text may already be a token (two segmentations of one string), which is
-  // valid BPE and adds no token.
-  int add_merge(int a, int b) {
-    merges_.push_back(texts_[a] + " " + texts_[b]);
-    std::string text = texts_[a] + texts_[b];
-    if (auto it = ids_.find(text); it != ids_.end()) return it->second;
-    return add_token(std::move(text));
-  }
-
-  // Only short word-like tokens join the pools, so that any pair of them stays within the length cap and the
-  // draw rarely fails.
-  void note_word(int id, std::vector<int>& heads, std::vector<int>& tails) const {
-    if (!is_word_token(texts_[id]) || code_points(texts_[id]) > 7) return;
-    heads.push_back(id);
-    if (texts_[id].substr(0, 2) != "\xC4\xA0") tails.push_back(id);
-  }
-
-  size_t target_;
-  std::vector<Word> words_;
-  std::vector<std::string> texts_;
-  std::unordered_map<std::string, int> ids_;
-  std::vector<std::string> merges_;
-};
 
 }  // namespace
 
@@ -332,8 +187,16 @@ Vocab build_vocab(Arch arch, int n_vocab) {
   std::map<std::string, int64_t> word_counts;
   for (std::string_view part : builtin_corpus())
     for (auto& piece : pretokenize(part, arch == Arch::qwen3moe ? 1 : 3)) ++word_counts[piece];
-  Trainer trainer(static_cast<size_t>(n_vocab) - specials.size());
-  trainer.learn(word_counts);
+  std::vector<std::string> alphabet;
+  for (int b = 0; b < 256; ++b) alphabet.push_back(byte_token_text(static_cast<uint8_t>(b)));
+  BpeTrainer trainer(static_cast<size_t>(n_vocab) - specials.size(), std::move(alphabet), "\xC4\xA0");  // Ġ
+  std::vector<BpeTrainer::Word> words;
+  for (const auto& [word, count] : word_counts) {
+    BpeTrainer::Word w{{}, count};
+    for (const unsigned char b : word) w.syms.push_back(b);  // byte b is token b of the alphabet
+    words.push_back(std::move(w));
+  }
+  trainer.learn(std::move(words));
   trainer.fill(0x5eed0f11e7ULL);
 
   Vocab v;

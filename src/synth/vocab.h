@@ -4,6 +4,7 @@
 // learned from a built-in text (so common words are single tokens), padded with deterministic filler merges
 // up to the requested size. Every merge "A B" joins two earlier tokens into a token of the vocabulary.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,7 +14,7 @@
 namespace df::synth {
 
 // tokenizer.ggml.token_type values.
-enum TokenType : int32_t { kTokenNormal = 1, kTokenControl = 3, kTokenUserDefined = 4 };
+enum TokenType : int32_t { kTokenNormal = 1, kTokenControl = 3, kTokenUserDefined = 4, kTokenByte = 6 };
 
 struct SpecialToken {
   std::string_view text;
@@ -21,13 +22,17 @@ struct SpecialToken {
 };
 
 struct Vocab {
+  std::string model = "gpt2";  // tokenizer.ggml.model
   std::vector<std::string> tokens;
+  std::vector<float> scores;  // tokenizer.ggml.scores; empty: not written
   std::vector<int32_t> token_types;
   std::vector<std::string> merges;
-  std::string pre;  // tokenizer.ggml.pre
+  std::string pre;  // tokenizer.ggml.pre; empty: not written (gemma4 files have none)
   uint32_t bos_id = 0, eos_id = 0, pad_id = 0;
+  std::optional<uint32_t> unk_id;  // tokenizer.ggml.unknown_token_id, when written
   bool add_bos = false;
-  bool has_add_eos = false;  // lfm2moe files carry add_eos_token = false, qwen3moe files do not
+  bool has_add_eos = false;              // lfm2moe files carry add_eos_token = false, qwen3moe files do not
+  std::optional<bool> add_space_prefix;  // tokenizer.ggml.add_space_prefix, when written
   std::string chat_template;
 };
 
@@ -42,6 +47,16 @@ Vocab build_vocab(Arch arch, int n_vocab);
 
 // The Jinja chat template stored in tokenizer.chat_template (chat_template.cpp).
 std::string chat_template(Arch arch);
+
+// Gemma 4 style (vocab_gemma4.cpp): tokenizer.ggml.model = gemma4, BPE over raw UTF-8 with spaces escaped to
+// U+2581 and <0xXX> byte fallback (ARCHITECTURES.md 4.4, 9.5). The family's special tokens at the real ids
+// (<pad> 0, <eos> 1, <bos> 2, <unk> 3, <|turn> 105, <turn|> 106, ...) with the token types llama.cpp's Gemma
+// 4 converter gives them, newline-run tokens from id 107, the 256 byte tokens, the characters of the built-in
+// corpus, then merges learned from it and filler merges up to n_vocab. Deterministic in n_vocab.
+Vocab build_gemma4_vocab(int n_vocab);
+int gemma4_min_vocab_size();
+// The Gemma 4 style chat template of build_gemma4_vocab.
+std::string gemma4_chat_template();
 
 // Building blocks, public for tests.
 std::string byte_token_text(uint8_t b);  // GPT-2 byte map: the UTF-8 text of the token for byte b

@@ -12,6 +12,25 @@ namespace df::synth {
 using gguf::Value;
 namespace keys = models::keys;
 
+void write_vocab(gguf::Writer& w, const Vocab& v) {
+  // Optional keys are written only where the real converters write them, so that files of the other
+  // vocabularies keep their bytes.
+  w.set("tokenizer.ggml.model", Value::of_string(v.model));
+  if (!v.pre.empty()) w.set("tokenizer.ggml.pre", Value::of_string(v.pre));
+  w.set("tokenizer.ggml.tokens", Value::of_strings(v.tokens));
+  if (!v.scores.empty()) w.set("tokenizer.ggml.scores", Value::of_f32s(v.scores));
+  w.set("tokenizer.ggml.token_type", Value::of_i32s(v.token_types));
+  w.set("tokenizer.ggml.merges", Value::of_strings(v.merges));
+  w.set("tokenizer.ggml.bos_token_id", Value::of_u32(v.bos_id));
+  w.set("tokenizer.ggml.eos_token_id", Value::of_u32(v.eos_id));
+  if (v.unk_id) w.set("tokenizer.ggml.unknown_token_id", Value::of_u32(*v.unk_id));
+  w.set("tokenizer.ggml.padding_token_id", Value::of_u32(v.pad_id));
+  if (v.add_space_prefix) w.set("tokenizer.ggml.add_space_prefix", Value::of_bool(*v.add_space_prefix));
+  w.set("tokenizer.ggml.add_bos_token", Value::of_bool(v.add_bos));
+  if (v.has_add_eos) w.set("tokenizer.ggml.add_eos_token", Value::of_bool(false));
+  w.set("tokenizer.chat_template", Value::of_string(v.chat_template));
+}
+
 gguf::Writer make_writer(const Config& c, const Vocab& v, const std::vector<TensorRecipe>& tensors) {
   const Shape& s = c.shape;
   const std::string a(arch_name(c.arch));
@@ -40,17 +59,7 @@ gguf::Writer make_writer(const Config& c, const Vocab& v, const std::vector<Tens
   w.set(key(keys::expert_used_count), u32(s.n_expert_used));
   w.set(key(keys::expert_feed_forward_length), u32(s.n_ff_exp));
 
-  w.set("tokenizer.ggml.model", Value::of_string("gpt2"));
-  w.set("tokenizer.ggml.pre", Value::of_string(v.pre));
-  w.set("tokenizer.ggml.tokens", Value::of_strings(v.tokens));
-  w.set("tokenizer.ggml.token_type", Value::of_i32s(v.token_types));
-  w.set("tokenizer.ggml.merges", Value::of_strings(v.merges));
-  w.set("tokenizer.ggml.bos_token_id", u32(v.bos_id));
-  w.set("tokenizer.ggml.eos_token_id", u32(v.eos_id));
-  w.set("tokenizer.ggml.padding_token_id", u32(v.pad_id));
-  w.set("tokenizer.ggml.add_bos_token", Value::of_bool(v.add_bos));
-  if (v.has_add_eos) w.set("tokenizer.ggml.add_eos_token", Value::of_bool(false));
-  w.set("tokenizer.chat_template", Value::of_string(v.chat_template));
+  write_vocab(w, v);
 
   if (c.arch == Arch::lfm2moe) {
     // Per-layer KV heads: 0 marks a short-conv layer.

@@ -24,6 +24,10 @@ struct WriteSummary {
   size_t n_tensors = 0;
 };
 
+// The tokenizer.* keys of a vocabulary, in the order the converters write them (used by make_writer; public
+// for tests, which write vocabulary-only files).
+void write_vocab(gguf::Writer& w, const Vocab& v);
+
 // The metadata and tensor table, without data (used by write_model; public for tests).
 gguf::Writer make_writer(const Config& c, const Vocab& v, const std::vector<TensorRecipe>& tensors);
 

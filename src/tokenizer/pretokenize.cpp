@@ -182,6 +182,17 @@ class Matcher {
 void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::string_view>& pieces,
                  PreTokenizeScratch& scratch) {
   if (text.empty()) return;
+  if (kind == PreTokenizer::kNewlineRuns) {
+    // Byte 0x0A only ever encodes U+000A in well-formed UTF-8, so runs can be cut on bytes.
+    for (size_t start = 0; start < text.size();) {
+      const bool newline = text[start] == '\n';
+      size_t end = start + 1;
+      while (end < text.size() && (text[end] == '\n') == newline) ++end;
+      pieces.push_back(text.substr(start, end - start));
+      start = end;
+    }
+    return;
+  }
   decode_utf8(text, scratch.cps, scratch.offsets);
   scratch.classes.resize(scratch.cps.size());
   for (size_t i = 0; i < scratch.cps.size(); ++i) scratch.classes[i] = char_class(scratch.cps[i]);
@@ -213,6 +224,8 @@ void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::stri
     case PreTokenizer::kHunyuanDense:
       m.hunyuan_dense(emit);
       break;
+    case PreTokenizer::kNewlineRuns:
+      break;  // handled above, without decoding
   }
 }
 

@@ -28,6 +28,9 @@ enum class PreTokenizer {
   //   \s+(?!\S)|\s+
   // (the first bracket is the 32 ASCII punctuation and symbol characters).
   kHunyuanDense,
+  // gemma4: [^\n]+|[\n]+ (maximal runs of newlines and of everything else). The text has its spaces escaped
+  // to U+2581 by then (ARCHITECTURES.md 9.5).
+  kNewlineRuns,
 };
 
 // Reusable buffers so that splitting a long text does not allocate per piece.

@@ -28,29 +28,61 @@ std::string unmap_bytes(const std::string& text) {
   return out;
 }
 
-// A BYTE token's text is "<0xXX>"; llama.cpp reads the two characters after "<0x" as hex.
+// A BYTE token's text is "<0xXX>"; llama.cpp reads the (at most) two characters after "<0x" with strtol in
+// base 16 (leading white space, a sign and a "0x" prefix included) and keeps the low byte.
 std::string byte_token_piece(const std::string& text) {
-  if (text.size() < 3) return {};
-  int value = 0;
-  for (size_t i = 3; i < text.size() && i < 5; ++i) {
-    const char c = text[i];
+  const std::string_view digits = std::string_view(text).substr(3, 2);  // the vocabulary checked size >= 3
+  size_t i = 0;
+  while (i < digits.size() && (digits[i] == ' ' || (digits[i] >= '\t' && digits[i] <= '\r'))) ++i;
+  bool negative = false;
+  if (i < digits.size() && (digits[i] == '+' || digits[i] == '-')) negative = digits[i++] == '-';
+  long value = 0;
+  for (; i < digits.size(); ++i) {
+    const char c = digits[i];
     int d = -1;
     if (c >= '0' && c <= '9') d = c - '0';
     if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
     if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    if (d < 0) break;
+    if (d < 0) break;  // also ends "0x": a prefix without digits after it reads as 0
     value = value * 16 + d;
   }
-  return std::string(1, static_cast<char>(value));
+  return std::string(1, static_cast<char>(negative ? -value : value));
+}
+
+// SentencePiece-style text back to bytes: U+2581 stands for a space.
+std::string unescape_whitespace(const std::string& text) {
+  static constexpr std::string_view kEscapedSpace = "\xe2\x96\x81";
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, kEscapedSpace.size(), kEscapedSpace) == 0) {
+      out.push_back(' ');
+      i += kEscapedSpace.size();
+    } else {
+      out.push_back(text[i++]);
+    }
+  }
+  return out;
 }
 
 std::string piece_of(const Vocab& vocab, TokenId id) {
   const uint32_t attr = vocab.attr(id);
   const std::string& text = vocab.text(id);
   if (attr & (kAttrUnknown | kAttrControl | kAttrUserDefined)) return text;
-  if (attr & kAttrNormal) return unmap_bytes(text);
+  if (attr & kAttrNormal) return vocab.escape_whitespaces() ? unescape_whitespace(text) : unmap_bytes(text);
   if (attr & kAttrByte) return byte_token_piece(text);
   return {};  // undefined and unused tokens render as nothing
+}
+
+// llama.cpp's escape before SentencePiece-style BPE: every space (U+0020 only) becomes U+2581.
+void escape_whitespace(std::string_view text, std::string& out) {
+  out.clear();
+  for (const char c : text) {
+    if (c == ' ')
+      out += "\xe2\x96\x81";
+    else
+      out.push_back(c);
+  }
 }
 
 // clean_up_tokenization_spaces as llama.cpp applies it to detokenized text (three passes, in this order).
@@ -149,13 +181,19 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, bool add_special, 
   std::vector<std::string_view> words;
   PreTokenizeScratch pre_scratch;
   BpeScratch bpe_scratch;
+  std::string escaped;
   for (const Fragment& f : fragments) {
     if (f.token != kNoToken) {
       out.push_back(f.token);
       continue;
     }
+    std::string_view raw = text.substr(f.offset, f.length);
+    if (vocab_.escape_whitespaces()) {
+      escape_whitespace(raw, escaped);
+      raw = escaped;
+    }
     words.clear();
-    pretokenize(vocab_.pre_tokenizer(), text.substr(f.offset, f.length), words, pre_scratch);
+    pretokenize(vocab_.pre_tokenizer(), raw, words, pre_scratch);
     for (const std::string_view word : words) {
       vocab_.bpe().encode_piece(word, vocab_.text_to_id(), out, bpe_scratch);
     }
@@ -172,12 +210,22 @@ std::string_view Tokenizer::token_to_piece(TokenId id, bool special) const {
 }
 
 std::string Tokenizer::decode(std::span<const TokenId> ids, bool remove_special, bool unparse_special) const {
-  if (remove_special && vocab_.add_bos() && !ids.empty() && ids.front() == vocab_.bos()) ids = ids.subspan(1);
+  // With add_space_prefix the first piece loses one leading space, unless a removed BOS came before it.
+  bool remove_space = vocab_.add_space_prefix();
+  if (remove_special && vocab_.add_bos() && !ids.empty() && ids.front() == vocab_.bos()) {
+    ids = ids.subspan(1);
+    remove_space = false;
+  }
   if (remove_special && vocab_.add_eos() && !ids.empty() && ids.back() == vocab_.eos()) {
     ids = ids.first(ids.size() - 1);
   }
   std::string text;
-  for (const TokenId id : ids) text += token_to_piece(id, unparse_special);
+  for (const TokenId id : ids) {
+    std::string_view piece = token_to_piece(id, unparse_special);
+    if (remove_space && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
+    remove_space = false;
+    text += piece;
+  }
   if (vocab_.clean_spaces()) text = clean_spaces(std::move(text));
   return text;
 }

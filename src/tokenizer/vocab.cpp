@@ -41,6 +41,9 @@ constexpr std::array kPreSpecs{
     PreSpec{"hunyuan-dense", PreTokenizer::kHunyuanDense, false, false, false},
     PreSpec{"deepseek-v3", PreTokenizer::kHunyuanDense, false, false, false},
     PreSpec{"joyai-llm", PreTokenizer::kHunyuanDense, false, false, false},
+    // SentencePiece-style BPE over raw UTF-8 (ARCHITECTURES.md 9.5); "gemma4" is forced for model gemma4.
+    PreSpec{"gemma4", PreTokenizer::kNewlineRuns, false, false, true},
+    PreSpec{"granite-embed-multi-311m", PreTokenizer::kNewlineRuns, false, false, true},
 };
 
 // Texts llama.cpp treats as end of generation (ARCHITECTURES.md 9.6).
@@ -173,6 +176,17 @@ Vocab Vocab::from_gguf(const gguf::File& file) {
     }
   }
   if (file.has("tokenizer.ggml.merges")) spec.merges = string_array(file, "tokenizer.ggml.merges");
+  // Scores are not used by BPE, but llama.cpp refuses a file whose scores are malformed.
+  if (const gguf::Value* scores = file.find("tokenizer.ggml.scores")) {
+    if (!scores->is_array() ||
+        (scores->elem != gguf::ValueType::FLOAT32 && scores->elem != gguf::ValueType::INT32)) {
+      fail("GGUF key 'tokenizer.ggml.scores' must be an array of float32 or int32");
+    }
+    if (scores->arr.size() < spec.tokens.size()) {
+      fail("tokenizer.ggml.scores has {} entries but tokenizer.ggml.tokens has {}", scores->arr.size(),
+           spec.tokens.size());
+    }
+  }
 
   const std::pair<std::string_view, std::optional<int64_t>*> ids[] = {
       {"tokenizer.ggml.bos_token_id", &spec.bos},
@@ -199,15 +213,20 @@ Vocab Vocab::from_gguf(const gguf::File& file) {
   }
   spec.add_bos = file.get_bool("tokenizer.ggml.add_bos_token");
   spec.add_eos = file.get_bool("tokenizer.ggml.add_eos_token");
+  spec.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix");
   return build(std::move(spec));
 }
 
 Vocab Vocab::build(VocabSpec spec) {
   Vocab v;
-  if (spec.model != "gpt2") {
-    fail("unsupported tokenizer model '{}' (tokenizer.ggml.model): only byte-level BPE ('gpt2') is supported",
-         spec.model);
+  const bool gemma4_model = spec.model == "gemma4";
+  if (spec.model != "gpt2" && !gemma4_model) {
+    fail(
+        "unsupported tokenizer model '{}' (tokenizer.ggml.model): supported are 'gpt2' (byte-level BPE) and "
+        "'gemma4' (SentencePiece-style BPE)",
+        spec.model);
   }
+  if (gemma4_model) spec.pre = "gemma4";  // llama.cpp ignores tokenizer.ggml.pre for this model
   if (spec.pre.empty()) {
     fail("missing tokenizer.ggml.pre: the pre-tokenizer of this byte-level BPE vocabulary is unknown");
   }
@@ -223,6 +242,8 @@ Vocab Vocab::build(VocabSpec spec) {
   v.ignore_merges_ = pre->ignore_merges;
   v.add_bos_ = pre->add_bos;
   v.clean_spaces_ = pre->clean_spaces;
+  v.escape_whitespaces_ = pre->kind == PreTokenizer::kNewlineRuns;
+  const std::string_view kind_name = v.escape_whitespaces_ ? "SentencePiece-style" : "byte-level";
 
   const size_t n = spec.tokens.size();
   if (n == 0) fail("tokenizer.ggml.tokens is empty");
@@ -233,7 +254,7 @@ Vocab Vocab::build(VocabSpec spec) {
          n);
   }
   if (spec.merges.empty())
-    fail("missing or empty tokenizer.ggml.merges: a byte-level BPE vocabulary needs merges");
+    fail("missing or empty tokenizer.ggml.merges: a {} BPE vocabulary needs merges", kind_name);
 
   v.texts_ = std::move(spec.tokens);
   v.attrs_.resize(n);
@@ -244,9 +265,13 @@ Vocab Vocab::build(VocabSpec spec) {
     const auto [it, inserted] = v.text_to_id_.emplace(text, static_cast<TokenId>(i));
     if (!inserted) fail("duplicate token in vocabulary: '{}' has ids {} and {}", text, it->second, i);
     v.attrs_[i] = spec.token_types.empty() ? kAttrNormal : attr_of_type(spec.token_types[i], i);
+    // llama.cpp reads a byte token's value from the two characters after "<0x" and fails to load the
+    // vocabulary when there are none.
+    if (v.attrs_[i] == kAttrByte && text.size() < 3)
+      fail("byte token {} has the text '{}': a byte token's text is <0xXX>", i, text);
   }
 
-  // Special ids: byte-level BPE defaults to 11 for BOS and EOS when the file names none.
+  // Special ids: byte-level BPE defaults to 11 for BOS and EOS when the file names none; gemma4 to none.
   const auto id_in_range = [&](int64_t id) { return id >= 0 && static_cast<uint64_t>(id) < n; };
   const auto resolve = [&](const std::optional<int64_t>& stored, TokenId fallback, std::string_view key,
                            bool strict) -> TokenId {
@@ -258,8 +283,9 @@ Vocab Vocab::build(VocabSpec spec) {
     if (strict) fail("tokenizer.ggml.{} = {} is out of range: the vocabulary has {} tokens", key, *stored, n);
     return fallback;
   };
-  v.bos_ = resolve(spec.bos, 11, "bos_token_id", true);
-  v.eos_ = resolve(spec.eos, 11, "eos_token_id", true);
+  const TokenId default_bos_eos = gemma4_model ? kNoToken : 11;
+  v.bos_ = resolve(spec.bos, default_bos_eos, "bos_token_id", true);
+  v.eos_ = resolve(spec.eos, default_bos_eos, "eos_token_id", true);
   v.eot_ = resolve(spec.eot, kNoToken, "eot_token_id", true);
   v.eom_ = resolve(spec.eom, kNoToken, "eom_token_id", true);
   v.unk_ = resolve(spec.unk, kNoToken, "unknown_token_id", false);
@@ -274,6 +300,13 @@ Vocab Vocab::build(VocabSpec spec) {
 
   if (spec.add_bos) v.add_bos_ = *spec.add_bos;
   if (spec.add_eos) v.add_eos_ = *spec.add_eos;
+  if (spec.add_space_prefix) v.add_space_prefix_ = *spec.add_space_prefix;
+  if (v.escape_whitespaces_) {
+    // llama.cpp always adds BOS for the Gemma 4 pre-tokenizer, whatever tokenizer.ggml.add_bos_token says.
+    v.add_bos_ = true;
+    if (v.bos_ == kNoToken)
+      fail("tokenizer.ggml.bos_token_id is missing: a '{}' vocabulary always starts with BOS", v.pre_name_);
+  }
   if (v.add_bos_ && v.bos_ == kNoToken)
     fail("tokenizer.ggml.add_bos_token is true, but the vocabulary has no BOS token");
   if (v.add_eos_ && v.eos_ == kNoToken)
@@ -364,7 +397,9 @@ Vocab Vocab::build(VocabSpec spec) {
   std::stable_sort(v.special_tokens_.begin(), v.special_tokens_.end(),
                    [&](TokenId a, TokenId b) { return v.texts_[a].size() > v.texts_[b].size(); });
 
-  v.bpe_ = BpeModel(spec.merges, v.text_to_id_, n, v.ignore_merges_);
+  v.bpe_ = BpeModel(spec.merges, v.text_to_id_, n, v.ignore_merges_,
+                    v.escape_whitespaces_ ? BpeInput::kUtf8 : BpeInput::kByteLevel,
+                    /*whole_newline_runs=*/v.pre_ == PreTokenizer::kNewlineRuns);
   return v;
 }
 

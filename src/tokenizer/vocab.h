@@ -53,6 +53,7 @@ struct VocabSpec {
   std::optional<int64_t> bos, eos, eot, eom, unk, sep, pad, mask;
   std::optional<int64_t> fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
   std::optional<bool> add_bos, add_eos;
+  std::optional<bool> add_space_prefix;  // tokenizer.ggml.add_space_prefix
 };
 
 class Vocab {
@@ -81,6 +82,10 @@ class Vocab {
   const std::string& pre_name() const { return pre_name_; }
   bool ignore_merges() const { return ignore_merges_; }
   bool clean_spaces() const { return clean_spaces_; }
+  // SentencePiece-style BPE (gemma4): spaces become U+2581 before BPE and back when decoding.
+  bool escape_whitespaces() const { return escape_whitespaces_; }
+  // Decoding drops one leading space of the first piece (unless a removed BOS came first).
+  bool add_space_prefix() const { return add_space_prefix_; }
   const BpeModel& bpe() const { return bpe_; }
 
   // CONTROL, USER_DEFINED and UNKNOWN tokens, longest text first (ties: lower id first): the order in which
@@ -96,6 +101,8 @@ class Vocab {
   std::string pre_name_;
   bool ignore_merges_ = false;
   bool clean_spaces_ = true;
+  bool escape_whitespaces_ = false;
+  bool add_space_prefix_ = false;
   bool add_bos_ = false;
   bool add_eos_ = false;
   TokenId bos_ = kNoToken, eos_ = kNoToken, eot_ = kNoToken, eom_ = kNoToken, unk_ = kNoToken;
