@@ -22,10 +22,13 @@ class HostCpuBackend : public CpuBackend {
   using CpuBackend::kv_store;
   using CpuBackend::matmul;
   using CpuBackend::moe_combine_add;
+  using CpuBackend::mul_rows;
   using CpuBackend::rms_norm;
   using CpuBackend::rope;
   using CpuBackend::route;
+  using CpuBackend::scale;
   using CpuBackend::short_conv;
+  using CpuBackend::softcap;
   using CpuBackend::swiglu;
 
   // A view of host memory at p with no bound (null: the absent view).
@@ -66,6 +69,9 @@ class HostCpuBackend : public CpuBackend {
   void add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n) {
     add_bias_rows(h(x), h(bias), rows, n);
   }
+  void scale(float* x, int64_t n, float s) { scale(h(x), n, s); }
+  void mul_rows(float* x, const float* w, int64_t rows, int64_t n) { mul_rows(h(x), h(w), rows, n); }
+  void softcap(float* x, int64_t n, float cap) { softcap(h(x), n, cap); }
   void route(const RouterParams& p, const float* logits, int64_t rows, int32_t* ids, float* weights) {
     route(p, h(logits), rows, h(ids), h(weights));
   }

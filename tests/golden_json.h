@@ -2,6 +2,7 @@
 // Access to the golden fixtures: ../shared/golden (README there), else the project's own for architectures
 // that folder lacks (tests/golden, copied beside the models make-model writes at build time; see
 // tests/CMakeLists.txt).
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <random>
 #include <vector>
@@ -285,12 +286,13 @@ float reference_activation(const ActivationParams& act, float g, float u) {
   switch (act.kind) {
     case Activation::SwiGLU:
       return g / (1.0f + std::exp(-g)) * u;
-    case Activation::GeGLU: {
-      if (g <= -10.0f) return 0.0f * u;
+    case Activation::GeGLU: {  // ggml_vec_geglu_f32 over ggml's f16 GELU table (FMA builds)
+      if (g <= -10.0f) return 0.0f;
       if (g >= 10.0f) return g * u;
       const float h = quant::fp16_to_fp32(quant::fp32_to_fp16(g));
       const float r =
-          0.5f * h * (1.0f + std::tanh(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
+          0.5f * h *
+          (1.0f + std::tanh(0.79788456080286535587989211986876f * h * std::fma(0.044715f * h, h, 1.0f)));
       return quant::fp16_to_fp32(quant::fp32_to_fp16(r)) * u;
     }
     case Activation::OaiSwiGLU: {
@@ -397,6 +399,53 @@ TEST(Ffn, ActivationsFollowTheirDefinitions) {
   }
 }
 
+// GeGLU is ggml's CPU GeGLU bit for bit over every f16 input: (g, u = 1) pairs fed as in the test above, 256
+// at a time, for each f16 value g (0 for the infinities and NaNs); the outputs (+0.0f, so that a -0 reads as
+// 0) hashed with FNV-1a 64 over their f32 bits. The hash is what llama.cpp v0.4.0's libggml-cpu-zen4.so (the
+// golden fixtures' build; haswell's gives the same) computes for ggml_geglu_split on those inputs; its
+// non-FMA builds (x64, sse42) give 0xcfe873e047516fe0, differing in the one entry checked below.
+TEST(Ffn, GegluIsGgmlsF16GeluTableBitForBit) {
+  const int64_t n = 256;
+  std::vector<float> zeros(static_cast<size_t>(n), 0.0f), ones(static_cast<size_t>(n), 1.0f),
+      eye(static_cast<size_t>(n * n), 0.0f), gs(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) eye[static_cast<size_t>(i * n + i)] = 1.0f;
+  const Weight zero{GgmlType::F32, zeros.data(), 1, n}, down{GgmlType::F32, eye.data(), n, n};
+  HostCpuBackend be(2);
+  const float x = 1.0f;
+  uint64_t hash = 0xcbf29ce484222325ull;
+  std::vector<float> y(static_cast<size_t>(n)), all;
+  for (uint32_t c = 0; c < 65536; c += static_cast<uint32_t>(n)) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = quant::fp16_to_fp32(static_cast<uint16_t>(c + static_cast<uint32_t>(i)));
+      gs[static_cast<size_t>(i)] = std::isfinite(g) ? g : 0.0f;
+    }
+    FfnTask f;
+    f.gate = zero;
+    f.up = zero;
+    f.down = down;
+    f.gate_bias = HostCpuBackend::h(gs.data());
+    f.up_bias = HostCpuBackend::h(ones.data());
+    f.n_rows = 1;
+    be.ffn(std::span(&f, 1), ActivationParams{Activation::GeGLU}, &x, 1, y.data());
+    for (float v : y) {
+      v += 0.0f;
+      uint32_t b;
+      std::memcpy(&b, &v, 4);
+      for (int k = 0; k < 4; ++k) {
+        hash ^= (b >> (8 * k)) & 0xFF;
+        hash *= 0x100000001b3ull;
+      }
+      all.push_back(v);
+    }
+  }
+  EXPECT_EQ(hash, 0x755ea7de8ef30780ull);
+  // f16 0xBFFF = -1.9990234375: 1 + A·h·h rounded apart and then added (no FMA) would give 0xA9D2.
+  EXPECT_EQ(all[0xBFFF], quant::fp16_to_fp32(0xA9D3));
+  ASSERT_EQ(quant::fp16_to_fp32(0xC900), -10.0f);
+  EXPECT_EQ(all[0xC900], 0.0f) << "g = -10 and below: 0";
+  EXPECT_EQ(all[0x4900], 10.0f) << "g = 10 and above: g · u";
+}
+
 // routed_ffn: every (token, slot) row is the ffn() of its expert on its token, bit for bit, with per-expert
 // biases taken from the stacks' tables; an id out of range is an error naming it.
 TEST(RoutedFfn, EveryRowIsItsExpertsFfnBitForBit) {
@@ -483,6 +532,61 @@ TEST(RoutedFfn, EveryRowIsItsExpertsFfnBitForBit) {
                       HostCpuBackend::h(got.data()));
       },
       {"expert id 6 is out of range (6 experts)"});
+}
+
+// The per-expert output scale (gemma4's ffn_down_exps.scale): routed_ffn with down_scale gives each row what
+// ffn() gives with out_scale = down_scale[expert], bit for bit; GeGLU experts as gemma4's.
+TEST(RoutedFfn, DownScaleIsTheExpertsOutScaleBitForBit) {
+  const int64_t n_in = 64, n_ff = 64, n_out = 32, T = 4, E = 5;
+  const int k = 2;
+  const size_t gate_slab = ggml_row_bytes(GgmlType::Q4_0, n_in) * n_ff,
+               down_slab = ggml_row_bytes(GgmlType::Q4_0, n_ff) * n_out;
+  std::vector<Matrix> g, u, d;
+  std::vector<uint8_t> gs, us, ds;
+  for (int e = 0; e < E; ++e) {
+    g.emplace_back(GgmlType::Q4_0, n_in, n_ff, 40 + e);
+    u.emplace_back(GgmlType::Q4_0, n_in, n_ff, 50 + e);
+    d.emplace_back(GgmlType::Q4_0, n_ff, n_out, 60 + e);
+    gs.insert(gs.end(), g.back().bytes.begin(), g.back().bytes.end());
+    us.insert(us.end(), u.back().bytes.begin(), u.back().bytes.end());
+    ds.insert(ds.end(), d.back().bytes.begin(), d.back().bytes.end());
+  }
+  const auto x = random_floats(static_cast<size_t>(T * n_in), 8, 2.0f);
+  const std::vector<float> scales = {0.75f, 1.0f, 2.5f, -0.3f, 1.0e-3f};
+  const std::vector<int32_t> ids = {3, 0, 2, 3, 4, 1, 0, 2};  // T x k
+  RoutedExperts ex;
+  ex.gate = {Weight{GgmlType::Q4_0, gs.data(), n_in, n_ff}, gate_slab};
+  ex.up = {Weight{GgmlType::Q4_0, us.data(), n_in, n_ff}, gate_slab};
+  ex.down = {Weight{GgmlType::Q4_0, ds.data(), n_ff, n_out}, down_slab};
+  ex.n_expert = static_cast<int>(E);
+  ex.down_scale = HostCpuBackend::h(scales.data());
+  const ActivationParams act{Activation::GeGLU};
+  HostCpuBackend be(2);
+  std::vector<float> got(static_cast<size_t>(T * k * n_out), -1.0f), unscaled(got.size());
+  be.routed_ffn(ex, act, HostCpuBackend::h(ids.data()), T, k, HostCpuBackend::h(x.data()),
+                HostCpuBackend::h(got.data()));
+  RoutedExperts plain = ex;
+  plain.down_scale = {};
+  be.routed_ffn(plain, act, HostCpuBackend::h(ids.data()), T, k, HostCpuBackend::h(x.data()),
+                HostCpuBackend::h(unscaled.data()));
+  for (int64_t i = 0; i < T * k; ++i) {
+    const int e = ids[static_cast<size_t>(i)];
+    const int32_t token = static_cast<int32_t>(i / k);
+    FfnTask f;
+    f.gate = g[static_cast<size_t>(e)].w;
+    f.up = u[static_cast<size_t>(e)].w;
+    f.down = d[static_cast<size_t>(e)].w;
+    f.out_scale = scales[static_cast<size_t>(e)];
+    f.in_rows = HostCpuBackend::h(&token);
+    f.n_rows = 1;
+    std::vector<float> want(static_cast<size_t>(n_out));
+    be.ffn(std::span(&f, 1), act, x.data(), T, want.data());
+    EXPECT_EQ(std::vector<float>(got.begin() + i * n_out, got.begin() + (i + 1) * n_out), want)
+        << "entry " << i;
+    for (int64_t o = 0; o < n_out; ++o)  // the scale is one float product on the unscaled output
+      ASSERT_EQ(got[static_cast<size_t>(i * n_out + o)],
+                unscaled[static_cast<size_t>(i * n_out + o)] * scales[static_cast<size_t>(e)]);
+  }
 }
 
 }  // namespace

@@ -224,7 +224,7 @@ TEST(GetRows, DequantizesRowsExactlyAndChecksIds) {
 
 TEST(RmsNorm, MatchesFloat64ReferenceWithAndWithoutWeight) {
   HostCpuBackend be(1);
-  for (int64_t n : {1, 64, 67, 256}) {
+  for (int64_t n : {1, 64, 67, 256, 512}) {  // 256, 512: gemma4's per-head norms (V: no weight)
     const int64_t rows = 3;
     const auto x = random_floats(static_cast<size_t>(rows * n), 5, 3.0f);
     const auto w = random_floats(static_cast<size_t>(n), 6);
@@ -403,6 +403,44 @@ TEST(ShortConv, MatchesFloat64ReferenceAndCarriesItsState) {
 }
 
 // ---- elementwise, routing ----
+
+// scale and mul_rows are one float product per value (ggml_scale, ggml_mul broadcasting a row); softcap is
+// llama.cpp's ggml_scale(1/cap), ggml_tanh, ggml_scale(cap): the reciprocal rounded to float, then three
+// roundings (tanhf as ggml-cpu's op_tanh calls it). All bit for bit against those scalar operations.
+TEST(Elementwise, ScaleMulRowsAndSoftcapAreGgmlsFloatOps) {
+  HostCpuBackend be(1);
+  const int64_t rows = 3, n = 37;
+  const auto x0 = random_floats(static_cast<size_t>(rows * n), 33, 3.0f), w = random_floats(37, 34);
+  const float s = std::sqrt(2816.0f);
+  auto x = x0;
+  be.scale(x.data(), rows * n, s);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], x0[i] * s) << i;
+  x = x0;
+  be.mul_rows(x.data(), w.data(), rows, n);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(x[size_t(r * n + i)], x0[size_t(r * n + i)] * w[size_t(i)]) << r << " " << i;
+
+  // Logits of a vocabulary (split over 3 threads), some far past the cap.
+  const int64_t V = 100003;
+  const float cap = 30.0f, r = 1.0f / cap;
+  const auto logits = random_floats(static_cast<size_t>(V), 35, 40.0f);
+  for (int threads : {1, 3}) {
+    HostCpuBackend pool(threads);
+    auto y = logits;
+    pool.softcap(y.data(), V, cap);
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_EQ(y[i], std::tanh(logits[i] * r) * cap) << i;
+      ASSERT_LE(std::abs(y[i]), cap);
+    }
+  }
+  std::vector<float> edge = {0.0f, -0.0f, 1e30f, -1e30f, 30.0f};
+  be.softcap(edge.data(), 5, cap);
+  EXPECT_EQ(edge[0], 0.0f);
+  EXPECT_EQ(edge[2], cap);
+  EXPECT_EQ(edge[3], -cap);
+  EXPECT_NEAR(edge[4], 30.0 * std::tanh(1.0), 1e-5);
+}
 
 TEST(Elementwise, SwigluAndAddMatchFloat64) {
   HostCpuBackend be(1);

@@ -226,6 +226,75 @@ TEST(BackendRopeAttention, SoftcapMatchesTheReference) {
   EXPECT_GT(moved, 0.05) << "the scores were too small for the cap to matter";
 }
 
+// gemma4's attention shapes (ARCHITECTURES.md 4.1): 16 query heads over 8 KV heads of 256 dims with a
+// sliding window (the sliding layers), and over 2 KV heads of 512 dims without one (the global layers);
+// scale 1.0 (q and k are RMS-normed per head, so scores stay moderate: q and k of unit RMS here, divided
+// down so that the softmax is not one-hot). The masked positions hold NaN.
+TEST(BackendRopeAttention, Gemma4ShapesHeadDims256And512MatchTheReference) {
+  struct Shape {
+    int n_kv, hd, window;
+  };
+  for (const Shape sh : {Shape{8, 256, 5}, Shape{2, 512, 0}}) {
+    const int n_ctx = 24, n_head = 16, rows = 4, pos0 = 17;
+    Cache c(n_ctx, sh.n_kv, sh.hd, 31);
+    if (sh.window > 0)
+      for (int p = 0; p < pos0 - sh.window + 1; ++p) c.poison(p);
+    for (int p = pos0 + rows; p < n_ctx; ++p) c.poison(p);
+    const auto q = random_floats(static_cast<size_t>(rows * n_head * sh.hd), 32, 0.1f);
+    for (int threads : {1, 2}) {
+      HostCpuBackend be(threads);
+      std::vector<float> out(q.size()), scratch(be.attention_scratch_floats(n_ctx, sh.hd));
+      AttentionParams p{n_head, 1.0f};
+      p.window = sh.window;
+      be.attention(c.view(), q.data(), rows, pos0, p, out.data(), scratch);
+      const auto want = reference_attention(c, q, rows, pos0, n_head, 1.0, nullptr, sh.window);
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(out[i])) << "hd " << sh.hd << " at " << i;
+        ASSERT_NEAR(out[i], want[i], 3e-3) << "hd " << sh.hd << " at " << i;  // the f16 probabilities
+      }
+    }
+  }
+}
+
+// gemma4's RoPE: NeoX over the whole head. Sliding layers: d = 256, θ 1e4, no factors. Global layers
+// (proportional RoPE): d = 512, θ 1e6, freq_factors [1] × 64 ++ [1e30] × 192 — pairs 0..63 rotate by
+// p · 1e6^(-2i/512), the others by p · ... / 1e30 (cos 1, sin below an ulp of the values): unchanged bits.
+TEST(BackendRopeAttention, Gemma4ProportionalRopeRotatesOnlyTheFactorOnePairs) {
+  const int n_head = 2;
+  const std::vector<int32_t> pos = {0, 1, 1023, 70000};
+  const int rows = static_cast<int>(pos.size());
+  for (const bool global : {false, true}) {
+    const int hd = global ? 512 : 256;
+    const double base = global ? 1e6 : 1e4;
+    std::vector<float> factors(static_cast<size_t>(hd / 2), 1.0f);
+    if (global) std::fill(factors.begin() + 64, factors.end(), 1e30f);
+    const auto x0 = random_floats(static_cast<size_t>(rows * n_head * hd), 41);
+    auto x = x0;
+    HostCpuBackend be(2);
+    RopeParams p{.mode = RopeMode::NeoX, .n_rot = hd, .freq_base = static_cast<float>(base)};
+    if (global) p.freq_factors = HostCpuBackend::h(factors.data());
+    be.rope(x.data(), rows, n_head, hd, pos.data(), p);
+    const int half = hd / 2;
+    for (int r = 0; r < rows; ++r)
+      for (int h = 0; h < n_head; ++h) {
+        const float* o = x0.data() + (r * n_head + h) * hd;
+        const float* v = x.data() + (r * n_head + h) * hd;
+        for (int i = 0; i < half; ++i) {
+          if (factors[static_cast<size_t>(i)] != 1.0f) {
+            EXPECT_EQ(v[i], o[i]) << r << " " << h << " " << i;
+            EXPECT_EQ(v[i + half], o[i + half]) << r << " " << h << " " << i;
+            continue;
+          }
+          const double theta = pos[static_cast<size_t>(r)] * std::pow(base, -2.0 * i / hd);
+          const double tol = (2.0 * i + 3.0) * std::ldexp(1.0, -24) * pos[static_cast<size_t>(r)] * 4 + 1e-6;
+          EXPECT_NEAR(v[i], o[i] * std::cos(theta) - o[i + half] * std::sin(theta), tol) << r << " " << i;
+          EXPECT_NEAR(v[i + half], o[i] * std::sin(theta) + o[i + half] * std::cos(theta), tol)
+              << r << " " << i;
+        }
+      }
+  }
+}
+
 // A sink logit far above every score takes all the probability mass: the output goes to zero.
 TEST(BackendRopeAttention, ADominantSinkSilencesTheHead) {
   Cache c(8, 1, 8, 21);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -238,8 +239,8 @@ TEST(CudaOps, GroupedFfnMatchesTheCpu) {
 // routed_ffn (the decode path with every expert resident: tables built on the device from the ids) against
 // the CPU's, and its error for an id out of range.
 std::vector<float> run_routed(Backend& b, const FfnCase& c, int64_t n_in, int64_t n_ff, int64_t n_out, int E,
-                              const std::vector<float>& x, int64_t T, int k,
-                              const std::vector<int32_t>& ids) {
+                              const std::vector<float>& x, int64_t T, int k, const std::vector<int32_t>& ids,
+                              const std::vector<float>& down_scale = {}) {
   UploadedWeights gate = upload(b, c.gate, weight_bytes(c.gate, n_in, n_ff * E, 11), n_in, n_ff, E);
   UploadedWeights up = upload(b, c.up, weight_bytes(c.up, n_in, n_ff * E, 12), n_in, n_ff, E);
   UploadedWeights down = upload(b, c.down, weight_bytes(c.down, n_ff, n_out * E, 13), n_ff, n_out, E);
@@ -247,6 +248,7 @@ std::vector<float> run_routed(Backend& b, const FfnCase& c, int64_t n_in, int64_
   DeviceBuffer gb = put(b, random_floats(static_cast<size_t>(E * n_ff), 21, 0.1f));
   DeviceBuffer ub = put(b, random_floats(static_cast<size_t>(E * n_ff), 22, 0.1f));
   DeviceBuffer db = put(b, random_floats(static_cast<size_t>(E * n_out), 23, 0.1f));
+  DeviceBuffer ds = put(b, down_scale);
   RoutedExperts ex;
   ex.gate = {gate.first, gate.slab_bytes};
   ex.up = {up.first, up.slab_bytes};
@@ -257,6 +259,7 @@ std::vector<float> run_routed(Backend& b, const FfnCase& c, int64_t n_in, int64_
     ex.up_bias = ub.as<const float>();
     ex.down_bias = db.as<const float>();
   }
+  if (!down_scale.empty()) ex.down_scale = ds.as<const float>();
   DeviceBuffer out = b.alloc_array<float>(static_cast<size_t>(T * k * n_out), "out");
   ActivationParams act;
   act.kind = c.act;
@@ -284,6 +287,48 @@ TEST(CudaOps, RoutedFfnMatchesTheCpu) {
   bad[5] = 9;
   df::testing::expect_error([&] { run_routed(gpu, cases[0], n_in, n_ff, n_out, E, x, T, k, bad); },
                             {"expert id 9 is out of range (8 experts)"});
+}
+
+// gemma4's experts: GeGLU with a per-expert output scale (down_scale). Against the CPU; and on the GPU each
+// row bit for bit what ffn() gives that expert with out_scale = its scale (routed_ffn's contract).
+TEST(CudaOps, RoutedFfnWithDownScaleMatchesTheCpuAndTheGroupedFfn) {
+  NEED_GPU();
+  const FfnCase c{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, Activation::GeGLU, false};
+  const int64_t n_in = 512, n_ff = 256, n_out = 256, T = 3;
+  const int k = 4, E = 8;
+  const auto x = random_floats(static_cast<size_t>(T * n_in), 3);
+  const std::vector<int32_t> ids = {7, 0, 3, 5, 1, 1, 6, 2, 4, 0, 7, 3};
+  const std::vector<float> scales = {0.5f, 1.0f, 2.0f, 0.75f, -1.5f, 3.0f, 0.125f, 1.25f};
+  const auto oc = run_routed(cpu, c, n_in, n_ff, n_out, E, x, T, k, ids, scales);
+  const auto og = run_routed(gpu, c, n_in, n_ff, n_out, E, x, T, k, ids, scales);
+  EXPECT_LT(rel_l2(og, oc), 2e-4);
+  const auto plain = run_routed(gpu, c, n_in, n_ff, n_out, E, x, T, k, ids);
+  EXPECT_GT(rel_l2(og, plain), 0.1) << "the scales were not applied";
+
+  UploadedWeights gate = upload(gpu, c.gate, weight_bytes(c.gate, n_in, n_ff * E, 11), n_in, n_ff, E);
+  UploadedWeights up = upload(gpu, c.up, weight_bytes(c.up, n_in, n_ff * E, 12), n_in, n_ff, E);
+  UploadedWeights down = upload(gpu, c.down, weight_bytes(c.down, n_ff, n_out * E, 13), n_ff, n_out, E);
+  std::vector<int32_t> in_rows, out_rows;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    in_rows.push_back(static_cast<int32_t>(i / k));
+    out_rows.push_back(static_cast<int32_t>(i));
+  }
+  DeviceBuffer dx = put(gpu, x), din = put(gpu, in_rows), dout_rows = put(gpu, out_rows);
+  DeviceBuffer out = gpu.alloc_array<float>(ids.size() * n_out, "out");
+  std::vector<FfnTask> tasks;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    FfnTask t;
+    t.gate = gate.matrix(ids[i]);
+    t.up = up.matrix(ids[i]);
+    t.down = down.matrix(ids[i]);
+    t.out_scale = scales[static_cast<size_t>(ids[i])];
+    t.in_rows = din.as<const int32_t>().sub(i, 1);
+    t.out_rows = dout_rows.as<const int32_t>().sub(i, 1);
+    t.n_rows = 1;
+    tasks.push_back(t);
+  }
+  gpu.ffn(tasks, ActivationParams{Activation::GeGLU}, dx.as<const float>(), T, out.as<float>());
+  EXPECT_EQ(get<float>(gpu, out, ids.size() * n_out), og);
 }
 
 TEST(CudaOps, GetRowsDequantizesEveryTableTypeExactly) {
@@ -420,6 +465,92 @@ TEST(CudaOps, KvStoreAndAttentionMatchTheCpu) {
   }
 }
 
+// gemma4's per-head shapes: RMS norms over rows of 256 and 512 values with and without a weight (V heads
+// have none); NeoX RoPE over whole heads of 256 (θ 1e4) and 512 (θ 1e6, factors 1 on 64 pairs and 1e30 on
+// the other 192: those stay unrotated, bit for bit).
+TEST(CudaOps, Gemma4HeadDimsRmsNormAndRopeMatchTheCpu) {
+  NEED_GPU();
+  const int n_head = 16;
+  const std::vector<int32_t> pos = {0, 1, 1023, 70000, 262143};
+  const int64_t rows = static_cast<int64_t>(pos.size());
+  for (const int hd : {256, 512}) {
+    const auto x = random_floats(static_cast<size_t>(rows * n_head * hd), 81, 2.0f);
+    const auto w = random_floats(static_cast<size_t>(hd), 82);
+    for (bool with_weight : {false, true}) {
+      std::vector<float> c;
+      const auto g = on_both(
+          cpu, gpu,
+          [&](Backend& b) {
+            DeviceBuffer dx = put(b, x), dw = put(b, w);
+            DeviceBuffer dy = b.alloc_array<float>(x.size(), "y");
+            b.rms_norm(dx.as<const float>(), rows * n_head, hd,
+                       with_weight ? dw.as<const float>() : Buf<const float>(), 1e-6f, dy.as<float>());
+            return get<float>(b, dy, x.size());
+          },
+          &c);
+      EXPECT_LT(rel_l2(g, c), 1e-6) << "hd " << hd << " weight " << with_weight;
+    }
+    std::vector<float> factors(static_cast<size_t>(hd / 2), 1.0f);
+    if (hd == 512) std::fill(factors.begin() + 64, factors.end(), 1e30f);
+    std::vector<float> c;
+    const auto g = on_both(
+        cpu, gpu,
+        [&](Backend& b) {
+          DeviceBuffer dq = put(b, x), dp = put(b, pos), dff = put(b, factors);
+          RopeParams p;
+          p.mode = RopeMode::NeoX;
+          p.n_rot = hd;
+          p.freq_base = hd == 512 ? 1000000.0f : 10000.0f;
+          if (hd == 512) p.freq_factors = dff.as<const float>();
+          b.rope(dq.as<float>(), rows, n_head, hd, dp.as<const int32_t>(), p);
+          return get<float>(b, dq, x.size());
+        },
+        &c);
+    EXPECT_LT(rel_l2(g, c), 1e-5) << "rope hd " << hd;
+    if (hd == 512)
+      for (int64_t r = 0; r < rows * n_head; ++r)
+        for (int i = 64; i < 256; ++i)
+          for (const int d : {i, i + 256}) {
+            const size_t at = static_cast<size_t>(r * hd + d);
+            ASSERT_EQ(g[at], x[at]) << "row " << r << " dim " << d << " rotated";
+          }
+  }
+}
+
+// gemma4's attention: scale 1.0, 16 query heads over 8 KV heads of 256 dims with a sliding window, and over 2
+// KV heads of 512 dims without one.
+TEST(CudaOps, Gemma4AttentionShapesMatchTheCpu) {
+  NEED_GPU();
+  struct Shape {
+    int n_kv, hd, window;
+  };
+  for (const Shape sh : {Shape{8, 256, 7}, Shape{2, 512, 0}}) {
+    const int n_ctx = 48, n_head = 16, pos0 = 37;
+    const int64_t rows = 5, kv_row = static_cast<int64_t>(sh.n_kv) * sh.hd;
+    const auto k = random_floats(static_cast<size_t>(n_ctx * kv_row), 91);
+    const auto v = random_floats(static_cast<size_t>(n_ctx * kv_row), 92);
+    const auto q = random_floats(static_cast<size_t>(rows * n_head * sh.hd), 93, 0.1f);
+    AttentionParams p;
+    p.n_head = n_head;
+    p.scale = 1.0f;
+    p.window = sh.window;
+    std::vector<float> outs[2];
+    int i = 0;
+    for (Backend* b : {&cpu, &gpu}) {
+      DeviceBuffer kc = b->alloc_array<uint16_t>(n_ctx * kv_row, "k"),
+                   vc = b->alloc_array<uint16_t>(n_ctx * kv_row, "v");
+      KvCacheView kv{kc.as<uint16_t>(), vc.as<uint16_t>(), n_ctx, sh.n_kv, sh.hd};
+      DeviceBuffer dk = put(*b, k), dv = put(*b, v), dq = put(*b, q);
+      b->kv_store(kv, dk.as<const float>(), dv.as<const float>(), pos0 + rows, 0);
+      DeviceBuffer out = b->alloc_array<float>(rows * n_head * sh.hd, "out");
+      DeviceBuffer scratch = b->alloc_array<float>(b->attention_scratch_floats(n_ctx, sh.hd), "scratch");
+      b->attention(kv, dq.as<const float>(), rows, pos0, p, out.as<float>(), scratch.as<float>());
+      outs[i++] = get<float>(*b, out, static_cast<size_t>(rows * n_head * sh.hd));
+    }
+    EXPECT_LT(rel_l2(outs[1], outs[0]), 1e-4) << "head dim " << sh.hd;
+  }
+}
+
 TEST(CudaOps, RoutingChoosesTheSameExpertsWithTheSameWeights) {
   NEED_GPU();
   const int64_t rows = 7;
@@ -507,6 +638,60 @@ TEST(CudaOps, ShortConvAndElementwiseOpsMatchTheCpu) {
       },
       &c);
   EXPECT_EQ(g, c);  // the same float operations in the same order
+}
+
+// gemma4's scalings and logit softcap: scale and mul_rows are one float product each (the same bits as the
+// CPU); softcap uses CUDA's tanhf (within 2 ulp of glibc's), so a few ulp of the cap apart at most. In a step
+// graph (captured on the second run of the key, replayed on the third) they give the eager bits; a replay
+// with another scale is refused (the value is part of the step's signature).
+TEST(CudaOps, ScaleMulRowsAndSoftcapMatchTheCpuAndReplayInAStepGraph) {
+  NEED_GPU();
+  const int64_t rows = 7, n = 2816, V = 262144;
+  const auto x = random_floats(static_cast<size_t>(rows * n), 101, 3.0f), w = random_floats(n, 102);
+  const auto logits = random_floats(static_cast<size_t>(V), 103, 40.0f);
+  const float s = 1.0f / std::sqrt(2816.0f), cap = 30.0f;
+  std::vector<float> c, c2;
+  const auto g = on_both(
+      cpu, gpu,
+      [&](Backend& b) {
+        DeviceBuffer dx = put(b, x), dw = put(b, w);
+        b.scale(dx.as<float>(), rows * n, s);
+        b.mul_rows(dx.as<float>(), dw.as<const float>(), rows, n);
+        return get<float>(b, dx, x.size());
+      },
+      &c);
+  EXPECT_EQ(g, c);
+  const auto g2 = on_both(
+      cpu, gpu,
+      [&](Backend& b) {
+        DeviceBuffer dl = put(b, logits);
+        b.softcap(dl.as<float>(), V, cap);
+        return get<float>(b, dl, logits.size());
+      },
+      &c2);
+  for (size_t i = 0; i < g2.size(); ++i)
+    ASSERT_LE(std::abs(g2[i] - c2[i]), 4 * cap * std::numeric_limits<float>::epsilon()) << i;
+
+  DeviceBuffer dx = gpu.alloc_array<float>(x.size(), "x"), dw = put(gpu, w);
+  DeviceBuffer dl = gpu.alloc_array<float>(logits.size(), "logits");
+  const auto step = [&](float by) {
+    gpu.upload<float>(dx.as<float>(), x.data(), x.size());
+    gpu.upload<float>(dl.as<float>(), logits.data(), logits.size());
+    StepScope scope(gpu, 0x9e4);
+    gpu.scale(dx.as<float>(), rows * n, by);
+    gpu.mul_rows(dx.as<float>(), dw.as<const float>(), rows, n);
+    gpu.softcap(dl.as<float>(), V, cap);
+    scope.end();
+    return std::make_pair(get<float>(gpu, dx, x.size()), get<float>(gpu, dl, logits.size()));
+  };
+  const uint64_t replayed = gpu.steps_replayed();
+  for (int run = 0; run < 3; ++run) {
+    const auto [gx, gl] = step(s);
+    EXPECT_EQ(gx, g) << "run " << run;
+    EXPECT_EQ(gl, g2) << "run " << run;
+  }
+  EXPECT_GT(gpu.steps_replayed(), replayed) << "the step was never replayed";
+  EXPECT_THROW(step(2.0f * s), df::Error);
 }
 
 TEST(CudaOps, TransfersRoundTrip) {

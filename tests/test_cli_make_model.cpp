@@ -124,6 +124,35 @@ TEST(CliMakeModel, HyV3FlagsReachTheFile) {
     EXPECT_EQ(f.require_tensor(t).type, df::GgmlType::Q4_0) << t;
 }
 
+// gemma4's own flags reach the keys llama.cpp reads: which layers are global, their head size and KV heads,
+// the window, the soft-capping; global layers carry rope_freqs and no attn_v, experts are fused.
+TEST(CliMakeModel, Gemma4FlagsReachTheFile) {
+  const std::string p = tmp("gemma4.gguf");
+  auto r = run_cli(
+      "make-model --arch gemma4 --layers 6 --global-layers 1,4 --window 8 --head-dim-global 256 "
+      "--kv-heads-global 2 --softcap 20 -o '" +
+      p + "'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const df::gguf::File f = df::gguf::File::open(p);
+  EXPECT_EQ(f.require_int("gemma4.attention.sliding_window"), 8);
+  EXPECT_EQ(f.require_int("gemma4.attention.key_length"), 256);
+  EXPECT_EQ(f.require_int("gemma4.attention.key_length_swa"), 64);
+  EXPECT_FLOAT_EQ(float(f.require_float("gemma4.final_logit_softcapping")), 20.0f);
+  const auto& sliding = f.require("gemma4.attention.sliding_window_pattern").arr;
+  ASSERT_EQ(sliding.size(), 6u);
+  EXPECT_FALSE(sliding[1].as_bool());
+  EXPECT_TRUE(sliding[2].as_bool());
+  EXPECT_FALSE(sliding[4].as_bool());
+  EXPECT_EQ(f.require("gemma4.attention.head_count_kv").arr[4].as_int(), 2);
+  EXPECT_EQ(f.require_tensor("rope_freqs.weight").ne[0], 128);
+  EXPECT_EQ(f.find_tensor("blk.4.attn_v.weight"), nullptr);
+  EXPECT_NE(f.find_tensor("blk.3.attn_v.weight"), nullptr);
+  EXPECT_EQ(f.require_tensor("blk.4.attn_k.weight").ne[1], 2 * 256);
+  EXPECT_EQ(f.require_tensor("blk.2.ffn_gate_up_exps.weight").ne[1], 2 * 128);
+  EXPECT_EQ(f.find_tensor("output.weight"), nullptr);  // tied to token_embd
+  EXPECT_EQ(f.require_string("tokenizer.ggml.model"), "gemma4");
+}
+
 TEST(CliMakeModel, InvalidFlagsFailNamingTheFlagAndWriteNothing) {
   const std::string p = tmp("invalid.gguf");
   fs::remove(p);
@@ -144,7 +173,11 @@ TEST(CliMakeModel, InvalidFlagsFailNamingTheFlagAndWriteNothing) {
       {"--qtype Q8_K", "--qtype"},
       {"--output-type Q8_0", "--output-type"},
       {"--arch qwen3moe --attn-layers 1", "lfm2moe only"},
-      {"--arch qwen3moe --dense-lead 1", "lfm2moe and hy_v3 only"},
+      {"--arch qwen3moe --dense-lead 1", "lfm2moe, hy_v3 and gemma4 only"},
+      {"--arch hy_v3 --window 8", "gemma4 only"},
+      {"--arch gemma4 --global-layers 4", "--global-layers"},
+      {"--arch gemma4 --head-dim-global 33", "--head-dim-global"},
+      {"--arch gemma4 --output-type Q8_0", "the head is tied"},
       {"--arch lfm2moe --shared-ff 128", "hy_v3 only"},
       {"--arch hy_v3 --shared-ff 100", "--shared-ff"},
       {"--arch hy_v3 --dense-lead 4", "--dense-lead"},

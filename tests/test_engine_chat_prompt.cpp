@@ -70,9 +70,27 @@ TEST(ChatPromptBuilder, AHarmonyGenerationPromptIsRecognised) {
   EXPECT_FALSE(fallback.build({{"user", "hi"}}).harmony);
 }
 
+// A Gemma 4 generation prompt (a model turn opened, with or without the empty thought channel that turns
+// thinking off) says that the reply's thought channel is reasoning; others do not.
+TEST(ChatPromptBuilder, AGemma4ModelTurnIsRecognised) {
+  auto file = df::gguf::File::open(golden_path("lfm2moe-tiny.gguf"));
+  auto tokenizer = df::tok::Tokenizer::from_gguf(file);
+  const std::string turns =
+      "{% for m in messages %}<|turn>{{ m.role }}\n{{ m.content }}<turn|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|turn>model\n";
+  const df::ChatPromptBuilder thinking(tokenizer, turns + "{% endif %}");
+  const df::ChatPromptBuilder not_thinking(tokenizer, turns + "<|channel>thought\n<channel|>{% endif %}");
+  EXPECT_TRUE(thinking.build({{"user", "hi"}}).gemma_channels);
+  EXPECT_TRUE(not_thinking.build({{"user", "hi"}}).gemma_channels);
+  EXPECT_FALSE(thinking.build({{"user", "hi"}}, /*add_generation_prompt=*/false).gemma_channels);
+  EXPECT_FALSE(thinking.build({{"user", "hi"}}).harmony);
+  const df::ChatPromptBuilder fallback(tokenizer, std::string());
+  EXPECT_FALSE(fallback.build({{"user", "hi"}}).gemma_channels);
+}
+
 INSTANTIATE_TEST_SUITE_P(Golden, ChatPromptGolden,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16",
-                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny"));
+                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"));
 
 // Without a template in the file, lfm2moe falls back to the seed's LFM2.5 rendering (what the real template
 // produces): explicit <|startoftext|>, earlier reasoning dropped, generation prompt opening <think>.

@@ -48,6 +48,7 @@ const MoeGolden kLfm2Moe{"lfm2moe-tiny", {"lfm2moe-tiny", "lfm2moe"}, GgmlType::
 const MoeGolden kQwen3Moe{"qwen3moe-tiny", {"qwen3moe-tiny", "qwen3moe"}, GgmlType::Q4_0, 128};
 const MoeGolden kGptOss{"gpt-oss-tiny", {"gpt-oss-tiny", "gpt-oss"}, GgmlType::MXFP4, 128};
 const MoeGolden kHyV3{"hy_v3-tiny", {"hy_v3-tiny", "hy_v3"}, GgmlType::Q8_0, 128};
+const MoeGolden kGemma4{"gemma4-tiny", {"gemma4-tiny", "gemma4"}, GgmlType::Q4_0, 128};
 
 // gtest would otherwise print the parameter as a bare address.
 void PrintTo(const MoeGolden* g, std::ostream* os) { *os << g->name; }
@@ -187,15 +188,20 @@ TEST_P(MoeModelContract, ExpertLayoutDescribesTheGgufTensors) {
     EXPECT_EQ(l.n_expert, info.n_expert);
     EXPECT_EQ(l.n_embd, info.n_embd);
     EXPECT_EQ(l.n_ff, GetParam()->n_ff_exp);
-    EXPECT_EQ(l.gate_name, blk + "ffn_gate_exps.weight");
-    EXPECT_EQ(l.up_name, blk + "ffn_up_exps.weight");
+    // gemma4's file holds fused gate/up experts: both parts name that tensor, up starting after gate's rows.
+    const bool fused = tiny().file().find_tensor(blk + "ffn_gate_up_exps.weight") != nullptr;
+    EXPECT_EQ(l.gate_up_fused(), fused);
+    EXPECT_EQ(l.gate_name, blk + (fused ? "ffn_gate_up_exps.weight" : "ffn_gate_exps.weight"));
+    EXPECT_EQ(l.up_name, blk + (fused ? "ffn_gate_up_exps.weight" : "ffn_up_exps.weight"));
+    EXPECT_EQ(l.up_row0, fused ? l.n_ff : 0);
     EXPECT_EQ(l.down_name, blk + "ffn_down_exps.weight");
     EXPECT_EQ(l.gate_type, GetParam()->expert_type);
     EXPECT_EQ(l.up_type, GetParam()->expert_type);
     EXPECT_EQ(l.down_type, GetParam()->expert_type);
     const size_t n_expert = static_cast<size_t>(l.n_expert);
-    EXPECT_EQ(l.gate_bytes() * n_expert, tiny().file().find_tensor(l.gate_name)->nbytes);
-    EXPECT_EQ(l.up_bytes() * n_expert, tiny().file().find_tensor(l.up_name)->nbytes);
+    const size_t parts = fused ? 2 : 1;  // a fused tensor holds both parts of every expert
+    EXPECT_EQ(l.gate_bytes() * n_expert * parts, tiny().file().find_tensor(l.gate_name)->nbytes);
+    EXPECT_EQ(l.up_bytes() * n_expert * parts, tiny().file().find_tensor(l.up_name)->nbytes);
     EXPECT_EQ(l.down_bytes() * n_expert, tiny().file().find_tensor(l.down_name)->nbytes);
   }
 }
@@ -287,7 +293,7 @@ TEST_P(MoeModelContract, ForwardRejectsBadCalls) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyGoldens, MoeModelContract,
-                         ::testing::Values(&kLfm2Moe, &kQwen3Moe, &kGptOss, &kHyV3),
+                         ::testing::Values(&kLfm2Moe, &kQwen3Moe, &kGptOss, &kHyV3, &kGemma4),
                          [](const ::testing::TestParamInfo<const MoeGolden*>& p) {
                            std::string name = p.param->name;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -119,6 +119,7 @@ class ForwardingBackend final : public backend::Backend {
                   backend::Buf<float> out) override {
     ++calls["routed_ffn"];
     for (const auto* s : {&ex.gate, &ex.up, &ex.down}) owned(s->first, "routed_ffn");
+    owned(ex.down_scale, "routed_ffn");
     owned(ids, "routed_ffn");
     owned(x, "routed_ffn");
     owned(out, "routed_ffn");
@@ -195,6 +196,22 @@ class ForwardingBackend final : public backend::Backend {
     owned(x, "add_bias_rows");
     owned(bias, "add_bias_rows");
     inner_->add_bias_rows(x, bias, rows, n);
+  }
+  void scale(backend::Buf<float> x, int64_t n, float s) override {
+    ++calls["scale"];
+    owned(x, "scale");
+    inner_->scale(x, n, s);
+  }
+  void mul_rows(backend::Buf<float> x, backend::Buf<const float> w, int64_t rows, int64_t n) override {
+    ++calls["mul_rows"];
+    owned(x, "mul_rows");
+    owned(w, "mul_rows");
+    inner_->mul_rows(x, w, rows, n);
+  }
+  void softcap(backend::Buf<float> x, int64_t n, float cap) override {
+    ++calls["softcap"];
+    owned(x, "softcap");
+    inner_->softcap(x, n, cap);
   }
   void route(const backend::RouterParams& p, backend::Buf<const float> logits, int64_t rows,
              backend::Buf<int32_t> ids, backend::Buf<float> weights) override {
@@ -294,7 +311,7 @@ TEST_P(SecondBackend, AForwardingBackendGivesTheSameBitsAndSeesEveryOp) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, SecondBackend,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny",
-                                           "gpt-oss-tiny", "hy_v3-tiny"),
+                                           "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s)

@@ -101,6 +101,23 @@ SplitText run_split(ReasoningSplitter s, const std::string& text, size_t step) {
 
 }  // namespace
 
+// Gemma 4's reply after "<|turn>model\n": the thought channel is reasoning (its header and the channel
+// markers dropped), the rest content, in any split of the stream; with thinking off there is no channel, all
+// content.
+TEST(ReasoningSplitter, Gemma4ThoughtChannelSplitsInAnySplit) {
+  const std::string text =
+      "<|channel>thought\nThe user greets; answer briefly.<channel|>Hello! How can I help?";
+  for (size_t step = 1; step <= 40; ++step) {
+    SCOPED_TRACE(step);
+    const SplitText t = run_split(ReasoningSplitter(true, false, ReasoningFormat::gemma4()), text, step);
+    EXPECT_EQ(t.reasoning, "The user greets; answer briefly.");
+    EXPECT_EQ(t.content, "Hello! How can I help?");
+  }
+  EXPECT_EQ(run_split(ReasoningSplitter(true, false, ReasoningFormat::gemma4()), "Hi there.", 3).content,
+            "Hi there.");
+  EXPECT_EQ(run_split(ReasoningSplitter(false, false, ReasoningFormat::gemma4()), text, 7).content, text);
+}
+
 // gpt-oss's reply after "<|start|>assistant": the analysis channel is reasoning, the final channel content,
 // every harmony header and separator dropped, in any split of the stream.
 TEST(ReasoningSplitter, HarmonyChannelsSplitInAnySplit) {

@@ -60,8 +60,8 @@ TEST_P(GoldenIngest, RecordsEqualTheGgufSlabsAndDenseHoldsTheRest) {
       packed_parts += packable;
     }
     uint64_t content = 0;
-    for (const auto* t : {layers[l].gate, layers[l].up, layers[l].down})
-      content = round_up(content, 64) + t->nbytes / static_cast<uint64_t>(t->ne[2]);
+    for (const ExpectedPart& p : {layers[l].gate, layers[l].up, layers[l].down})
+      content = round_up(content, 64) + p.bytes();
     EXPECT_EQ(L.record_bytes, round_up(content, store::kRecordAlign));
     for (int e = 0; e < L.n_expert; ++e) {
       auto want = expected_record(src, layers[l], e, L.record_bytes);
@@ -119,7 +119,8 @@ TEST_P(GoldenIngest, RecordsEqualTheGgufSlabsAndDenseHoldsTheRest) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, GoldenIngest,
-                         ::testing::Values("lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny"),
+                         ::testing::Values("lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny",
+                                           "gemma4-tiny"),
                          [](const auto& p) {
                            std::string n = p.param;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -94,10 +94,17 @@ inline std::string copy_store(const std::string& from, const std::string& to) {
   return to;
 }
 
+// One part of an expert record in the source: rows [row0, row0 + rows) of each expert's slab of a tensor (a
+// fused gate_up tensor holds gate rows then up rows).
+struct ExpectedPart {
+  const gguf::TensorInfo* t = nullptr;
+  int64_t row0 = 0, rows = 0;
+  uint64_t bytes() const { return ggml_row_bytes(t->type, t->ne[0]) * static_cast<uint64_t>(rows); }
+};
 // The source tensors of each MoE layer, found by name, independent of the store's planner.
 struct ExpectedLayer {
   int layer = 0;
-  const gguf::TensorInfo *gate = nullptr, *up = nullptr, *down = nullptr;
+  ExpectedPart gate, up, down;
 };
 
 inline std::vector<ExpectedLayer> expected_layers(const gguf::File& f) {
@@ -106,9 +113,18 @@ inline std::vector<ExpectedLayer> expected_layers(const gguf::File& f) {
     auto name = [&](const char* part) {
       return "blk." + std::to_string(blk) + ".ffn_" + part + "_exps.weight";
     };
-    const auto* g = f.find_tensor(name("gate"));
-    if (!g) continue;
-    m[blk] = {blk, g, f.find_tensor(name("up")), f.find_tensor(name("down"))};
+    const auto* down = f.find_tensor(name("down"));
+    if (!down) continue;
+    const int64_t F = down->ne[0], H = down->ne[1];
+    ExpectedLayer l{blk, {}, {}, {down, 0, H}};
+    if (const auto* fused = f.find_tensor(name("gate_up"))) {
+      l.gate = {fused, 0, F};
+      l.up = {fused, F, F};
+    } else {
+      l.gate = {f.find_tensor(name("gate")), 0, F};
+      l.up = {f.find_tensor(name("up")), 0, F};
+    }
+    m[blk] = l;
   }
   std::vector<ExpectedLayer> out;
   for (auto& [k, v] : m) out.push_back(v);
@@ -123,16 +139,19 @@ inline std::vector<uint8_t> expected_record(const gguf::File& f, const ExpectedL
                                             uint64_t record_bytes) {
   std::vector<uint8_t> rec(record_bytes, 0);
   uint64_t at = 0;
-  for (const auto* t : {l.gate, l.up, l.down}) {
-    uint64_t slab = t->nbytes / static_cast<uint64_t>(t->ne[2]);
-    EXPECT_LE(at + slab, record_bytes);
-    f.read_range(t->file_offset + static_cast<uint64_t>(expert) * slab, slab, rec.data() + at);
-    if (t->type == GgmlType::Q4_0 && t->ne[1] % quant::kQ4_0x16Rows == 0) {
+  for (const ExpectedPart& p : {l.gate, l.up, l.down}) {
+    const gguf::TensorInfo* t = p.t;
+    const uint64_t expert_slab = t->nbytes / static_cast<uint64_t>(t->ne[2]), part = p.bytes();
+    const uint64_t offset = ggml_row_bytes(t->type, t->ne[0]) * static_cast<uint64_t>(p.row0);
+    EXPECT_LE(at + part, record_bytes);
+    f.read_range(t->file_offset + static_cast<uint64_t>(expert) * expert_slab + offset, part,
+                 rec.data() + at);
+    if (t->type == GgmlType::Q4_0 && p.rows % quant::kQ4_0x16Rows == 0) {
       std::vector<uint8_t> rows(rec.begin() + static_cast<ptrdiff_t>(at),
-                                rec.begin() + static_cast<ptrdiff_t>(at + slab));
-      quant::pack_q4_0x16(rows.data(), t->ne[1], t->ne[0], rec.data() + at);
+                                rec.begin() + static_cast<ptrdiff_t>(at + part));
+      quant::pack_q4_0x16(rows.data(), p.rows, t->ne[0], rec.data() + at);
     }
-    at = round_up(at + slab, 64);
+    at = round_up(at + part, 64);
   }
   return rec;
 }

@@ -120,6 +120,30 @@ TEST(StreamProvider, StoreLayoutMustMatchTheModel) {
   }
 }
 
+// Gate and up fused in one tensor (ffn_gate_up_exps: gate rows 0..F-1, up rows F..2F-1 of each expert's slab)
+// have the bytes and types of separate ones: the rows the records were cut from must agree as well.
+TEST(StreamProvider, StoreAndModelMustAgreeOnFusedGateUpRows) {
+  const SyntheticStore store = make_store(testing::fresh_dir(), 3, 6);  // separate gate and up
+  store::Layout fused_store = store.source.layout;
+  experts::ExpertLayout fused_model = model_layout(3, GgmlType::F32);
+  for (size_t i = 0; i < fused_store.layers.size(); ++i) {
+    store::MoeLayerLayout& sl = fused_store.layers[i];
+    sl.up.tensor = sl.gate.tensor = "blk." + std::to_string(sl.layer) + ".ffn_gate_up_exps.weight";
+    sl.up.first_row = sl.up.n_out;
+    experts::ExpertLayerLayout& ml = fused_model.layers[i];
+    ml.up_name = ml.gate_name = sl.gate.tensor;
+    ml.up_row0 = ml.n_ff;
+  }
+  EXPECT_NO_THROW(check_layout_matches(fused_store, fused_model, "/s"));
+  df::testing::expect_error([&] { check_layout_matches(store.source.layout, fused_model, "/s"); },
+                            {"/s: MoE layer 0 up rows start at row 0 of each expert's slab of "
+                             "'blk.1.ffn_up_exps.weight' in the store, at row 32 in the model",
+                             "re-run diskformer ingest"});
+  df::testing::expect_error([&] { check_layout_matches(fused_store, model_layout(3, GgmlType::F32), "/s"); },
+                            {"/s: MoE layer 0 up rows start at row 32 of each expert's slab of "
+                             "'blk.1.ffn_gate_up_exps.weight' in the store, at row 0 in the model"});
+}
+
 // A model that does not run its file's trailing blocks (hy_v3's MTP blocks) takes a store that holds their
 // experts after its own; the blocks must still line up.
 TEST(StreamProvider, StoreMayHoldTheExpertsOfTrailingBlocksTheModelDoesNotRun) {

@@ -70,7 +70,7 @@ TEST(ChatGoldenTest, EveryCaseMatchesLlamaCpp) {
       ++cases;
     }
   }
-  EXPECT_EQ(cases, 18u);  // three cases of each of the five shared models and hy_v3-tiny
+  EXPECT_EQ(cases, 21u);  // three cases of each of the five shared models, hy_v3-tiny and gemma4-tiny
 }
 
 TEST(ChatGoldenTest, Lfm2FallbackEqualsSeedPrompt) {

@@ -133,7 +133,7 @@ TEST_P(GoldenTokenizer, EncodeThenDecodeRoundTripsEveryCase) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenTokenizer,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16",
-                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny"),
+                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) {

@@ -59,10 +59,10 @@ enum class Gating { Softmax = 1, Sigmoid = 2, SoftmaxWeight = 3 };
 struct RouterParams {
   Gating gating = Gating::Sigmoid;
   int n_expert = 0;
-  int k = 0;                              // experts chosen per token
-  Buf<const float> selection_bias{};      // n_expert values added to the probabilities to choose (optional)
-  bool normalize = true;                  // weights / max(sum, 6.103515625e-5) (Softmax and Sigmoid only)
-  float scale = 1.0f;                     // applied when not 0 and not 1 (Softmax and Sigmoid only)
+  int k = 0;                          // experts chosen per token
+  Buf<const float> selection_bias{};  // n_expert values added to the probabilities to choose (optional)
+  bool normalize = true;              // weights / max(sum, 6.103515625e-5) (Softmax and Sigmoid only)
+  float scale = 1.0f;                 // applied when not 0 and not 1 (Softmax and Sigmoid only)
 };
 
 // RoPE as ggml's rope_ext computes it (ARCHITECTURES.md 1.4): θ_i = p · base^(-2i/n_rot) by ggml's iterative
@@ -92,9 +92,9 @@ struct RopeParams {
 struct AttentionParams {
   int n_head = 0;
   float scale = 1.0f;
-  int window = 0;                // 0: every earlier position
-  Buf<const float> sinks{};      // n_head logits, optional
-  float softcap = 0.0f;          // 0: none
+  int window = 0;            // 0: every earlier position
+  Buf<const float> sinks{};  // n_head logits, optional
+  float softcap = 0.0f;      // 0: none
 };
 
 // One product of matmul_many: y (rows × w.n_out) = W · x (rows × w.n_in).
@@ -142,6 +142,10 @@ struct RoutedExperts {
   int n_expert = 0;
   Buf<const float> gate_bias{}, up_bias{}, down_bias{};
   Buf<const int32_t> slot_of{};
+  // n_expert values (optional): expert e's output scale, FfnTask::out_scale = down_scale[e] (llama.cpp's
+  // ffn_down_exps_s, gemma4's per-expert scale). Like out_scale it multiplies after the down bias; llama.cpp
+  // scales before adding a down bias, which no architecture with this scale has.
+  Buf<const float> down_scale{};
 };
 
 // The bytes of one or more weight matrices of the same type and shape as the GGUF stores them (n_matrices
@@ -306,6 +310,15 @@ class Backend {
   virtual void add(Buf<float> x, Buf<const float> y, int64_t n) = 0;
   // x[r] += bias for r < rows (n values per row), as ggml_add broadcasts a bias vector.
   virtual void add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t rows, int64_t n) = 0;
+  // x[i] = x[i] · s over n values: ggml_scale (one float product each; ggml_mul by a one-value tensor gives
+  // the same bits).
+  virtual void scale(Buf<float> x, int64_t n, float s) = 0;
+  // x[r][i] = x[r][i] · w[i] for r < rows (n values per row), as ggml_mul broadcasts a vector.
+  virtual void mul_rows(Buf<float> x, Buf<const float> w, int64_t rows, int64_t n) = 0;
+  // Logit softcapping as llama.cpp's graph writes it (ggml_scale by 1/cap, ggml_tanh, ggml_scale by cap) over
+  // n values: x[i] = tanhf(x[i] · r) · cap, r = 1.0f / cap rounded to float first. The CPU calls the C
+  // library's tanhf as ggml does; a GPU backend its own (within a few ulp).
+  virtual void softcap(Buf<float> x, int64_t n, float cap) = 0;
 
   // Expert choice for `rows` rows of router logits (rows × n_expert): ids (rows × k) in selection order
   // (descending score, lowest id first on exact ties) and their weights (rows × k), as build_moe_ffn does.

@@ -1,5 +1,5 @@
 // `diskformer make-model`: writes a synthetic random-weight MoE GGUF with the real tensor names, shapes,
-// types and keys of lfm2moe, qwen3moe or hy_v3 (src/synth/), from a preset and per-field overrides.
+// types and keys of lfm2moe, qwen3moe, hy_v3 or gemma4 (src/synth/), from a preset and per-field overrides.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -23,14 +23,15 @@ namespace {
 namespace syn = df::synth;
 
 struct MakeModelArgs {
-  std::string arch = "lfm2moe", preset = "tiny", out, name, attn_layers;
+  std::string arch = "lfm2moe", preset = "tiny", out, name, attn_layers, global_layers;
   std::string qtype, expert_type, embd_type, output_type;
   uint64_t seed = 1;
   int threads = 0;
   bool quiet = false;
   int layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, experts = 0, topk = 0, expert_ff = 0;
   int dense_ff = 0, vocab = 0, ctx = 0, dense_lead = 0, conv_l_cache = 0, route_dims = 0, shared_ff = 0;
-  float expert_scale = 0;
+  float expert_scale = 0, softcap = 0;
+  int window = 0, head_dim_global = 0, kv_heads_global = 0;
   float rope_theta = 0, rms_eps = 0, embd_std = 0, logit_std = 0, block_gain = 0, router_std = 0,
         bias_std = 0;
   std::map<std::string, CLI::Option*> opts;  // long flag name -> option, to know which were given
@@ -41,7 +42,7 @@ struct MakeModelArgs {
   }
 };
 
-std::vector<int> parse_layer_list(const std::string& text) {
+std::vector<int> parse_layer_list(const std::string& text, const char* flag = "--attn-layers") {
   std::vector<int> out;
   if (text.empty() || text == "none") return out;
   size_t pos = 0;
@@ -52,7 +53,7 @@ std::vector<int> parse_layer_list(const std::string& text) {
     int v = 0;
     auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || end != item.data() + item.size())
-      fail("--attn-layers '{}': '{}' is not a layer index (expected e.g. 2,5 or none)", text, item);
+      fail("{} '{}': '{}' is not a layer index (expected e.g. 2,5 or none)", flag, text, item);
     out.push_back(v);
     pos = comma + 1;
   }
@@ -70,11 +71,13 @@ syn::Config build_config(const MakeModelArgs& a) {
   syn::Config c = syn::preset(arch, a.preset);
   syn::Shape& s = c.shape;
   syn::Numerics& n = c.numerics;
-  const bool lfm2 = arch == syn::Arch::lfm2moe, hy = arch == syn::Arch::hy_v3;
+  const bool lfm2 = arch == syn::Arch::lfm2moe, hy = arch == syn::Arch::hy_v3,
+             gemma = arch == syn::Arch::gemma4;
   c.seed = a.seed;
   for (const char* f :
        {"--layers", "--hidden", "--heads", "--kv-heads", "--head-dim", "--experts", "--topk", "--expert-ff",
-        "--dense-ff", "--vocab", "--dense-lead", "--attn-layers", "--shared-ff", "--expert-scale"})
+        "--dense-ff", "--vocab", "--dense-lead", "--attn-layers", "--shared-ff", "--expert-scale",
+        "--global-layers", "--window", "--head-dim-global", "--kv-heads-global"})
     if (a.given(f)) c.name = fmt::format("{}-custom", a.arch);  // no longer the preset's shape
   if (a.given("--name")) c.name = a.name;
   if (a.given("--layers")) s.n_layer = a.layers;
@@ -97,7 +100,15 @@ syn::Config build_config(const MakeModelArgs& a) {
   }
   if ((a.given("--attn-layers") || a.given("--conv-l-cache")) && !lfm2)
     fail("--attn-layers and --conv-l-cache apply to --arch lfm2moe only");
-  if (a.given("--dense-lead") && !lfm2 && !hy) fail("--dense-lead applies to --arch lfm2moe and hy_v3 only");
+  if (a.given("--dense-lead") && !lfm2 && !hy && !gemma)
+    fail("--dense-lead applies to --arch lfm2moe, hy_v3 and gemma4 only");
+  for (const char* f : {"--global-layers", "--window", "--head-dim-global", "--kv-heads-global", "--softcap"})
+    if (a.given(f) && !gemma) fail("{} applies to --arch gemma4 only", f);
+  if (a.given("--global-layers")) s.global_layers = parse_layer_list(a.global_layers, "--global-layers");
+  if (a.given("--window")) s.n_swa = a.window;
+  if (a.given("--head-dim-global")) s.head_dim_global = a.head_dim_global;
+  if (a.given("--kv-heads-global")) s.n_head_kv_global = a.kv_heads_global;
+  if (a.given("--softcap")) s.logit_softcap = a.softcap;
   if ((a.given("--shared-ff") || a.given("--expert-scale")) && !hy)
     fail("--shared-ff and --expert-scale apply to --arch hy_v3 only");
   if (a.given("--shared-ff")) s.n_ff_shexp = a.shared_ff;
@@ -121,8 +132,9 @@ syn::Config build_config(const MakeModelArgs& a) {
   if (a.given("--expert-type")) c.types.experts = parse_type(a.expert_type, "--expert-type");
   if (a.given("--embd-type")) c.types.token_embd = parse_type(a.embd_type, "--embd-type");
   if (a.given("--output-type")) {
-    if (lfm2)
-      fail("--output-type: lfm2moe has no output tensor (the head is tied to token_embd, see --embd-type)");
+    if (lfm2 || gemma)
+      fail("--output-type: {} has no output tensor (the head is tied to token_embd, see --embd-type)",
+           a.arch);
     c.types.output = parse_type(a.output_type, "--output-type");
   }
   if (a.given("--embd-std")) n.embd_std = a.embd_std;
@@ -169,13 +181,19 @@ void run_make_model(const MakeModelArgs& a) {
   if (c.arch == syn::Arch::lfm2moe)
     fmt::print("  attention layers [{}], {} leading dense layers (ff {})\n", fmt::join(s.attn_layers, ", "),
                s.n_dense_lead, s.n_ff);
+  if (c.arch == syn::Arch::gemma4)
+    fmt::print(
+        "  global layers [{}] (head dim {}, {} KV heads), the others slide over {} positions; dense ff {}\n",
+        fmt::join(s.global_layers, ", "), s.head_dim_global, s.n_head_kv_global, s.n_swa, s.n_ff);
   if (c.arch == syn::Arch::hy_v3)
     fmt::print("  {} leading dense layers (ff {}), shared expert ff {}, expert weights scale {}\n",
                s.n_dense_lead, s.n_ff, s.n_ff_shexp, s.expert_weights_scale);
   fmt::print("  types: matmul {}, experts {}, token_embd {}{}; {} tensors, {} of tensor data in {:.1f} s\n",
              ggml_type_name(c.types.matmul), ggml_type_name(c.types.experts),
              ggml_type_name(c.types.token_embd),
-             c.arch != syn::Arch::lfm2moe ? fmt::format(", output {}", ggml_type_name(c.types.output)) : "",
+             c.arch == syn::Arch::qwen3moe || c.arch == syn::Arch::hy_v3
+                 ? fmt::format(", output {}", ggml_type_name(c.types.output))
+                 : "",
              sum.n_tensors, human_bytes(sum.tensor_bytes), secs);
 }
 
@@ -191,12 +209,13 @@ void register_make_model(CLI::App& app) {
   const auto opt = [&](const std::string& flag, auto& var, const std::string& help) {
     a.opts[flag] = sub->add_option(flag, var, help);
   };
-  sub->add_option("--arch", a.arch, "lfm2moe, qwen3moe or hy_v3")->capture_default_str();
+  sub->add_option("--arch", a.arch, "lfm2moe, qwen3moe, hy_v3 or gemma4")->capture_default_str();
   sub->add_option(
          "--preset", a.preset,
          "tiny (the golden fixture's shape), small (~0.3 GB, for benchmarks), lfm2-24b (lfm2moe: the real "
          "LFM2.5-24B-A2B hyper-parameters, ~13.5 GB), qwen3-30b (qwen3moe: Qwen3-30B-A3B, ~16 GB) or "
-         "hy-v3-30b (hy_v3: a 48-layer 30B-A3B shape, Q8_0, ~31 GB)")
+         "hy-v3-30b (hy_v3: a 48-layer 30B-A3B shape, Q8_0, ~31 GB) or gemma4-26b (gemma4: Gemma 4 "
+         "26B-A4B, ~14 GB)")
       ->capture_default_str();
   sub->add_option("--seed", a.seed, "seed of the random weights")->capture_default_str();
   sub->add_option("-o,--out", a.out, "output GGUF file (written to a temporary name, then renamed)")
@@ -222,6 +241,11 @@ void register_make_model(CLI::App& app) {
   opt("--dense-lead", a.dense_lead, "lfm2moe, hy_v3: leading dense-FFN layers");
   opt("--shared-ff", a.shared_ff, "hy_v3: the shared expert's feed-forward width");
   opt("--expert-scale", a.expert_scale, "hy_v3: expert_weights_scale (0: none)");
+  opt("--global-layers", a.global_layers, "gemma4: comma-separated full-attention layers (or none)");
+  opt("--window", a.window, "gemma4: the sliding layers' window");
+  opt("--head-dim-global", a.head_dim_global, "gemma4: the global layers' head size");
+  opt("--kv-heads-global", a.kv_heads_global, "gemma4: the global layers' KV heads");
+  opt("--softcap", a.softcap, "gemma4: final logit soft-capping (0: none)");
   opt("--attn-layers", a.attn_layers,
       "lfm2moe: comma-separated attention layer indices (or none); others are conv");
   opt("--conv-l-cache", a.conv_l_cache, "lfm2moe: short-conv taps");

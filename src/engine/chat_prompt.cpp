@@ -38,6 +38,8 @@ ChatPrompt ChatPromptBuilder::build(const std::vector<ChatMessage>& messages,
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.remove_suffix(1);
   p.opens_reasoning = tail.ends_with("<think>");
   p.harmony = tail.ends_with("<|start|>assistant");
+  p.gemma_channels =
+      tail.ends_with("<|turn>model") || tail.ends_with("<|turn>model\n<|channel>thought\n<channel|>");
   return p;
 }
 

@@ -18,6 +18,9 @@ struct ChatPrompt {
   // The generation prompt opens a harmony message (gpt-oss: "<|start|>assistant"): the reply's channels say
   // what is reasoning.
   bool harmony = false;
+  // The generation prompt opens a Gemma 4 model turn ("<|turn>model", or its empty thought channel when
+  // thinking is off): a <|channel>thought ... <channel|> section of the reply is reasoning.
+  bool gemma_channels = false;
 };
 
 // One model's prompt builder: the template is parsed once (a chat renders it every turn). `tokenizer` must

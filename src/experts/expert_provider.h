@@ -48,7 +48,9 @@ struct ExpertView {
 };
 
 // Where the experts of one MoE layer live in the GGUF: ffn_{gate,up}_exps {n_embd, n_ff, n_expert} and
-// ffn_down_exps {n_ff, n_embd, n_expert}; expert e is the e-th slab of each.
+// ffn_down_exps {n_ff, n_embd, n_expert}; expert e is the e-th slab of each. Gate and up may instead be one
+// fused ffn_gate_up_exps {n_embd, 2·n_ff, n_expert} that gate_name and up_name both name: each expert's slab
+// holds its gate rows, then its up rows (llama.cpp's create_tensor_gate_up_exps and build_moe_ffn).
 struct ExpertLayerLayout {
   int model_layer = 0;
   int n_expert = 0;
@@ -56,7 +58,14 @@ struct ExpertLayerLayout {
   int64_t n_ff = 0;
   std::string gate_name, up_name, down_name;
   GgmlType gate_type = GgmlType::F32, up_type = GgmlType::F32, down_type = GgmlType::F32;
+  // The first row of an expert's gate (up) matrix in its slab of gate_name (up_name): 0 for a tensor of its
+  // own; 0 and n_ff in a fused one.
+  int64_t gate_row0 = 0, up_row0 = 0;
 
+  bool gate_up_fused() const { return !gate_name.empty() && gate_name == up_name; }
+  // Rows of one expert's slab of the gate (and up) tensor.
+  int64_t gate_up_slab_rows() const { return gate_up_fused() ? 2 * n_ff : n_ff; }
+  // One matrix's bytes (one part of a fused slab).
   size_t gate_bytes() const { return ggml_row_bytes(gate_type, n_embd) * static_cast<size_t>(n_ff); }
   size_t up_bytes() const { return ggml_row_bytes(up_type, n_embd) * static_cast<size_t>(n_ff); }
   size_t down_bytes() const { return ggml_row_bytes(down_type, n_ff) * static_cast<size_t>(n_embd); }

@@ -6,18 +6,33 @@
 namespace df::models {
 namespace {
 
-// Every expert's slab of one tensor, read straight into the backend's upload buffer.
+// Every expert's matrix of one kind, read straight into the backend's upload buffer: n_out rows from row0 on
+// of each expert's slab of `slab_rows` rows (the whole slab, or one half of a fused gate_up slab), so that
+// the backend gets the same stack from a fused tensor as from separate ones.
 backend::UploadedWeights upload_all(const gguf::File& file, backend::Backend& backend,
                                     const std::string& name, GgmlType type, int64_t n_in, int64_t n_out,
-                                    int n_expert) {
+                                    int64_t slab_rows, int64_t row0, int n_expert) {
   const gguf::TensorInfo& t = file.require_tensor(name);
-  const size_t expected =
-      ggml_row_bytes(type, n_in) * static_cast<size_t>(n_out) * static_cast<size_t>(n_expert);
+  const size_t row_bytes = ggml_row_bytes(type, n_in);
+  const size_t slab_bytes = row_bytes * static_cast<size_t>(slab_rows);
+  const size_t expected = slab_bytes * static_cast<size_t>(n_expert);
   if (t.nbytes != expected)
     fail("{}: tensor '{}' holds {} bytes, the expert layout needs {}", file.path(), name, t.nbytes, expected);
   backend::WeightSource src;
   src.type = type;
-  src.read = [&](uint8_t* dst) { file.read_tensor(t, dst); };
+  if (slab_rows == n_out) {
+    src.read = [&](uint8_t* dst) { file.read_tensor(t, dst); };
+  } else {
+    if (t.external)
+      fail("{}: tensor '{}' is not stored in this file (it lives in the expert store)", file.path(), name);
+    src.read = [&](uint8_t* dst) {
+      const size_t matrix_bytes = row_bytes * static_cast<size_t>(n_out);
+      const uint64_t first = t.file_offset + row_bytes * static_cast<uint64_t>(row0);
+      for (int e = 0; e < n_expert; ++e)
+        file.read_range(first + slab_bytes * static_cast<uint64_t>(e), matrix_bytes,
+                        dst + matrix_bytes * static_cast<size_t>(e));
+    };
+  }
   src.n_in = n_in;
   src.n_out = n_out;
   src.n_matrices = n_expert;
@@ -32,9 +47,13 @@ ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const Exp
   for (const auto& l : layout.layers) {
     Layer& layer = layers_.emplace_back();
     layer.layout = l;
-    layer.gate = upload_all(file, backend, l.gate_name, l.gate_type, l.n_embd, l.n_ff, l.n_expert);
-    layer.up = upload_all(file, backend, l.up_name, l.up_type, l.n_embd, l.n_ff, l.n_expert);
-    layer.down = upload_all(file, backend, l.down_name, l.down_type, l.n_ff, l.n_embd, l.n_expert);
+    const int64_t gate_up_rows = l.gate_up_slab_rows();
+    layer.gate = upload_all(file, backend, l.gate_name, l.gate_type, l.n_embd, l.n_ff, gate_up_rows,
+                            l.gate_row0, l.n_expert);
+    layer.up = upload_all(file, backend, l.up_name, l.up_type, l.n_embd, l.n_ff, gate_up_rows, l.up_row0,
+                          l.n_expert);
+    layer.down =
+        upload_all(file, backend, l.down_name, l.down_type, l.n_ff, l.n_embd, l.n_embd, 0, l.n_expert);
   }
 }
 

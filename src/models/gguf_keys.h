@@ -32,10 +32,16 @@ inline constexpr std::string_view value_length = "attention.value_length";
 inline constexpr std::string_view rms_epsilon = "attention.layer_norm_rms_epsilon";
 inline constexpr std::string_view sliding_window = "attention.sliding_window";
 inline constexpr std::string_view sliding_window_pattern = "attention.sliding_window_pattern";
+inline constexpr std::string_view key_length_swa = "attention.key_length_swa";
+inline constexpr std::string_view value_length_swa = "attention.value_length_swa";
+inline constexpr std::string_view shared_kv_layers = "attention.shared_kv_layers";
+inline constexpr std::string_view embedding_length_per_layer = "embedding_length_per_layer_input";
+inline constexpr std::string_view final_logit_softcapping = "final_logit_softcapping";
 
 inline constexpr std::string_view rope_dimension_count = "rope.dimension_count";
 inline constexpr std::string_view rope_freq_base = "rope.freq_base";
 inline constexpr std::string_view rope_freq_base_swa = "rope.freq_base_swa";
+inline constexpr std::string_view rope_dimension_count_swa = "rope.dimension_count_swa";
 inline constexpr std::string_view rope_scaling_type = "rope.scaling.type";
 inline constexpr std::string_view rope_scaling_factor = "rope.scaling.factor";
 inline constexpr std::string_view rope_scaling_attn_factor = "rope.scaling.attn_factor";

@@ -30,8 +30,7 @@ std::vector<TensorDesc> hy_v3_tensors(const HyV3Config& c) {
     add_layer_tensor(t, il, K::router, R::router, "ffn_gate_inp.weight", {H, E});
     add_layer_tensor(t, il, K::selection_bias, R::vector, "exp_probs_b", {E}).optional = true;
     add_layer_tensor(t, il, K::down_exps, R::expert, "ffn_down_exps.weight", {F, H, E});
-    add_layer_tensor(t, il, K::gate_exps, R::expert, "ffn_gate_exps.weight", {H, F, E});
-    add_layer_tensor(t, il, K::up_exps, R::expert, "ffn_up_exps.weight", {H, F, E});
+    add_gate_up_exps(t, il, H, F, E);  // llama.cpp's hy_v3 loader takes them fused too
     add_layer_tensor(t, il, K::shared_gate, R::matmul, "ffn_gate_shexp.weight", {H, S});
     add_layer_tensor(t, il, K::shared_up, R::matmul, "ffn_up_shexp.weight", {H, S});
     add_layer_tensor(t, il, K::shared_down, R::matmul, "ffn_down_shexp.weight", {S, H});

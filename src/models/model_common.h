@@ -30,6 +30,8 @@ struct TrunkWeights {
   backend::Buf<const float> output_norm;
   float eps;
   const backend::Weight& output;
+  float embd_scale = 1.0f;     // the embeddings are multiplied by it when not 1 (gemma4: sqrt(H))
+  float logit_softcap = 0.0f;  // when not 0: logits = c · tanh(logits / c) (gemma4's final soft-capping)
 };
 
 // The key of a forward step (Backend::begin_step): what its op sequence depends on besides the positions
@@ -71,6 +73,7 @@ void run_trunk(backend::Backend& be, const TrunkWeights& w, const SequenceBatch&
   if (!capture && !reads_back) step.emplace(be, step_key(batch, n_logits));
 
   be.get_rows(w.tok_embd, b.tokens.view(), T, b.x.view());
+  if (w.embd_scale != 1.0f) be.scale(b.x.view(), T * H, w.embd_scale);
   for (int il = 0; il < n_layer; ++il) {
     run_layer(il);
     capture_layer(be, capture, il, b.x.view(), T, H);
@@ -83,6 +86,7 @@ void run_trunk(backend::Backend& be, const TrunkWeights& w, const SequenceBatch&
     out += s.logit_rows;
   }
   be.matmul(w.output, b.xn.view(), batch.logit_rows, b.logits.view(), b.scratch.view());
+  if (w.logit_softcap != 0.0f) be.softcap(b.logits.view(), static_cast<int64_t>(n_logits), w.logit_softcap);
   if (step) step->end();
   out = 0;
   for (const BatchSegment& s : batch.segments) {

@@ -1,5 +1,6 @@
 // load_model: one entry per supported architecture.
 #include "gguf/gguf.h"
+#include "models/gemma4.h"
 #include "models/gpt_oss.h"
 #include "models/hy_v3.h"
 #include "models/lfm2moe.h"
@@ -15,6 +16,7 @@ std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& opt
   if (arch == "qwen3moe") return load_qwen3moe(file, options);
   if (arch == "gpt-oss") return load_gpt_oss(file, options);
   if (arch == "hy_v3") return load_hy_v3(file, options);
+  if (arch == "gemma4") return load_gemma4(file, options);
   fail("{}: unsupported architecture '{}' (supported: {})", file.path(), arch, kSupportedArchitectures);
 }
 

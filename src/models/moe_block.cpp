@@ -131,6 +131,7 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
       task.gate_bias = biases.gate ? biases.gate.sub(ue * uf, uf) : backend::Buf<const float>{};
       task.up_bias = biases.up ? biases.up.sub(ue * uf, uf) : backend::Buf<const float>{};
       task.down_bias = biases.down ? biases.down.sub(ue * uh, uh) : backend::Buf<const float>{};
+      task.out_scale = biases.down_scale_host.empty() ? 1.0f : biases.down_scale_host[ue];
       task.in_rows = b.entry_tokens_dev.view().sub(start, count);
       task.out_rows = b.expert_entries_dev.view().sub(start, count);
       task.n_rows = static_cast<int64_t>(count);
@@ -147,6 +148,7 @@ void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_inde
     ex->gate_bias = f.biases.gate;
     ex->up_bias = f.biases.up;
     ex->down_bias = f.biases.down;
+    ex->down_scale = f.biases.down_scale;
     be.routed_ffn(*ex, f.act, b.expert_ids.view(), T, f.k, xn, b.expert_out.view());
     return;
   }
@@ -160,6 +162,7 @@ void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_inde
       ex->gate_bias = f.biases.gate;
       ex->up_bias = f.biases.up;
       ex->down_bias = f.biases.down;
+      ex->down_scale = f.biases.down_scale;
       be.routed_ffn(*ex, f.act, b.expert_ids.view(), T, f.k, xn, b.expert_out.view());
       experts.release_routed(moe_index, used);
       return;

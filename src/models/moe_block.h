@@ -149,9 +149,12 @@ struct ExpertWave {
 };
 
 // Per-expert biases of a MoE layer (gpt-oss): n_expert rows each of gate/up (n_ff) and down (n_embd); null
-// when the architecture has none.
+// when the architecture has none. down_scale (gemma4's ffn_down_exps.scale): one factor per expert on its
+// down projection's output, in the backend's memory for the routed op and on the host for the grouped FFNs.
 struct ExpertBiases {
   backend::Buf<const float> gate, up, down;
+  backend::Buf<const float> down_scale{};
+  std::span<const float> down_scale_host{};
 };
 
 // The chosen experts (b.used[0..n_used)), gated FFNs of n_embd → n_ff → n_embd with the given activation

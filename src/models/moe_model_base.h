@@ -70,7 +70,7 @@ class MoeModelBase : public Model {
 
   ModelInfo info_;
   int prefetch_lookahead_ = 1;
-  std::shared_ptr<backend::Backend> backend_;  // LoadOptions::backend, or the default device's
+  std::shared_ptr<backend::Backend> backend_;   // LoadOptions::backend, or the default device's
   std::vector<backend::DeviceBuffer> storage_;  // the dense weights, in the backend's memory
   backend::Weight tok_embd_, output_;
   backend::Buf<const float> output_norm_;
@@ -79,6 +79,7 @@ class MoeModelBase : public Model {
   RoutingSink* routing_sink_ = nullptr;  // set_routing_sink
   size_t max_act_row_bytes_ = 0;
   StateDims state_dims_;  // set from the config by each constructor; act_row_bytes by finish_load
+  float embd_scale_ = 1.0f, logit_softcap_ = 0.0f;  // TrunkWeights' (gemma4 sets them)
 
  private:
   // `state` as a sequence state when this model made it, else null.
@@ -108,9 +109,10 @@ bool MoeModelBase::bind_tensors(TensorBinder& bind, const std::vector<TensorDesc
 
 template <class RunLayer>
 void MoeModelBase::forward_trunk(const SequenceBatch& batch, ForwardCapture* capture, RunLayer&& run_layer) {
-  run_trunk(*backend_, TrunkWeights{tok_embd_, output_norm_, info_.rms_eps, output_}, batch, info_.n_layer,
-            info_.n_embd, expert_layout_.layers.size(), info_.n_expert_used, info_.n_vocab, capture,
-            routing_sink_ != nullptr, std::forward<RunLayer>(run_layer));
+  run_trunk(*backend_,
+            TrunkWeights{tok_embd_, output_norm_, info_.rms_eps, output_, embd_scale_, logit_softcap_}, batch,
+            info_.n_layer, info_.n_embd, expert_layout_.layers.size(), info_.n_expert_used, info_.n_vocab,
+            capture, routing_sink_ != nullptr, std::forward<RunLayer>(run_layer));
 }
 
 }  // namespace df::models

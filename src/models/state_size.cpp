@@ -4,6 +4,7 @@
 
 #include "backend/backend_factory.h"
 #include "gguf/gguf.h"
+#include "models/gemma4.h"
 #include "models/gpt_oss.h"
 #include "models/hy_v3.h"
 #include "models/lfm2moe.h"
@@ -70,6 +71,23 @@ StateDims state_dims_of(const HyV3Config& c) {
   return d;
 }
 
+StateDims state_dims_of(const Gemma4Config& c) {
+  StateDims d;
+  d.n_layer = c.n_layer;
+  d.n_kv_layers = 0;  // every layer's KV has its own sizes: counted per position below
+  for (size_t l = 0; l < static_cast<size_t>(c.n_layer); ++l)
+    d.other_kv_bytes_per_position += LayerStateSpec::kv(c.n_head_kv[l], c.head_dim[l]).bytes(1);
+  d.head_dim = c.max_head_dim();  // the attention scratch is sized for the widest head
+  d.n_embd = static_cast<size_t>(c.n_embd);
+  d.q_dim = static_cast<size_t>(c.max_q_dim());
+  d.kv_dim = static_cast<size_t>(c.max_kv_dim());
+  d.n_expert = static_cast<size_t>(c.n_expert);
+  d.k = static_cast<size_t>(c.n_expert_used);
+  d.extra_bytes_per_token = d.n_embd * sizeof(float);  // the expert branch's sum (moe_sum)
+  d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
+  return d;
+}
+
 StateDims state_dims_of(const GptOssConfig& c) {
   StateDims d = common_dims(c, c.n_layer);
   d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
@@ -79,7 +97,8 @@ StateDims state_dims_of(const GptOssConfig& c) {
 uint64_t state_bytes(const StateDims& d, int n_ctx, int n_batch, int n_threads) {
   const size_t t = static_cast<size_t>(std::max(n_batch, 0));
   const uint64_t kv = static_cast<uint64_t>(std::max(d.n_kv_layers, 0)) *
-                      LayerStateSpec::kv(d.n_head_kv, d.head_dim).bytes(n_ctx);
+                          LayerStateSpec::kv(d.n_head_kv, d.head_dim).bytes(n_ctx) +
+                      d.other_kv_bytes_per_position * static_cast<uint64_t>(std::max(n_ctx, 0));
   const uint64_t attn_floats = backend::attention_scratch_floats_for(
       backend::BackendOptions{"cpu", std::max(n_threads, 1)}, n_ctx, d.head_dim);
   return kv + attn_floats * sizeof(float) + d.fixed_bytes +
@@ -98,6 +117,8 @@ StateDims state_dims(const gguf::File& file) {
     d = state_dims_of(gpt_oss_config(file));
   else if (arch == "hy_v3")
     d = state_dims_of(hy_v3_config(file));
+  else if (arch == "gemma4")
+    d = state_dims_of(gemma4_config(file));
   else
     fail("{}: unsupported architecture '{}' (supported: {})", file.path(), arch, kSupportedArchitectures);
   d.act_row_bytes = widest_act_row(file);

@@ -16,10 +16,13 @@ struct Lfm2MoeConfig;
 struct Qwen3MoeConfig;
 struct GptOssConfig;
 struct HyV3Config;
+struct Gemma4Config;
 
 struct StateDims {
   int n_layer = 0;
-  int n_kv_layers = 0;  // layers with a KV cache
+  int n_kv_layers = 0;  // layers with a KV cache of n_head_kv x head_dim
+  // KV cache bytes per position of layers whose sizes differ from those (gemma4's sliding and global layers)
+  uint64_t other_kv_bytes_per_position = 0;
   int n_head_kv = 0, head_dim = 0;
   size_t n_embd = 0, q_dim = 0, kv_dim = 0, n_expert = 0, k = 0;
   size_t act_row_bytes = 0;          // activation scratch per token (the widest quantized matmul input)
@@ -36,6 +39,7 @@ StateDims state_dims_of(const Lfm2MoeConfig& c);
 StateDims state_dims_of(const Qwen3MoeConfig& c);
 StateDims state_dims_of(const GptOssConfig& c);
 StateDims state_dims_of(const HyV3Config& c);
+StateDims state_dims_of(const Gemma4Config& c);
 
 // The dims from a GGUF's keys and tensor types, no weight read: what a model loaded from it would report,
 // with the activation scratch taken from the widest matrix of the file (at least what the model uses).

@@ -22,6 +22,13 @@ ExpertLayerLayout& TensorBinder::expert_layer(int il) {
 
 bool TensorBinder::bind(const TensorDesc& t, TensorTarget target) {
   if (t.optional && !w_.has(t.name)) return false;
+  if (!t.replaced_by.empty() && w_.has(t.replaced_by)) {
+    // llama.cpp loads the replacement alone and refuses a file with tensors it did not load.
+    if (w_.has(t.name))
+      fail("{}: {}: the file has '{}' and also '{}', which stands in for it: a file holds one or the other",
+           w_.path(), arch_, t.name, t.replaced_by);
+    return false;
+  }
   const std::string name = t.alias.empty() ? t.name : w_.first_present({t.name, t.alias});
   const auto& ne = t.ne;
   switch (t.role) {
@@ -43,18 +50,25 @@ bool TensorBinder::bind(const TensorDesc& t, TensorTarget target) {
   if (ne.size() != 3) no_place(arch_, t);
   const GgmlType type = w_.matmul_type(name, {ne[0], ne[1], ne[2]});
   ExpertLayerLayout& el = expert_layer(t.layer);
-  const bool down = t.kind == TensorKind::down_exps;
-  el.n_embd = down ? ne[1] : ne[0];
-  el.n_ff = down ? ne[0] : ne[1];
+  el.n_embd = t.kind == TensorKind::down_exps ? ne[1] : ne[0];
   el.n_expert = static_cast<int>(ne[2]);
   switch (t.kind) {
     case TensorKind::gate_exps:
-      el.gate_name = name, el.gate_type = type;
+      el.n_ff = ne[1];
+      el.gate_name = name, el.gate_type = type, el.gate_row0 = 0;
       break;
     case TensorKind::up_exps:
-      el.up_name = name, el.up_type = type;
+      el.n_ff = ne[1];
+      el.up_name = name, el.up_type = type, el.up_row0 = 0;
+      break;
+    case TensorKind::gate_up_exps:
+      // Each expert's 2·n_ff rows: gate first, then up (llama.cpp's build_moe_ffn splits them so).
+      el.n_ff = ne[1] / 2;
+      el.gate_name = name, el.gate_type = type, el.gate_row0 = 0;
+      el.up_name = name, el.up_type = type, el.up_row0 = el.n_ff;
       break;
     case TensorKind::down_exps:
+      el.n_ff = ne[0];
       el.down_name = name, el.down_type = type;
       break;
     default:

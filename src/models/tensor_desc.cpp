@@ -21,4 +21,17 @@ TensorDesc& add_layer_tensor(std::vector<TensorDesc>& out, int il, TensorKind ki
   return t;
 }
 
+void add_gate_up_exps(std::vector<TensorDesc>& out, int il, int64_t n_embd, int64_t n_ff, int64_t n_expert) {
+  using K = TensorKind;
+  using R = TensorRole;
+  TensorDesc& fused = add_layer_tensor(out, il, K::gate_up_exps, R::expert, "ffn_gate_up_exps.weight",
+                                       {n_embd, 2 * n_ff, n_expert});
+  fused.optional = true;
+  const std::string fused_name = fused.name;  // `fused` moves when the vector grows
+  add_layer_tensor(out, il, K::gate_exps, R::expert, "ffn_gate_exps.weight", {n_embd, n_ff, n_expert})
+      .replaced_by = fused_name;
+  add_layer_tensor(out, il, K::up_exps, R::expert, "ffn_up_exps.weight", {n_embd, n_ff, n_expert})
+      .replaced_by = fused_name;
+}
+
 }  // namespace df::models

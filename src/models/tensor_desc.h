@@ -40,12 +40,21 @@ enum class TensorKind : uint8_t {
   gate_exps,
   up_exps,
   down_exps,
+  gate_up_exps,  // gate_exps and up_exps fused: each expert's gate rows, then its up rows
   gate_exps_bias,
   up_exps_bias,
   down_exps_bias,
   shared_gate,  // the always-on shared expert beside the routed ones (ffn_*_shexp)
   shared_up,
   shared_down,
+  rope_freqs,       // θ divisors of the global attention layers (gemma4)
+  ffn_post_norm,    // gemma4: the norm of a layer's FFN output (post_ffw_norm)
+  ffn_post_norm_1,  // gemma4: the dense branch's output norm
+  ffn_pre_norm_2,   // gemma4: the expert branch's input norm
+  ffn_post_norm_2,  // gemma4: the expert branch's output norm
+  router_scale,     // gemma4: the router input's per-channel scale (ffn_gate_inp.scale)
+  down_exps_scale,  // a per-expert scale of the down projection's output (ffn_down_exps.scale)
+  layer_out_scale,  // gemma4: a scalar multiplying the layer's output (layer_output_scale)
 };
 
 // How the loader reads a tensor; the generator derives the stored type from it.
@@ -67,6 +76,10 @@ struct TensorDesc {
   std::string alias;
   // May be absent: the loader then falls back (the untied head: token_embd), generators may leave it out.
   bool optional = false;
+  // A tensor that stands in for this one when the file has it (the fused gate_up_exps for gate_exps and
+  // up_exps, add_gate_up_exps): the loader then binds that one and requires this one absent; generators write
+  // one or the other.
+  std::string replaced_by;
 };
 
 // Appends a tensor outside the layers.
@@ -75,5 +88,9 @@ TensorDesc& add_tensor(std::vector<TensorDesc>& out, TensorKind kind, TensorRole
 // Appends a tensor of model layer `il` named blk.<il>.<suffix>.
 TensorDesc& add_layer_tensor(std::vector<TensorDesc>& out, int il, TensorKind kind, TensorRole role,
                              const char* suffix, std::vector<int64_t> ne);
+// Appends layer `il`'s routed gate and up experts as llama.cpp's create_tensor_gate_up_exps loads them: the
+// fused blk.<il>.ffn_gate_up_exps.weight {n_embd, 2·n_ff, n_expert} when the file has it (optional), else the
+// separate ffn_gate_exps and ffn_up_exps {n_embd, n_ff, n_expert} (replaced_by the fused one).
+void add_gate_up_exps(std::vector<TensorDesc>& out, int il, int64_t n_embd, int64_t n_ff, int64_t n_expert);
 
 }  // namespace df::models

@@ -27,6 +27,8 @@ constexpr std::initializer_list<GgmlType> kAllTypes = {
 
 bool WeightLoader::has(std::string_view name) const { return file_.find_tensor(name) != nullptr; }
 
+const std::string& WeightLoader::path() const { return file_.path(); }
+
 std::string WeightLoader::first_present(std::initializer_list<std::string_view> names) const {
   for (auto n : names)
     if (has(n)) return std::string(n);

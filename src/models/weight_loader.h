@@ -36,6 +36,7 @@ class WeightLoader {
   // The first of the names that exists (for tensors with historical aliases), else the first name.
   std::string first_present(std::initializer_list<std::string_view> names) const;
   bool has(std::string_view name) const;
+  const std::string& path() const;  // the file's, for messages
   // A matrix's type after checking that the backend can multiply it (expert tensors are not loaded here).
   GgmlType matmul_type(std::string_view name, std::initializer_list<int64_t> shape) const;
 

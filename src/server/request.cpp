@@ -236,6 +236,7 @@ GenRequest parse_chat_request(const json& body, const ParseContext& ctx) {
   r.prompt = std::move(cp.ids);
   r.opens_reasoning = cp.opens_reasoning;
   r.harmony = cp.harmony;
+  r.gemma_channels = cp.gemma_channels;
   check_fits(r, ctx);
   return r;
 }

@@ -26,9 +26,10 @@ struct GenRequest {
   bool logprobs = false;
   int top_logprobs = 0;
   bool stream = false;
-  bool include_usage = false;     // stream_options.include_usage
-  bool opens_reasoning = false;   // the chat prompt ends inside a think block
-  bool harmony = false;  // the reply is harmony messages (gpt-oss): its analysis channel is reasoning
+  bool include_usage = false;    // stream_options.include_usage
+  bool opens_reasoning = false;  // the chat prompt ends inside a think block
+  bool harmony = false;          // the reply is harmony messages (gpt-oss): its analysis channel is reasoning
+  bool gemma_channels = false;   // the reply may open Gemma 4's thought channel: that is reasoning
   bool extract_reasoning = true;  // chat: think blocks go to reasoning_content
   std::string model;              // as the client named it (echoed back)
 };

@@ -229,7 +229,9 @@ void Scheduler::start(Slot& slot) {
   slot.decoder.emplace(*m_.tokenizer, /*unparse_special=*/true);
   slot.stop.emplace(r.stop);
   slot.think.emplace(r.extract_reasoning, r.opens_reasoning,
-                     r.harmony ? ReasoningFormat::harmony() : ReasoningFormat::think());
+                     r.harmony          ? ReasoningFormat::harmony()
+                     : r.gemma_channels ? ReasoningFormat::gemma4()
+                                        : ReasoningFormat::think());
   const size_t history = static_cast<size_t>(r.sampling.repeat_last_n);
   for (size_t i = r.prompt.size() > history ? r.prompt.size() - history : 0; i < r.prompt.size(); ++i)
     slot.sampler->accept(r.prompt[i]);

@@ -60,6 +60,14 @@ ReasoningFormat ReasoningFormat::harmony() {
   return f;
 }
 
+ReasoningFormat ReasoningFormat::gemma4() {
+  using To = ReasoningMarker::To;
+  ReasoningFormat f;
+  f.markers = {{"<|channel>thought", To::Reasoning, true, false}, {"<channel|>", To::Content, false, true}};
+  f.strip_newlines = true;  // the header's newline, and the one a template may put after the channel
+  return f;
+}
+
 ReasoningSplitter::ReasoningSplitter(bool extract, bool in_reasoning, ReasoningFormat format)
     : extract_(extract),
       in_reasoning_(extract && in_reasoning),

@@ -48,6 +48,8 @@ struct ReasoningFormat {
   // gpt-oss's harmony channels: after <|channel|>analysis<|message|> reasoning, after the final (or
   // commentary) channel's header content; the message separators <|end|> and <|start|>assistant are dropped.
   static ReasoningFormat harmony();
+  // Gemma 4: <|channel>thought opens the reasoning, <channel|> closes it.
+  static ReasoningFormat gemma4();
 };
 
 class ReasoningSplitter {

@@ -6,13 +6,20 @@ namespace df::stream {
 namespace {
 
 void check_part(const std::string& path, int layer, const char* what, const store::ExpertPart& part,
-                GgmlType type, uint64_t bytes) {
+                GgmlType type, uint64_t bytes, int64_t first_row = 0) {
   if (part.type != type || part.bytes != bytes)
     fail(
         "{}: MoE layer {} {} rows are {} bytes of {} in the store, the model expects {} bytes of {}; the "
         "store "
         "was ingested from another model: re-run diskformer ingest",
         path, layer, what, part.bytes, ggml_type_name(part.type), bytes, ggml_type_name(type));
+  // Gate and up fused in one tensor (ffn_gate_up_exps) in one and separate in the other: the bytes may
+  // agree, but the records were cut from another file.
+  if (part.first_row != first_row)
+    fail(
+        "{}: MoE layer {} {} rows start at row {} of each expert's slab of '{}' in the store, at row {} in "
+        "the model; the store was ingested from another file: re-run diskformer ingest",
+        path, layer, what, part.first_row, part.tensor, first_row);
 }
 
 }  // namespace
@@ -35,8 +42,8 @@ void check_layout_matches(const store::Layout& s, const experts::ExpertLayout& m
     if (ml.n_expert != s.n_expert)
       fail("{}: MoE layer {} has {} experts in the store, {} in the model; re-run diskformer ingest", path,
            layer, s.n_expert, ml.n_expert);
-    check_part(path, layer, "gate", sl.gate, ml.gate_type, ml.gate_bytes());
-    check_part(path, layer, "up", sl.up, ml.up_type, ml.up_bytes());
+    check_part(path, layer, "gate", sl.gate, ml.gate_type, ml.gate_bytes(), ml.gate_row0);
+    check_part(path, layer, "up", sl.up, ml.up_type, ml.up_bytes(), ml.up_row0);
     check_part(path, layer, "down", sl.down, ml.down_type, ml.down_bytes());
   }
 }

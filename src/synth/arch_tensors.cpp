@@ -1,5 +1,6 @@
 #include "synth/arch_tensors.h"
 
+#include "models/gemma4_tensors.h"
 #include "models/hy_v3_tensors.h"
 #include "models/lfm2moe_tensors.h"
 #include "models/qwen3moe_tensors.h"
@@ -50,6 +51,28 @@ models::HyV3Config hy_v3_config_of(const Config& c) {
   return m;
 }
 
+models::Gemma4Config gemma4_config_of(const Config& c) {
+  const Shape& s = c.shape;
+  models::Gemma4Config m;
+  m.name = c.name;
+  m.n_layer = s.n_layer, m.n_embd = s.n_embd, m.n_vocab = s.n_vocab, m.n_ctx_train = s.n_ctx_train;
+  m.n_head = s.n_head;
+  for (int il = 0; il < s.n_layer; ++il) {
+    const bool global = c.is_global_layer(il);
+    m.swa.push_back(!global);
+    m.n_head_kv.push_back(global ? s.n_head_kv_global : s.n_head_kv);
+    m.head_dim.push_back(global ? s.head_dim_global : s.head_dim);
+    m.n_rot.push_back(global ? s.head_dim_global : s.head_dim);
+    m.n_ff.push_back(s.n_ff);
+    m.moe.push_back(c.is_moe_layer(il));
+  }
+  m.n_swa = s.n_swa;
+  m.n_expert = s.n_expert, m.n_expert_used = s.n_expert_used, m.n_ff_exp = s.n_ff_exp;
+  m.eps = s.rms_eps, m.rope_theta = s.rope_theta_global, m.rope_theta_swa = s.rope_theta;
+  m.final_logit_softcap = s.logit_softcap;
+  return m;
+}
+
 std::vector<models::TensorDesc> described_tensors(const Config& c) {
   switch (c.arch) {
     case Arch::lfm2moe:
@@ -57,9 +80,11 @@ std::vector<models::TensorDesc> described_tensors(const Config& c) {
     case Arch::qwen3moe:
       return models::qwen3moe_tensors(qwen3moe_config_of(c));
     case Arch::hy_v3:
+      return models::hy_v3_tensors(hy_v3_config_of(c));
+    case Arch::gemma4:
       break;
   }
-  return models::hy_v3_tensors(hy_v3_config_of(c));
+  return models::gemma4_tensors(gemma4_config_of(c));
 }
 
 }  // namespace df::synth

@@ -56,6 +56,7 @@ constexpr const char* kHunyuanTemplate =
 
 std::string chat_template(Arch arch) {
   if (arch == Arch::hy_v3) return kHunyuanTemplate;
+  if (arch == Arch::gemma4) return gemma4_chat_template();
   std::string t;
   if (arch == Arch::lfm2moe) {
     t += "{{- bos_token -}}";

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "models/gemma4_tensors.h"
 #include "models/hy_v3_tensors.h"
 #include "models/lfm2moe_tensors.h"
 #include "models/qwen3moe_tensors.h"
@@ -22,21 +23,29 @@ std::string_view arch_name(Arch a) {
     case Arch::qwen3moe:
       return models::kQwen3MoeArch;
     case Arch::hy_v3:
+      return models::kHyV3Arch;
+    case Arch::gemma4:
       break;
   }
-  return models::kHyV3Arch;
+  return models::kGemma4Arch;
 }
 
 Arch arch_from_name(std::string_view name) {
   if (name == models::kLfm2MoeArch) return Arch::lfm2moe;
   if (name == models::kQwen3MoeArch) return Arch::qwen3moe;
   if (name == models::kHyV3Arch) return Arch::hy_v3;
-  fail("--arch '{}': unknown architecture (make-model writes lfm2moe, qwen3moe or hy_v3)", name);
+  if (name == models::kGemma4Arch) return Arch::gemma4;
+  fail("--arch '{}': unknown architecture (make-model writes lfm2moe, qwen3moe, hy_v3 or gemma4)", name);
 }
 
 bool Config::is_attention_layer(int il) const {
   if (arch != Arch::lfm2moe) return true;
   return std::find(shape.attn_layers.begin(), shape.attn_layers.end(), il) != shape.attn_layers.end();
+}
+
+bool Config::is_global_layer(int il) const {
+  return arch == Arch::gemma4 &&
+         std::find(shape.global_layers.begin(), shape.global_layers.end(), il) != shape.global_layers.end();
 }
 
 bool Config::is_moe_layer(int il) const { return arch == Arch::qwen3moe || il >= shape.n_dense_lead; }
@@ -136,6 +145,39 @@ Config hy_v3_preset(std::string_view name) {
   return c;
 }
 
+Config gemma4_preset(std::string_view name) {
+  Config c;
+  c.arch = Arch::gemma4;
+  // Google's QAT Q4_0 files: Q4_0 matrices and experts, a Q6_K embedding that is also the head.
+  c.types = {GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q6_K, GgmlType::Q6_K};
+  Shape& s = c.shape;
+  s.rms_eps = 1e-6f;
+  s.n_dense_lead = 0;  // every layer has experts (26B-A4B)
+  s.rope_theta = 1e4f, s.rope_theta_global = 1e6f;
+  s.partial_rotary_global = 0.25f;
+  s.logit_softcap = 30.0f;
+  if (name == "tiny") {  // a window of 16 so that the 60- and 200-token fixtures cross it
+    s.n_layer = 4, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64;
+    s.n_head_kv_global = 1, s.head_dim_global = 128, s.global_layers = {3}, s.n_swa = 16;
+    s.n_expert = 16, s.n_expert_used = 4, s.n_ff_exp = 128, s.n_ff = 512, s.n_vocab = 2048;
+    s.n_ctx_train = 4096;
+  } else if (name == "small") {
+    s.n_layer = 12, s.n_embd = 1024, s.n_head = 8, s.n_head_kv = 4, s.head_dim = 128;
+    s.n_head_kv_global = 2, s.head_dim_global = 256, s.global_layers = {5, 11}, s.n_swa = 128;
+    s.n_expert = 32, s.n_expert_used = 4, s.n_ff_exp = 512, s.n_ff = 1024, s.n_vocab = 8192;
+    s.n_ctx_train = 8192;
+  } else if (name == "gemma4-26b") {  // Gemma 4 26B-A4B (ARCHITECTURES.md 4.1)
+    s.n_layer = 30, s.n_embd = 2816, s.n_head = 16, s.n_head_kv = 8, s.head_dim = 256;
+    s.n_head_kv_global = 2, s.head_dim_global = 512, s.global_layers = {5, 11, 17, 23, 29}, s.n_swa = 1024;
+    s.n_expert = 128, s.n_expert_used = 8, s.n_ff_exp = 704, s.n_ff = 2112, s.n_vocab = 262144;
+    s.n_ctx_train = 262144;
+  } else {
+    fail("--preset '{}' does not exist for gemma4 (tiny, small, gemma4-26b)", name);
+  }
+  c.name = name == "gemma4-26b" ? "gemma4-26b-a4b-synthetic" : fmt::format("gemma4-{}", name);
+  return c;
+}
+
 bool storable(GgmlType t) {
   switch (t) {
     case GgmlType::F32:
@@ -182,21 +224,24 @@ Config preset(Arch arch, std::string_view name) {
     case Arch::qwen3moe:
       return qwen3moe_preset(name);
     case Arch::hy_v3:
+      return hy_v3_preset(name);
+    case Arch::gemma4:
       break;
   }
-  return hy_v3_preset(name);
+  return gemma4_preset(name);
 }
 
 std::vector<std::string> preset_names(Arch arch) {
   if (arch == Arch::lfm2moe) return {"tiny", "small", "lfm2-24b"};
   if (arch == Arch::hy_v3) return {"tiny", "small", "hy-v3-30b"};
+  if (arch == Arch::gemma4) return {"tiny", "small", "gemma4-26b"};
   return {"tiny", "small", "qwen3-30b"};
 }
 
 void validate(const Config& c) {
   const Shape& s = c.shape;
   const Numerics& n = c.numerics;
-  const bool lfm2 = c.arch == Arch::lfm2moe, hy = c.arch == Arch::hy_v3;
+  const bool lfm2 = c.arch == Arch::lfm2moe, hy = c.arch == Arch::hy_v3, gemma = c.arch == Arch::gemma4;
   check_range(s.n_layer, 1, 1024, "--layers");
   check_range(s.n_embd, 32, 65536, "--hidden");
   check_range(s.n_head, 1, 1024, "--heads");
@@ -263,6 +308,29 @@ void validate(const Config& c) {
     check_row(s.n_ff_shexp, c.types.matmul, "--shared-ff", "--qtype");
     if (!(s.expert_weights_scale >= 0) || !std::isfinite(s.expert_weights_scale))
       fail("--expert-scale {} must be a finite number >= 0 (0: none)", s.expert_weights_scale);
+  } else if (gemma) {
+    check_range(s.n_ff, 1, 1 << 20, "--dense-ff");
+    check_row(s.n_ff, c.types.matmul, "--dense-ff", "--qtype");
+    check_range(s.n_swa, 1, 1 << 20, "--window");
+    check_range(s.n_head_kv_global, 1, 1024, "--kv-heads-global");
+    if (s.n_head % s.n_head_kv_global != 0)
+      fail("--heads {} is not a multiple of --kv-heads-global {}", s.n_head, s.n_head_kv_global);
+    check_range(s.head_dim_global, 2, 1024, "--head-dim-global");
+    if (s.head_dim_global % 2 != 0)
+      fail("--head-dim-global {} is odd (RoPE rotates pairs of dims)", s.head_dim_global);
+    check_row(int64_t{s.n_head} * s.head_dim_global, c.types.matmul, "--heads x global head dim", "--qtype");
+    std::set<int> seen;
+    for (int il : s.global_layers) {
+      if (il < 0 || il >= s.n_layer)
+        fail("--global-layers: layer {} does not exist (--layers {}: indices 0..{})", il, s.n_layer,
+             s.n_layer - 1);
+      if (!seen.insert(il).second) fail("--global-layers: layer {} is listed twice", il);
+    }
+    if (!(s.rope_theta_global > 0)) fail("--rope-theta-global {} must be positive", s.rope_theta_global);
+    if (!(s.partial_rotary_global > 0 && s.partial_rotary_global <= 1))
+      fail("--partial-rotary {} must be in (0, 1]", s.partial_rotary_global);
+    if (!(s.logit_softcap >= 0) || !std::isfinite(s.logit_softcap))
+      fail("--softcap {} must be a finite number >= 0 (0: none)", s.logit_softcap);
   } else if (s.n_ff < 1) {
     fail("--dense-ff {} must be positive (qwen3moe stores it as feed_forward_length)", s.n_ff);
   }

@@ -13,7 +13,7 @@
 
 namespace df::synth {
 
-enum class Arch { lfm2moe, qwen3moe, hy_v3 };
+enum class Arch { lfm2moe, qwen3moe, hy_v3, gemma4 };
 std::string_view arch_name(Arch a);
 Arch arch_from_name(std::string_view name);  // throws df::Error naming the accepted values
 
@@ -37,6 +37,15 @@ struct Shape {
   int conv_l_cache = 3;            // lfm2moe only
   int n_ff_shexp = 0;              // hy_v3 only: the shared expert's width
   float expert_weights_scale = 0;  // hy_v3 only: expert_weights_scale (0: not written)
+  // gemma4 only: the global (full-attention) layers, the others slide over n_swa positions; the global
+  // layers' head size and KV heads (head_dim / n_head_kv are the sliding layers'), RoPE base, and the share
+  // of their dims that rotate (the rest get rope_freqs divisors of 1e30, as the converter writes them).
+  std::vector<int> global_layers;
+  int n_swa = 0;
+  int head_dim_global = 0, n_head_kv_global = 0;
+  float rope_theta_global = 0;
+  float partial_rotary_global = 1;
+  float logit_softcap = 0;
 };
 
 struct Types {
@@ -66,6 +75,7 @@ struct Config {
   uint64_t seed = 1;
 
   bool is_attention_layer(int il) const;  // lfm2moe: listed in attn_layers; the others: always
+  bool is_global_layer(int il) const;     // gemma4: listed in global_layers
   bool is_moe_layer(int il) const;        // qwen3moe: always; the others: il >= n_dense_lead
   int n_moe_layers() const;
 };

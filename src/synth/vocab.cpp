@@ -85,12 +85,19 @@ const std::vector<SpecialToken>& special_tokens(Arch arch) {
     case Arch::qwen3moe:
       return kQwenSpecials;
     case Arch::hy_v3:
+      return kHunyuanSpecials;
+    case Arch::gemma4:
       break;
   }
-  return kHunyuanSpecials;
+  // build_gemma4_vocab lays out its own special tokens (ids 0..106); none of these tables applies.
+  static const std::vector<SpecialToken> kNone;
+  return kNone;
 }
 
-int min_vocab_size(Arch arch) { return static_cast<int>(special_tokens(arch).size()) + 256; }
+int min_vocab_size(Arch arch) {
+  if (arch == Arch::gemma4) return gemma4_min_vocab_size();
+  return static_cast<int>(special_tokens(arch).size()) + 256;
+}
 
 std::string byte_token_text(uint8_t b) {
   // Printable Latin-1 bytes keep their code point; the other 68 map, in byte order, to U+0100 onwards.
@@ -178,6 +185,7 @@ std::vector<std::string> pretokenize(std::string_view text, int max_digits) {
 }
 
 Vocab build_vocab(Arch arch, int n_vocab) {
+  if (arch == Arch::gemma4) return build_gemma4_vocab(n_vocab);
   if (n_vocab < min_vocab_size(arch))
     fail("--vocab {} is too small: {} needs at least {} tokens ({} special tokens and 256 byte tokens)",
          n_vocab, arch_name(arch), min_vocab_size(arch), special_tokens(arch).size());

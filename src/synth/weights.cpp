@@ -38,9 +38,13 @@ class Planner {
   // One recipe per described tensor, in the description's (file) order; lfm2moe's optional untied head is
   // left out (LFM2 ties it).
   std::vector<TensorRecipe> plan() {
-    const bool tied = c_.arch == Arch::lfm2moe;
+    const bool tied = c_.arch == Arch::lfm2moe || c_.arch == Arch::gemma4;
     for (const models::TensorDesc& t : described_tensors(c_)) {
       if (t.kind == K::output && tied) continue;
+      // Gemma 4's global layers take V from the K projection (no attn_v), as the 26B-A4B does.
+      if (t.kind == K::attn_v && c_.is_global_layer(t.layer)) continue;
+      // Gemma 4's converter writes fused gate/up experts, the others separate ones.
+      if (c_.arch == Arch::gemma4 ? !t.replaced_by.empty() : t.kind == K::gate_up_exps) continue;
       recipe(t, tied);
     }
     return std::move(out_);
@@ -55,15 +59,28 @@ class Planner {
     const auto& ne = t.ne;
     switch (t.kind) {
       case K::token_embd:
-        return normal(t, n_.embd_std);
+        return normal(t, table_std());
       case K::output_norm:
-        // Tied head: logits = E (x_hat * w); std over the vocabulary = embd_std * sqrt(H) * |w|.
-        return norm(t, tied ? n_.logit_std / (n_.embd_std * std::sqrt(float(H_))) : 1.0f);
+        // Tied head: logits = E (x_hat * w); std over the vocabulary = table std * sqrt(H) * |w|.
+        return norm(t, tied ? n_.logit_std / (table_std() * std::sqrt(float(H_))) : 1.0f);
       case K::output:
         return normal(t, n_.logit_std / std::sqrt(float(H_)));
       case K::attn_norm:
       case K::ffn_norm:
+      case K::ffn_pre_norm_2:
+      case K::router_scale:
+      case K::down_exps_scale:
+      case K::layer_out_scale:
         return norm(t, 1.0f);
+      // gemma4 norms every block's output: the weight is the RMS it adds to the residual stream.
+      case K::post_attn_norm:
+      case K::ffn_post_norm:
+        return norm(t, g);
+      case K::ffn_post_norm_1:
+      case K::ffn_post_norm_2:
+        return norm(t, 1.0f);  // each branch of the sum that post_ffw_norm then scales
+      case K::rope_freqs:
+        return rope_freqs(t);
       case K::attn_q:
       case K::attn_k:
       case K::attn_v:
@@ -72,6 +89,7 @@ class Planner {
       case K::ffn_up:
       case K::gate_exps:
       case K::up_exps:
+      case K::gate_up_exps:
       case K::shared_gate:
       case K::shared_up:
         return normal(t, in_std);
@@ -79,6 +97,10 @@ class Planner {
         return output_proj(t, g / std::sqrt(float(ne[0])));
       case K::attn_q_norm:
       case K::attn_k_norm:
+        // gemma4 attends with scale 1, not 1/sqrt(d): the norms take that factor, d^(-1/4) each, so that the
+        // scores have the same spread as the other architectures' (a wider one makes the model chaotic:
+        // llama.cpp's own kernel paths then disagree by tens of logits).
+        if (c_.arch == Arch::gemma4) return norm(t, kQkNorm / std::pow(float(ne[0]), 0.25f));
         return norm(t, kQkNorm);
       case K::conv:
         return normal(t, kConvStd);
@@ -104,6 +126,22 @@ class Planner {
       default:
         fail("internal: make-model has no weight distribution for '{}'", t.name);
     }
+  }
+
+  // gemma4 multiplies the looked-up embedding by sqrt(H): its table is that much smaller, so that the stream
+  // starts at embd_std RMS as the other architectures' does (and the tied head is not dominated by it).
+  float table_std() const {
+    return c_.arch == Arch::gemma4 ? n_.embd_std / std::sqrt(float(H_)) : n_.embd_std;
+  }
+
+  // Proportional RoPE as Gemma 4's converter writes it: a divisor of 1 for the rotated share of the pairs,
+  // 1e30 (no rotation) for the rest.
+  void rope_freqs(const models::TensorDesc& t) {
+    TensorRecipe r = base(t);
+    const int64_t pairs = t.ne[0];
+    const auto rotated = static_cast<int64_t>(s_.partial_rotary_global * float(2 * pairs)) / 2;
+    for (int64_t i = 0; i < pairs; ++i) r.values.push_back(i < rotated ? 1.0f : 1e30f);
+    out_.push_back(std::move(r));
   }
 
   // With a shared expert the routed and shared outputs each add half the block's variance.
@@ -132,6 +170,7 @@ class Planner {
     if (n_.route_dims > 0) {
       const float rms = expected_residual_rms(n_, 2 * t.layer + 1);
       r.std = n_.router_std * rms / (std::sqrt(float(n_.route_dims)) * n_.embd_std);
+      if (c_.arch == Arch::gemma4) r.std *= std::sqrt(float(H_));  // its router reads rms_norm(x) / sqrt(H)
       r.cols_from = route_from_;
     } else {
       r.std = n_.router_std / std::sqrt(float(H_));
@@ -199,7 +238,11 @@ void generate_rows(const TensorRecipe& r, uint64_t seed, int64_t row_begin, int6
   const int64_t slab_rows = r.spec.ne.size() > 1 ? r.spec.ne[1] : 1;
   std::vector<float> values(static_cast<size_t>(n));
   for (int64_t row = row_begin; row < row_end; ++row) {
-    if (r.zero_rows_from >= 0 && row % slab_rows >= r.zero_rows_from) {
+    if (!r.values.empty()) {
+      if (r.values.size() != size_t(n) || r.rows() != 1)
+        fail("internal: fixed values of '{}' do not fit", r.spec.name);
+      values = r.values;
+    } else if (r.zero_rows_from >= 0 && row % slab_rows >= r.zero_rows_from) {
       std::fill(values.begin(), values.end(), 0.0f);
     } else {
       Rng rng(row_seed(seed, r.spec.name, static_cast<uint64_t>(row)));

@@ -25,6 +25,7 @@ struct TensorRecipe {
   float std = 0;
   int64_t zero_rows_from = -1;  // ... except rows (ne1 index within each ne2 slab) >= this, which are 0
   int64_t cols_from = 0;        // ... and columns (ne0 index) < this, which are 0
+  std::vector<float> values;    // when not empty: the tensor's values as they are (one row, e.g. rope_freqs)
 
   int64_t rows() const;      // ne1 * ne2 * ne3
   int64_t row_len() const;   // ne0

@@ -84,6 +84,28 @@ gguf::Writer make_writer(const Config& c, const Vocab& v, const std::vector<Tens
       w.set(key(keys::expert_weights_scale), Value::of_f32(s.expert_weights_scale));
     w.set(key(keys::expert_gating_func), u32(models::kHyV3SigmoidGating));
   }
+  if (c.arch == Arch::gemma4) {  // what llama.cpp's Gemma4Model conversion writes
+    std::vector<int32_t> kv;
+    std::vector<Value> sliding;
+    for (int il = 0; il < s.n_layer; ++il) {
+      const bool global = c.is_global_layer(il);
+      kv.push_back(global ? s.n_head_kv_global : s.n_head_kv);
+      sliding.push_back(Value::of_bool(!global));
+    }
+    w.set(key(keys::head_count_kv), Value::of_i32s(kv));
+    w.set(key(keys::key_length), u32(s.head_dim_global));
+    w.set(key(keys::value_length), u32(s.head_dim_global));
+    w.set(key(keys::key_length_swa), u32(s.head_dim));
+    w.set(key(keys::value_length_swa), u32(s.head_dim));
+    w.set(key(keys::rope_dimension_count), u32(s.head_dim_global));
+    w.set(key(keys::rope_dimension_count_swa), u32(s.head_dim));
+    w.set(key(keys::rope_freq_base), Value::of_f32(s.rope_theta_global));
+    w.set(key(keys::rope_freq_base_swa), Value::of_f32(s.rope_theta));
+    w.set(key(keys::sliding_window), u32(s.n_swa));
+    w.set(key(keys::sliding_window_pattern), Value::of_array(gguf::ValueType::BOOL, std::move(sliding)));
+    w.set(key(keys::embedding_length_per_layer), u32(0));
+    if (s.logit_softcap > 0) w.set(key(keys::final_logit_softcapping), Value::of_f32(s.logit_softcap));
+  }
   for (const auto& t : tensors) w.add_tensor(t.spec);
   return w;
 }

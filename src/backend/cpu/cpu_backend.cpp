@@ -1,6 +1,7 @@
 // Construction and the elementwise ops.
 #include "backend/cpu/cpu_backend.h"
 
+#include <cmath>
 #include <cstring>
 #include <new>
 #include <vector>
@@ -37,6 +38,35 @@ void CpuBackend::add_bias_rows(Buf<float> x_buf, Buf<const float> bias_buf, int6
   const float* bias = detail::raw(bias_buf.first(n));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < n; ++i) x[r * n + i] += bias[i];
+}
+
+// ggml_compute_forward_scale_f32 (ggml-cpu ops.cpp, bias 0): ggml_vec_scale_f32, y[i] *= v (SIMD
+// products, one rounding each, so the same bits as this loop).
+void CpuBackend::scale(Buf<float> x_buf, int64_t n, float s) {
+  float* x = detail::raw(x_buf.first(static_cast<size_t>(n)));
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+// ggml_compute_forward_mul_f32 with a one-row src1: ggml_vec_mul_f32 per row, z[i] = x[i] * y[i].
+void CpuBackend::mul_rows(Buf<float> x_buf, Buf<const float> w_buf, int64_t rows, int64_t n) {
+  float* x = detail::raw(x_buf.first(static_cast<size_t>(rows * n)));
+  const float* w = detail::raw(w_buf.first(static_cast<size_t>(n)));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) x[r * n + i] *= w[i];
+}
+
+namespace {
+constexpr int64_t kSoftcapGrain = int64_t{1} << 14;  // values per task (a tanhf each)
+}  // namespace
+
+// llama.cpp's final softcapping (gemma4.cpp): ggml_scale(1.0f / cap), ggml_tanh (ggml-cpu unary-ops.cpp
+// op_tanh: tanhf), ggml_scale(cap): three roundings, in that order.
+void CpuBackend::softcap(Buf<float> x_buf, int64_t n, float cap) {
+  float* x = detail::raw(x_buf.first(static_cast<size_t>(n)));
+  const float r = 1.0f / cap;
+  pool_.parallel_for(n, kSoftcapGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) x[i] = std::tanh(x[i] * r) * cap;
+  });
 }
 
 quant::RowPacking CpuBackend::preferred_packing(GgmlType type, int64_t n_out) const {

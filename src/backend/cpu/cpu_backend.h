@@ -95,6 +95,10 @@ class CpuBackend : public Backend {
   void swiglu(Buf<const float> gate, Buf<const float> up, int64_t n, Buf<float> y) override;
   void add(Buf<float> x, Buf<const float> y, int64_t n) override;
   void add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t rows, int64_t n) override;
+  void scale(Buf<float> x, int64_t n, float s) override;
+  void mul_rows(Buf<float> x, Buf<const float> w, int64_t rows, int64_t n) override;
+  // Split over the pool for long rows (a vocabulary of logits): tanhf is the cost.
+  void softcap(Buf<float> x, int64_t n, float cap) override;
 
   void route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,
              Buf<float> weights) override;

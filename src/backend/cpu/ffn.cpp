@@ -27,15 +27,25 @@ size_t group_of(const int64_t* offsets, size_t n, int64_t at) {
   return static_cast<size_t>(std::upper_bound(offsets, offsets + n + 1, at) - offsets) - 1;
 }
 
-// ggml's CPU GELU (ARCHITECTURES.md 1.3): 0 below -10, x above 10, else the f16 table entry of x rounded to
-// f16, i.e. gelu_f32 of that f16 value rounded to f16.
-float gelu_ggml(float x) {
-  if (x <= -10.0f) return 0.0f;
-  if (x >= 10.0f) return x;
-  const float h = quant::fp16_to_fp32(quant::fp32_to_fp16(x));
+// ggml's CPU GeGLU (ggml_geglu_split, which build_ffn and build_moe_ffn use for LLM_FFN_GELU + a gate):
+// ggml_vec_geglu_f32 (ggml-cpu vec.h, GGML_GELU_FP16 defined) gives 0 for g <= -10, g · u for g >= 10, else
+// ggml_table_gelu_f16[f16(g)] · u. The table (ggml_cpu_init) holds f16(ggml_gelu_f32(h)) for every f16 h,
+// ggml_gelu_f32(h) = 0.5f*h*(1.0f + tanhf(SQRT_2_OVER_PI*h*(1.0f + GELU_COEF_A*h*h))) — compiled as C with
+// GCC's default -ffp-contract=fast, so the x86 builds with FMA (haswell and later, zen4: the golden
+// reference) evaluate 1.0f + (A·h)·h as fma(A·h, h, 1.0f). Checked against llama.cpp v0.4.0's prebuilt
+// libggml-cpu-{zen4,haswell,sapphirerapids}.so on every f16 value: this formula gives their table bit for
+// bit; the non-FMA builds (x64, sse42) differ in one entry (h = -1.9990234375: 0xA9D2 where FMA gives
+// 0xA9D3).
+float gelu_f16_table(float g) {
+  const float h = quant::fp16_to_fp32(quant::fp32_to_fp16(g));
   constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f, kCoefA = 0.044715f;
-  const float g = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + kCoefA * h * h)));
-  return quant::fp16_to_fp32(quant::fp32_to_fp16(g));
+  const float t = std::tanh(kSqrt2OverPi * h * std::fma(kCoefA * h, h, 1.0f));
+  return quant::fp16_to_fp32(quant::fp32_to_fp16(0.5f * h * (1.0f + t)));
+}
+float geglu_ggml(float g, float u) {
+  if (g <= -10.0f) return 0.0f;
+  if (g >= 10.0f) return g * u;
+  return gelu_f16_table(g) * u;
 }
 
 float oai_swiglu(float g, float u, float alpha, float limit) {
@@ -187,7 +197,7 @@ void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act,
         for (int64_t i = 0; i < cols * len; ++i) g[i] = detail::silu_mul(g[i], u[i]);
         break;
       case Activation::GeGLU:
-        for (int64_t i = 0; i < cols * len; ++i) g[i] = gelu_ggml(g[i]) * u[i];
+        for (int64_t i = 0; i < cols * len; ++i) g[i] = geglu_ggml(g[i], u[i]);
         break;
       case Activation::OaiSwiGLU:
         for (int64_t i = 0; i < cols * len; ++i) g[i] = oai_swiglu(g[i], u[i], act.alpha, act.limit);
@@ -273,6 +283,7 @@ void CpuBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& act
     if (ex.gate_bias) t.gate_bias = ex.gate_bias.sub(e * ff, ff);
     if (ex.up_bias) t.up_bias = ex.up_bias.sub(e * ff, ff);
     if (ex.down_bias) t.down_bias = ex.down_bias.sub(e * no, no);
+    if (ex.down_scale) t.out_scale = detail::raw(ex.down_scale.first(E))[e];
     t.in_rows = host(routed_in_.data() + start, at - start);
     t.out_rows = host(routed_out_.data() + start, at - start);
     t.n_rows = static_cast<int64_t>(at - start);

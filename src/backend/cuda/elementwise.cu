@@ -25,6 +25,25 @@ __global__ void add_bias_rows_kernel(float* x, const float* bias, int64_t rows, 
   if (i < rows * n) x[i] += bias[i % n];
 }
 
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+  pdl_begin();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = __fmul_rn(x[i], s);
+}
+
+__global__ void mul_rows_kernel(float* x, const float* w, int64_t rows, int64_t n) {
+  pdl_begin();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * n) x[i] = __fmul_rn(x[i], w[i % n]);
+}
+
+// The CPU's three roundings (scale, tanh, scale); CUDA's tanhf is within 2 ulp of glibc's.
+__global__ void softcap_kernel(float* x, int64_t n, float r, float cap) {
+  pdl_begin();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = __fmul_rn(tanhf(__fmul_rn(x[i], r)), cap);
+}
+
 __device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) {
   return p[0] | (static_cast<uint32_t>(p[1]) << 8);
 }
@@ -160,6 +179,24 @@ void launch_add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n, 
   if (rows <= 0 || n <= 0) return;
   launch_kernel(add_bias_rows_kernel, blocks_for(rows * n), 256, 0, stream, x, bias, rows, n);
   check_launch("add_bias_rows kernel");
+}
+
+void launch_scale(float* x, int64_t n, float s, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch_kernel(scale_kernel, blocks_for(n), 256, 0, stream, x, n, s);
+  check_launch("scale kernel");
+}
+
+void launch_mul_rows(float* x, const float* w, int64_t rows, int64_t n, cudaStream_t stream) {
+  if (rows <= 0 || n <= 0) return;
+  launch_kernel(mul_rows_kernel, blocks_for(rows * n), 256, 0, stream, x, w, rows, n);
+  check_launch("mul_rows kernel");
+}
+
+void launch_softcap(float* x, int64_t n, float r, float cap, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch_kernel(softcap_kernel, blocks_for(n), 256, 0, stream, x, n, r, cap);
+  check_launch("softcap kernel");
 }
 
 void launch_get_rows(GgmlType type, const uint8_t* table, size_t row_bytes, int64_t n_rows, int64_t n_in,

@@ -57,7 +57,7 @@ __global__ void routed_tables_kernel(ExpertStacks st, const int32_t* ids, int64_
   d.down_bias = st.down_bias ? st.down_bias + ue * st.n_out : nullptr;
   d.in_rows = rows + 2 * i;
   d.out_rows = rows + 2 * i + 1;
-  d.out_scale = 1.0f;
+  d.out_scale = st.down_scale ? st.down_scale[ue] : 1.0f;
   d.entry0 = static_cast<int32_t>(i);
   d.n_rows = 1;
   descs[i] = d;
@@ -65,21 +65,23 @@ __global__ void routed_tables_kernel(ExpertStacks st, const int32_t* ids, int64_
   entry_task[i] = static_cast<int32_t>(i);
 }
 
-// The activations exactly as the CPU's ffn.cpp evaluates them (same operations, same order).
-__device__ __forceinline__ float gelu_ggml(float x) {
-  if (x <= -10.0f) return 0.0f;
-  if (x >= 10.0f) return x;
-  const float h = round_f16(x);
+// The activations as the CPU's ffn.cpp evaluates them (same operations, same order; GeGLU is ggml's
+// f16-table GELU with its FMA, see ffn.cpp). expf and tanhf are CUDA's, within 2 ulp of glibc's; the f16
+// rounding of the GELU absorbs most of that.
+__device__ __forceinline__ float geglu_ggml(float g, float u) {
+  if (g <= -10.0f) return 0.0f;
+  if (g >= 10.0f) return g * u;
+  const float h = round_f16(g);
   constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f, kCoefA = 0.044715f;
-  const float g = 0.5f * h * (1.0f + tanhf(kSqrt2OverPi * h * (1.0f + kCoefA * h * h)));
-  return round_f16(g);
+  const float t = tanhf(kSqrt2OverPi * h * fmaf(kCoefA * h, h, 1.0f));
+  return round_f16(0.5f * h * (1.0f + t)) * u;
 }
 __device__ __forceinline__ float activate(const FfnShape& s, float g, float u) {
   switch (s.act) {
     case FfnAct::SwiGLU:
       return g / (1.0f + expf(-g)) * u;
     case FfnAct::GeGLU:
-      return gelu_ggml(g) * u;
+      return geglu_ggml(g, u);
     default: {
       const float x = fminf(g, s.limit);
       const float y = fmaxf(fminf(u, s.limit), -s.limit);

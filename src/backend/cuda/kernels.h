@@ -144,13 +144,15 @@ void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* ite
 
 // routed_ffn's tables, built on the device from the routing ids (no host round trip): entry i = t · k + j is
 // task i, one row (x row t, out row i) of expert ids[i], whose matrices are the stacks' ids[i]-th and whose
-// biases are the tables' ids[i]-th rows (null tables: none); row_map[i] = t, the row map that
-// launch_ffn_gather_quantize would build. Ids out of range are recorded and read as 0.
+// biases are the tables' ids[i]-th rows (null tables: none) and whose out_scale is down_scale[ids[i]] (null:
+// 1); row_map[i] = t, the row map that launch_ffn_gather_quantize would build. Ids out of range are recorded
+// and read as 0.
 struct ExpertStacks {
   const uint8_t *gate, *up, *down;
   size_t gate_stride, up_stride, down_stride;
   const float *gate_bias, *up_bias, *down_bias;
-  const int32_t* slot_of;  // null: expert e is matrix e of each stack; else matrix slot_of[e]
+  const float* down_scale;  // null: none; else expert e's out_scale is down_scale[e]
+  const int32_t* slot_of;   // null: expert e is matrix e of each stack; else matrix slot_of[e]
   int n_expert;
   int64_t n_ff, n_out;
 };
@@ -213,5 +215,9 @@ void launch_short_conv(const float* bcx, int64_t rows, int64_t n, const float* c
 void launch_swiglu(const float* gate, const float* up, int64_t n, float* y, cudaStream_t stream);
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream);
 void launch_add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n, cudaStream_t stream);
+void launch_scale(float* x, int64_t n, float s, cudaStream_t stream);
+void launch_mul_rows(float* x, const float* w, int64_t rows, int64_t n, cudaStream_t stream);
+// x[i] = tanhf(x[i] * r) * cap, r = 1.0f / cap as the host computed it.
+void launch_softcap(float* x, int64_t n, float r, float cap, cudaStream_t stream);
 
 }  // namespace df::backend::cuda

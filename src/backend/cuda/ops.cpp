@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numbers>
 
@@ -212,6 +213,30 @@ void CudaBackend::add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t row
   need(bias, n, "add_bias_rows bias");
   if (graph_.skip("add_bias_rows", BA::raw(x), rows, n)) return;
   cuda::launch_add_bias_rows(BA::raw(x), BA::raw(bias), rows, n, as_stream(stream_));
+}
+
+// The scalar goes into the step's signature (its bits): a replay of a graph captured with another value is
+// refused rather than run with the old one.
+void CudaBackend::scale(Buf<float> x, int64_t n, float s) {
+  const auto timer = timed({"scale"});
+  need(x, n, "scale x");
+  if (graph_.skip("scale", BA::raw(x), n, std::bit_cast<uint32_t>(s))) return;
+  cuda::launch_scale(BA::raw(x), n, s, as_stream(stream_));
+}
+
+void CudaBackend::mul_rows(Buf<float> x, Buf<const float> w, int64_t rows, int64_t n) {
+  const auto timer = timed({"mul_rows"});
+  need(x, rows * n, "mul_rows x");
+  need(w, n, "mul_rows weight");
+  if (graph_.skip("mul_rows", BA::raw(x), rows, n)) return;
+  cuda::launch_mul_rows(BA::raw(x), BA::raw(w), rows, n, as_stream(stream_));
+}
+
+void CudaBackend::softcap(Buf<float> x, int64_t n, float cap) {
+  const auto timer = timed({"softcap"});
+  need(x, n, "softcap x");
+  if (graph_.skip("softcap", BA::raw(x), n, std::bit_cast<uint32_t>(cap))) return;
+  cuda::launch_softcap(BA::raw(x), n, 1.0f / cap, cap, as_stream(stream_));
 }
 
 void CudaBackend::route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,

@@ -339,6 +339,7 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
   if (ex.gate_bias) need(ex.gate_bias, ex.n_expert * n_ff, "routed_ffn gate biases");
   if (ex.up_bias) need(ex.up_bias, ex.n_expert * n_ff, "routed_ffn up biases");
   if (ex.down_bias) need(ex.down_bias, ex.n_expert * n_out, "routed_ffn down biases");
+  if (ex.down_scale) need(ex.down_scale, ex.n_expert, "routed_ffn expert output scales");
   if (ex.slot_of) need(ex.slot_of, ex.n_expert, "routed_ffn expert slot map");
   if (graph_.skip("routed_ffn", BA::raw(out), entries, n_out)) return;
   // Tables: descs | items | entry_task | row map, then the (in, out) row pairs the descs point into.
@@ -359,6 +360,7 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
   st.gate_bias = ex.gate_bias ? BA::raw(ex.gate_bias) : nullptr;
   st.up_bias = ex.up_bias ? BA::raw(ex.up_bias) : nullptr;
   st.down_bias = ex.down_bias ? BA::raw(ex.down_bias) : nullptr;
+  st.down_scale = ex.down_scale ? BA::raw(ex.down_scale) : nullptr;
   st.slot_of = ex.slot_of ? BA::raw(ex.slot_of) : nullptr;
   st.n_expert = ex.n_expert;
   st.n_ff = n_ff;
