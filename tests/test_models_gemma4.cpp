@@ -74,19 +74,25 @@ TEST(Gemma4, PerLayerConfigFromTheGgufKeys) {
   EXPECT_EQ(c.n_ff_exp, 128);
 }
 
-// Soft-capping keeps every logit inside (-c, c); without the key the same model's logits go beyond it.
+// Soft-capping keeps every logit inside (-c, c); with the key set to 0 the same model's logits go beyond it.
 TEST(Gemma4, LogitsAreSoftCapped) {
   const ForwardRun capped = run_file();
   float peak = 0;
   for (float x : capped.logits) peak = std::max(peak, std::fabs(x));
   EXPECT_LT(peak, 30.0f);
-  const ForwardRun raw =
-      run_file(kTiny.write_variant("no-softcap", nullptr, nullptr, "gemma4.final_logit_softcapping"));
+  const ForwardRun raw = run_file(kTiny.write_variant(
+      "softcap-0", [](gguf::Writer& w) { w.set("gemma4.final_logit_softcapping", gguf::Value::of_f32(0)); },
+      nullptr));
   float raw_peak = 0;
   for (float x : raw.logits) raw_peak = std::max(raw_peak, std::fabs(x));
   EXPECT_GT(raw_peak, peak);
   for (size_t i = 0; i < raw.logits.size(); ++i)
     ASSERT_NEAR(capped.logits[i], 30.0f * std::tanh(raw.logits[i] / 30.0f), 1e-3f) << i;
+  // Without the key llama.cpp caps at 30 (its default), which is what the tiny file says.
+  EXPECT_EQ(
+      run_file(kTiny.write_variant("no-softcap-key", nullptr, nullptr, "gemma4.final_logit_softcapping"))
+          .logits,
+      capped.logits);
 }
 
 // The layer output scale and the per-expert output scales take part: doubling either changes the logits, and

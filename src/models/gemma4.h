@@ -30,7 +30,7 @@ struct Gemma4Config {
   int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   float eps = 0;
   float rope_theta = 0, rope_theta_swa = 0, rope_freq_scale = 1;
-  float final_logit_softcap = 0;  // 0: none
+  float final_logit_softcap = 30;  // 0: none; llama.cpp reads an absent key as 30
   int max_head_dim() const;
   int64_t max_q_dim() const;   // n_head · the widest head
   int64_t max_kv_dim() const;  // the widest KV row of any layer

@@ -117,7 +117,9 @@ Gemma4Config gemma4_config(const gguf::File& f) {
   c.eps = static_cast<float>(f.require_float(key(keys::rms_epsilon)));
   if (!(c.eps > 0) || !std::isfinite(c.eps))
     fail("{}: gemma4.attention.layer_norm_rms_epsilon {} must be positive", f.path(), c.eps);
-  c.final_logit_softcap = static_cast<float>(f.get_float(key(keys::final_logit_softcapping)).value_or(0.0));
+  // llama.cpp's default when the key is absent is 30 (llama_hparams::f_final_logit_softcapping); 0 turns it
+  // off.
+  c.final_logit_softcap = static_cast<float>(f.get_float(key(keys::final_logit_softcapping)).value_or(30.0));
   if (!(c.final_logit_softcap >= 0) || !std::isfinite(c.final_logit_softcap))
     fail("{}: gemma4.final_logit_softcapping {} must be >= 0", f.path(), c.final_logit_softcap);
 

@@ -104,7 +104,8 @@ gguf::Writer make_writer(const Config& c, const Vocab& v, const std::vector<Tens
     w.set(key(keys::sliding_window), u32(s.n_swa));
     w.set(key(keys::sliding_window_pattern), Value::of_array(gguf::ValueType::BOOL, std::move(sliding)));
     w.set(key(keys::embedding_length_per_layer), u32(0));
-    if (s.logit_softcap > 0) w.set(key(keys::final_logit_softcapping), Value::of_f32(s.logit_softcap));
+    // Always written: llama.cpp reads an absent key as 30, so 0 (no capping) must be said.
+    w.set(key(keys::final_logit_softcapping), Value::of_f32(s.logit_softcap));
   }
   for (const auto& t : tensors) w.add_tensor(t.spec);
   return w;
