@@ -140,7 +140,7 @@ TEST(SyntheticPreset, TinyShapesAreTheGoldenShapes) {
 }
 
 TEST(SyntheticPreset, EveryPresetValidatesAndLfm24bHasTheFlagshipShape) {
-  for (auto arch : {syn::Arch::lfm2moe, syn::Arch::qwen3moe, syn::Arch::hy_v3})
+  for (auto arch : {syn::Arch::lfm2moe, syn::Arch::qwen3moe, syn::Arch::hy_v3, syn::Arch::gemma4})
     for (const auto& name : syn::preset_names(arch))
       EXPECT_NO_THROW(syn::validate(syn::preset(arch, name))) << name;
   const syn::Config c = syn::preset(syn::Arch::lfm2moe, "lfm2-24b");

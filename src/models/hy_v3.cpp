@@ -11,37 +11,9 @@
 
 namespace df::models {
 
-class HyV3Model::State final : public MoeSequenceState {
- public:
-  State(const HyV3Model& model, int n_ctx)
-      : MoeSequenceState(
-            model, *model.backend_, n_ctx,
-            std::vector<LayerStateSpec>(static_cast<size_t>(model.cfg_.n_layer),
-                                        LayerStateSpec::kv(model.cfg_.n_head_kv, model.cfg_.head_dim)),
-            model.cfg_.head_dim) {}
-
-  size_t bytes() const override { return MoeSequenceState::bytes() + wave.bytes(); }
-
-  // Grows the batch buffers to hold T tokens (no-op when they already do).
-  void reserve(int64_t T) {
-    if (!batch_too_small(T)) return;
-    const auto& c = model().cfg_;
-    grow_batch(T, BatchDims{static_cast<size_t>(c.n_embd),
-                            static_cast<size_t>(c.n_head) * static_cast<size_t>(c.head_dim),
-                            static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim),
-                            static_cast<size_t>(c.n_expert), static_cast<size_t>(c.n_expert_used),
-                            model().max_act_row_bytes_});
-    wave.reserve(static_cast<size_t>(c.n_expert_used), static_cast<size_t>(c.n_expert));
-    batch_grown(T);
-  }
-
-  const HyV3Model& model() const { return static_cast<const HyV3Model&>(*owner()); }
-  ExpertWave wave;
-};
-
 std::unique_ptr<ModelState> HyV3Model::new_state(int n_ctx) {
   check_n_ctx(n_ctx);
-  return std::make_unique<State>(*this, n_ctx);
+  return std::make_unique<State>(*this, *backend_, n_ctx, max_act_row_bytes_);
 }
 
 void HyV3Model::run_batch(const SequenceBatch& batch, ForwardCapture* capture) {

@@ -56,7 +56,7 @@ class HyV3Model final : public MoeModelBase {
   };
 
  private:
-  class State;
+  using State = UniformKvState<HyV3Model>;
   void run_batch(const SequenceBatch& batch, ForwardCapture* capture) override;
   // st: the work state, whose batch buffers hold every sequence's rows.
   void run_layer(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture);

@@ -90,6 +90,43 @@ class MoeModelBase : public Model {
   SequenceBatch batch_;
 };
 
+// The work state of an architecture whose every layer keeps a KV cache of one shape and that needs no batch
+// buffers beyond the shared ones and an expert wave (qwen3moe, hy_v3). Model::config() has n_layer, n_embd,
+// n_head, n_head_kv, head_dim, n_expert and n_expert_used.
+template <class Model>
+class UniformKvState final : public MoeSequenceState {
+ public:
+  // act_row_bytes: the model's widest quantized activation row (its loader knows it).
+  UniformKvState(const Model& model, backend::Backend& be, int n_ctx, size_t act_row_bytes)
+      : MoeSequenceState(model, be, n_ctx,
+                         std::vector<LayerStateSpec>(
+                             static_cast<size_t>(model.config().n_layer),
+                             LayerStateSpec::kv(model.config().n_head_kv, model.config().head_dim)),
+                         model.config().head_dim),
+        act_row_bytes_(act_row_bytes) {}
+
+  size_t bytes() const override { return MoeSequenceState::bytes() + wave.bytes(); }
+
+  // Grows the batch buffers to hold T tokens (no-op when they already do).
+  void reserve(int64_t T) {
+    if (!batch_too_small(T)) return;
+    const auto& c = model().config();
+    grow_batch(
+        T, BatchDims{static_cast<size_t>(c.n_embd),
+                     static_cast<size_t>(c.n_head) * static_cast<size_t>(c.head_dim),
+                     static_cast<size_t>(c.n_head_kv) * static_cast<size_t>(c.head_dim),
+                     static_cast<size_t>(c.n_expert), static_cast<size_t>(c.n_expert_used), act_row_bytes_});
+    wave.reserve(static_cast<size_t>(c.n_expert_used), static_cast<size_t>(c.n_expert));
+    batch_grown(T);
+  }
+
+  const Model& model() const { return static_cast<const Model&>(*owner()); }
+  ExpertWave wave;
+
+ private:
+  size_t act_row_bytes_;
+};
+
 template <class Layer, class LayerTarget>
 bool MoeModelBase::bind_tensors(TensorBinder& bind, const std::vector<TensorDesc>& tensors,
                                 std::vector<Layer>& layers, LayerTarget&& layer_target) {

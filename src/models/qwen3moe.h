@@ -40,7 +40,7 @@ class Qwen3MoeModel final : public MoeModelBase {
   };
 
  private:
-  class State;
+  using State = UniformKvState<Qwen3MoeModel>;
   void run_batch(const SequenceBatch& batch, ForwardCapture* capture) override;
   // st: the work state, whose batch buffers hold every sequence's rows.
   void run_layer(State& st, const SequenceBatch& batch, int il, ForwardCapture* capture);
