@@ -42,7 +42,7 @@ RPATH="\$ORIGIN/$(realpath --relative-to="$BUILD" "$BINS")"
 CXX="${CXX:-g++}"
 "$CXX" -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter \
     -isystem "$SRC/include" -isystem "$SRC/ggml/include" -isystem "$SRC/common" -isystem "$SRC/vendor" \
-    "$HERE/golden_maker.cpp" -o "$BUILD/golden_maker.tmp" \
+    "$HERE"/*.cpp -o "$BUILD/golden_maker.tmp" \
     -L"$BINS" -l:libllama-common.so -l:libllama.v0.4.0.so -l:libggml.v0.4.0.so -l:libggml-base.so \
     -Wl,-rpath,"$RPATH" -Wl,--disable-new-dtags
 mv "$BUILD/golden_maker.tmp" "$BUILD/golden_maker"

@@ -13,7 +13,7 @@ if [ $# -lt 3 ]; then
     exit 2
 fi
 BIN="$HERE/build/golden_maker"
-if [ ! -x "$BIN" ] || [ "$HERE/golden_maker.cpp" -nt "$BIN" ]; then
+if [ ! -x "$BIN" ] || [ -n "$(find "$HERE" -maxdepth 1 \( -name '*.cpp' -o -name '*.h' \) -newer "$BIN")" ]; then
     "$HERE/build.sh" >&2
 fi
 exec "$BIN" make "$@"
