@@ -47,6 +47,15 @@ void* operator new(size_t n) {
 }
 void operator delete(void* p) noexcept { counted_free(p); }
 void operator delete(void* p, size_t) noexcept { counted_free(p); }
+// The array and nothrow forms too (std::stable_sort's buffer is a nothrow new): under ASan an unreplaced form
+// is its own allocator, and the delete that reaches the free() above would not match it.
+void* operator new[](size_t n) { return operator new(n); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
+void* operator new[](size_t n, const std::nothrow_t&) noexcept { return counted_malloc(n); }
+void operator delete[](void* p) noexcept { counted_free(p); }
+void operator delete[](void* p, size_t) noexcept { counted_free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_free(p); }
 
 namespace df::models::test_util {
 
