@@ -241,4 +241,22 @@ inline void expect_normalised_weights_in_selection_order(const GoldenModel& tiny
   }
 }
 
+// The logits of every row and the capture of the first T teacher-forced tokens of `tiny` in one batch,
+// through the file at `path` (empty: the tiny model itself), each logit checked finite.
+struct ForwardRun {
+  std::vector<float> logits;
+  ForwardCapture capture;
+};
+inline ForwardRun forward_teacher_forced(const GoldenModel& tiny, size_t T, const std::string& path = "") {
+  const auto file = gguf::File::open(path.empty() ? tiny.file().path() : path);
+  auto m = load_model(file, {});
+  const auto tokens = tiny.teacher_forced_tokens();
+  auto st = m->new_state(static_cast<int>(T));
+  ForwardRun r;
+  r.logits.resize(T * static_cast<size_t>(m->info().n_vocab));
+  m->forward(*st, std::span<const int32_t>(tokens).first(T), r.logits, true, &r.capture);
+  for (float x : r.logits) EXPECT_TRUE(std::isfinite(x));
+  return r;
+}
+
 }  // namespace df::models::test_util

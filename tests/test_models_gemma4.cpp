@@ -26,23 +26,12 @@ using test_util::expect_load_error;
 
 const test_util::GoldenModel kTiny("gemma4-tiny", "gemma4");
 
+using test_util::ForwardRun;
+
 // The first 24 teacher-forced tokens (past the sliding window of 16) through `path` (empty: the tiny model)
-// in one batch, every row's logits.
-struct ForwardRun {
-  std::vector<float> logits;
-  ForwardCapture capture;
-};
+// in one batch.
 ForwardRun run_file(const std::string& path = "") {
-  const auto file = gguf::File::open(path.empty() ? testing::golden_path("gemma4-tiny.gguf") : path);
-  auto m = load_model(file, {});
-  const auto tokens = kTiny.teacher_forced_tokens();
-  const size_t T = 24;
-  auto st = m->new_state(static_cast<int>(T));
-  ForwardRun r;
-  r.logits.resize(T * static_cast<size_t>(m->info().n_vocab));
-  m->forward(*st, std::span<const int32_t>(tokens).first(T), r.logits, true, &r.capture);
-  for (float x : r.logits) EXPECT_TRUE(std::isfinite(x));
-  return r;
+  return test_util::forward_teacher_forced(kTiny, 24, path);
 }
 
 // Edits one tensor's F32 values.

@@ -24,23 +24,11 @@ using test_util::expect_load_error;
 
 const test_util::GoldenModel kTiny("hy_v3-tiny", "hy_v3");
 
-struct ForwardRun {
-  std::vector<float> logits;
-  ForwardCapture capture;
-};
+using test_util::ForwardRun;
 
-// The first 20 teacher-forced tokens through `path` (empty: the tiny model) in one batch, every row's logits.
+// The first 20 teacher-forced tokens through `path` (empty: the tiny model) in one batch.
 ForwardRun run_file(const std::string& path = "") {
-  const auto file = gguf::File::open(path.empty() ? testing::golden_path("hy_v3-tiny.gguf") : path);
-  auto m = load_model(file, {});
-  const auto tokens = kTiny.teacher_forced_tokens();
-  const size_t T = 20;
-  auto st = m->new_state(static_cast<int>(T));
-  ForwardRun r;
-  r.logits.resize(T * static_cast<size_t>(m->info().n_vocab));
-  m->forward(*st, std::span<const int32_t>(tokens).first(T), r.logits, true, &r.capture);
-  for (float x : r.logits) EXPECT_TRUE(std::isfinite(x));
-  return r;
+  return test_util::forward_teacher_forced(kTiny, 20, path);
 }
 
 TEST(HyV3, InfoFromTheGgufKeys) {
