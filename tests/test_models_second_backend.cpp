@@ -179,6 +179,31 @@ class ForwardingBackend final : public backend::Backend {
     owned(y, "short_conv");
     inner_->short_conv(bcx, rows, n, conv_w, l_cache, state, y);
   }
+  void delta_net_conv(backend::Buf<const float> u, int64_t rows, int64_t channels,
+                      backend::Buf<const float> conv_w, int taps, backend::Buf<float> state,
+                      backend::Buf<float> y) override {
+    ++calls["delta_net_conv"];
+    for (const auto& b : {u, conv_w}) owned(b, "delta_net_conv");
+    owned(state, "delta_net_conv");
+    owned(y, "delta_net_conv");
+    inner_->delta_net_conv(u, rows, channels, conv_w, taps, state, y);
+  }
+  void gated_delta_net(const backend::DeltaNetParams& p, backend::Buf<const float> qkv,
+                       backend::Buf<const float> alpha, backend::Buf<const float> beta, int64_t rows,
+                       backend::Buf<float> state, backend::Buf<float> out) override {
+    ++calls["gated_delta_net"];
+    for (const auto& b : {qkv, alpha, beta, p.dt_bias, p.ssm_a}) owned(b, "gated_delta_net");
+    owned(state, "gated_delta_net");
+    owned(out, "gated_delta_net");
+    inner_->gated_delta_net(p, qkv, alpha, beta, rows, state, out);
+  }
+  void mul_sigmoid(backend::Buf<float> x, backend::Buf<const float> gate, int64_t rows, int64_t n,
+                   int64_t gate_n) override {
+    ++calls["mul_sigmoid"];
+    owned(x, "mul_sigmoid");
+    owned(gate, "mul_sigmoid");
+    inner_->mul_sigmoid(x, gate, rows, n, gate_n);
+  }
   void swiglu(backend::Buf<const float> gate, backend::Buf<const float> up, int64_t n,
               backend::Buf<float> y) override {
     ++calls["swiglu"];

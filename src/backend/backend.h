@@ -97,6 +97,15 @@ struct AttentionParams {
   float softcap = 0.0f;      // 0: none
 };
 
+// One gated delta-net layer's shapes (qwen35moe): n_k query/key heads and n_v value heads (n_v a multiple of
+// n_k; v-head h reads k-head h mod n_k), every head d values; dt_bias and ssm_a the n_v decay parameters
+// (ssm_dt.bias, ssm_a = −exp(A_log)); eps the L2 norm's floor.
+struct DeltaNetParams {
+  int n_k_heads = 0, n_v_heads = 0, head_dim = 0;
+  float eps = 0.0f;
+  Buf<const float> dt_bias{}, ssm_a{};
+};
+
 // One product of matmul_many: y (rows × w.n_out) = W · x (rows × w.n_in).
 struct MatmulTask {
   Weight w;
@@ -303,6 +312,29 @@ class Backend {
   // advanced in place. y[t] = c ⊙ Σ_j w_j · (b⊙x)_{t - (l_cache-1) + j}, accumulated in float in tap order.
   virtual void short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<const float> conv_w, int l_cache,
                           Buf<float> state, Buf<float> y) = 0;
+
+  // Gated delta-net (qwen35moe, ARCHITECTURES.md 5.4), over `rows` consecutive tokens of one sequence.
+  // delta_net_conv: the causal depthwise conv and SiLU of the projected input u (rows × channels):
+  // y[t][c] = silu(Σ_j w[c][j] · u_{t - (taps-1) + j}[c]), the sum in float in tap order (tap 0 oldest,
+  // ggml_ssm_conv), where u rows before the first come from state ((taps - 1) × channels, oldest row first);
+  // the state then holds the last taps - 1 raw u rows (of state and u together). y may not alias u.
+  virtual void delta_net_conv(Buf<const float> u, int64_t rows, int64_t channels, Buf<const float> conv_w,
+                              int taps, Buf<float> state, Buf<float> y) = 0;
+  // gated_delta_net: the gated delta rule (DeltaNetParams) of the conv output qkv (rows × (2·n_k·d + n_v·d):
+  // q heads, k heads, v heads) with the raw gate projections alpha and beta (rows × n_v each), into out
+  // (rows × n_v × d), advancing state (n_v matrices of d × d floats, matrix h row j = S_h[·][j], i.e. value
+  // column j over the key dims, ggml's transposed layout). Per token: q and k heads L2-normalised
+  // (x / max(sqrt(Σx² in double), eps)); per v-head h with k-head h mod n_k: β = sigmoid(beta_h),
+  // g = softplus(alpha_h + dt_bias_h) · ssm_a_h (softplus(x) = x above 20, else log(1 + e^x)); S ← e^g · S;
+  // δ_j = (v_j − Σ_i S[i][j] k_i) · β; S[i][j] += k_i δ_j; out_j = (Σ_i S[i][j] q_i) / sqrt(d), as ggml's
+  // gated_delta_net (its fused CPU op, token by token). A backend may compute a run of tokens in a chunked
+  // form (the same recurrence re-associated): the results then agree within float rounding, not bit for bit.
+  virtual void gated_delta_net(const DeltaNetParams& p, Buf<const float> qkv, Buf<const float> alpha,
+                               Buf<const float> beta, int64_t rows, Buf<float> state, Buf<float> out) = 0;
+  // x[r][i] = x[r][i] · sigmoid(gate[r][gate_n == 1 ? 0 : i]) for r < rows, i < n, gate_n 1 or n:
+  // ggml_sigmoid (1 / (1 + expf(-g)), rounded to float) then ggml_mul, broadcasting a one-value gate over its
+  // row.
+  virtual void mul_sigmoid(Buf<float> x, Buf<const float> gate, int64_t rows, int64_t n, int64_t gate_n) = 0;
 
   // y = silu(gate) ⊙ up over n values (y may alias gate or up).
   virtual void swiglu(Buf<const float> gate, Buf<const float> up, int64_t n, Buf<float> y) = 0;

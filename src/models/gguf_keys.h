@@ -52,6 +52,16 @@ inline constexpr std::string_view rope_yarn_log_multiplier = "rope.scaling.yarn_
 
 inline constexpr std::string_view shortconv_l_cache = "shortconv.l_cache";
 
+inline constexpr std::string_view rope_dimension_sections = "rope.dimension_sections";
+inline constexpr std::string_view attention_scale = "attention.scale";
+inline constexpr std::string_view full_attention_interval = "full_attention_interval";
+inline constexpr std::string_view recurrent_layers = "attention.recurrent_layers";
+inline constexpr std::string_view ssm_conv_kernel = "ssm.conv_kernel";
+inline constexpr std::string_view ssm_inner_size = "ssm.inner_size";
+inline constexpr std::string_view ssm_state_size = "ssm.state_size";
+inline constexpr std::string_view ssm_time_step_rank = "ssm.time_step_rank";
+inline constexpr std::string_view ssm_group_count = "ssm.group_count";
+
 // `<arch>.<suffix>`, the key as stored.
 inline std::string of(std::string_view arch, std::string_view suffix) {
   std::string k(arch);

@@ -123,6 +123,6 @@ class Model {
 // misshapen or mistyped tensors and keys (naming the tensor or key, what was expected and what was found).
 std::unique_ptr<Model> load_model(const gguf::File& file, const LoadOptions& options = {});
 // The architectures load_model() runs, as error messages list them.
-inline constexpr const char* kSupportedArchitectures = "lfm2moe, qwen3moe, gpt-oss, hy_v3, gemma4";
+inline constexpr const char* kSupportedArchitectures = "lfm2moe, qwen3moe, gpt-oss, hy_v3, gemma4, qwen35moe";
 
 }  // namespace df::models

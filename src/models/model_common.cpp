@@ -75,9 +75,11 @@ void attend_segments(backend::Backend& be, const SequenceBatch& batch, int il,
 void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const SequenceBatch& batch, int il) {
   TrunkBuffers& b = batch.work->trunk;
   const int64_t hd = a.head_dim, T = batch.T;
-  const backend::MatmulTask qkv[] = {
-      {a.wq, b.xn.view(), b.q.view()}, {a.wk, b.xn.view(), b.k.view()}, {a.wv, b.xn.view(), b.v.view()}};
-  be.matmul_many(qkv, T);
+  const backend::MatmulTask qkv[] = {{a.wq, b.xn.view(), b.q.view()},
+                                     {a.wk, b.xn.view(), b.k.view()},
+                                     {a.wv, b.xn.view(), b.v.view()},
+                                     {a.wgate ? *a.wgate : a.wq, b.xn.view(), a.gate}};
+  be.matmul_many(std::span(qkv, a.wgate ? 4 : 3), T);
   be.rms_norm(b.q.view(), T * a.n_head, hd, a.q_norm, a.eps, b.q.view());
   be.rms_norm(b.k.view(), T * a.n_head_kv, hd, a.k_norm, a.eps, b.k.view());
   backend::RopeParams rope;
@@ -88,8 +90,9 @@ void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const Seq
   be.rope(b.k.view(), T, a.n_head_kv, a.head_dim, b.pos.view(), rope);
   backend::AttentionParams ap;
   ap.n_head = a.n_head;
-  ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  ap.scale = a.scale != 0.0f ? a.scale : 1.0f / std::sqrt(static_cast<float>(hd));
   attend_segments(be, batch, il, ap, a.n_head * hd, a.n_head_kv * hd);
+  if (a.wgate) be.mul_sigmoid(b.att.view(), a.gate, T, a.n_head * hd, a.n_head * hd);
   be.matmul(a.wo, b.att.view(), T, b.mix.view(), b.scratch.view());
 }
 

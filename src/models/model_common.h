@@ -103,15 +103,20 @@ void run_trunk(backend::Backend& be, const TrunkWeights& w, const SequenceBatch&
 void attend_segments(backend::Backend& be, const SequenceBatch& batch, int il,
                      const backend::AttentionParams& p, int64_t q_dim, int64_t kv_dim);
 
-// The GQA attention of lfm2moe and qwen3moe on b.xn (the normed residual): Q, K and V in one grouped matmul,
-// per-head RMS norm of Q and K, NeoX RoPE, the f16 KV cache, causal attention, and the output projection
-// into b.mix.
+// The GQA attention of lfm2moe, qwen3moe, hy_v3 and qwen35moe on b.xn (the normed residual): Q, K and V in
+// one grouped matmul, per-head RMS norm of Q and K, NeoX RoPE over the first n_rot dims of each head, the
+// f16 KV cache, causal attention, and the output projection into b.mix. With an output gate (qwen35moe), its
+// projection of b.xn (into `gate`, n_head · head_dim per row) multiplies the attention output through a
+// sigmoid before the projection.
 struct QkNormAttention {
   const backend::Weight &wq, &wk, &wv, &wo;
   backend::Buf<const float> q_norm;
   backend::Buf<const float> k_norm;
   int n_head, n_head_kv, head_dim, n_rot;
   float eps, rope_theta, rope_freq_scale;
+  float scale = 0.0f;  // the attention scale; 0: 1 / sqrt(head_dim)
+  const backend::Weight* wgate = nullptr;
+  backend::Buf<float> gate{};
 };
 void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const SequenceBatch& batch, int il);
 

@@ -10,6 +10,7 @@
 #include "models/lfm2moe.h"
 #include "models/model.h"
 #include "models/moe_block.h"
+#include "models/qwen35moe.h"
 #include "models/qwen3moe.h"
 #include "models/sequence_state.h"
 #include "quant/quant.h"
@@ -88,6 +89,21 @@ StateDims state_dims_of(const Gemma4Config& c) {
   return d;
 }
 
+StateDims state_dims_of(const Qwen35MoeConfig& c) {
+  int n_attn = 0;
+  uint64_t recurrent = 0;
+  const LayerStateSpec dn =
+      LayerStateSpec::delta_net(c.conv_taps, c.conv_channels(), c.dn_v_heads, c.dn_head_dim, c.dn_head_dim);
+  for (bool r : c.recurrent) {
+    n_attn += r ? 0 : 1;
+    recurrent += r ? dn.bytes(0) : 0;
+  }
+  StateDims d = common_dims(c, n_attn);
+  d.extra_bytes_per_token = qwen35moe_extra_bytes_per_token(c);
+  d.fixed_bytes = static_cast<size_t>(recurrent) + ExpertWave::bytes_for(d.n_expert);
+  return d;
+}
+
 StateDims state_dims_of(const GptOssConfig& c) {
   StateDims d = common_dims(c, c.n_layer);
   d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
@@ -119,6 +135,8 @@ StateDims state_dims(const gguf::File& file) {
     d = state_dims_of(hy_v3_config(file));
   else if (arch == "gemma4")
     d = state_dims_of(gemma4_config(file));
+  else if (arch == "qwen35moe")
+    d = state_dims_of(qwen35moe_config(file));
   else
     fail("{}: unsupported architecture '{}' (supported: {})", file.path(), arch, kSupportedArchitectures);
   d.act_row_bytes = widest_act_row(file);

@@ -17,6 +17,7 @@ struct Qwen3MoeConfig;
 struct GptOssConfig;
 struct HyV3Config;
 struct Gemma4Config;
+struct Qwen35MoeConfig;
 
 struct StateDims {
   int n_layer = 0;
@@ -40,6 +41,7 @@ StateDims state_dims_of(const Qwen3MoeConfig& c);
 StateDims state_dims_of(const GptOssConfig& c);
 StateDims state_dims_of(const HyV3Config& c);
 StateDims state_dims_of(const Gemma4Config& c);
+StateDims state_dims_of(const Qwen35MoeConfig& c);
 
 // The dims from a GGUF's keys and tensor types, no weight read: what a model loaded from it would report,
 // with the activation scratch taken from the widest matrix of the file (at least what the model uses).

@@ -1,5 +1,7 @@
 #include "models/tensor_binding.h"
 
+#include <tuple>
+
 #include "models/weight_loader.h"
 #include "util/error.h"
 
@@ -35,6 +37,16 @@ bool TensorBinder::bind(const TensorDesc& t, TensorTarget target) {
     case TensorRole::table:
     case TensorRole::matmul:
     case TensorRole::router:
+      if (t.row_group > 0) {
+        if (!target.weight || !target.second || ne.size() != 2) no_place(arch_, t);
+        std::tie(*target.weight, *target.second) = w_.matrix_halves(name, ne[0], ne[1], t.row_group);
+        return true;
+      }
+      // A 1-D matrix is one output row (qwen35moe's shared-expert gate).
+      if (ne.size() == 1 && target.weight && t.role != TensorRole::table) {
+        *target.weight = w_.matrix(name, ne[0], 1);
+        return true;
+      }
       if (!target.weight || ne.size() != 2) no_place(arch_, t);
       *target.weight =
           t.role == TensorRole::table ? w_.table(name, ne[0], ne[1]) : w_.matrix(name, ne[0], ne[1]);

@@ -18,6 +18,7 @@ class WeightLoader;
 struct TensorTarget {
   backend::Weight* weight = nullptr;
   backend::Buf<const float>* f32 = nullptr;
+  backend::Weight* second = nullptr;  // a matrix of row groups (TensorDesc::row_group): the odd groups
 };
 
 class TensorBinder {

@@ -55,6 +55,16 @@ enum class TensorKind : uint8_t {
   router_scale,     // gemma4: the router input's per-channel scale (ffn_gate_inp.scale)
   down_exps_scale,  // a per-expert scale of the down projection's output (ffn_down_exps.scale)
   layer_out_scale,  // gemma4: a scalar multiplying the layer's output (layer_output_scale)
+  // qwen35moe's gated delta-net layers (ARCHITECTURES.md 5.2)
+  dn_qkv,           // attn_qkv: the q, k and v heads' input projection
+  dn_gate,          // attn_gate: the output gate z
+  dn_beta,          // ssm_beta: the update strength's projection
+  dn_alpha,         // ssm_alpha: the decay's projection
+  dn_dt_bias,       // ssm_dt.bias
+  dn_a,             // ssm_a: -exp(A_log)
+  dn_norm,          // ssm_norm: the output's per-head RMS norm weight
+  dn_out,           // ssm_out: the output projection
+  shared_gate_inp,  // ffn_gate_inp_shexp: the shared expert's sigmoid gate (one output)
 };
 
 // How the loader reads a tensor; the generator derives the stored type from it.
@@ -80,6 +90,10 @@ struct TensorDesc {
   // up_exps, add_gate_up_exps): the loader then binds that one and requires this one absent; generators write
   // one or the other.
   std::string replaced_by;
+  // A matrix whose rows come in alternating groups of this many (0: none): the loader binds the even groups
+  // to the target's weight and the odd ones to its second weight (qwen35moe's attn_q: each head's query rows,
+  // then its output gate's), each a matrix of its own, so that each product is a matmul of its own.
+  int64_t row_group = 0;
 };
 
 // Appends a tensor outside the layers.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 #include "gguf/gguf.h"
 #include "util/error.h"
 
@@ -40,9 +42,13 @@ const gguf::TensorInfo& WeightLoader::check(std::string_view name, std::initiali
   const gguf::TensorInfo* t = file_.find_tensor(name);
   if (!t)
     fail("{}: {}: missing tensor '{}' (expected shape {})", file_.path(), arch_, name, shape_string(shape));
-  bool same = t->n_dims == shape.size();
+  // ggml's trailing dims of 1 are no dims: a 1-D {n} tensor is also the one-row matrix {n, 1}.
+  bool same = t->n_dims <= shape.size();
   size_t d = 0;
-  for (int64_t ne : shape) same = same && t->ne[d++] == ne;
+  for (int64_t ne : shape) {
+    same = same && (d < t->n_dims ? t->ne[d] == ne : ne == 1);
+    ++d;
+  }
   if (!same)
     fail("{}: {}: tensor '{}' has shape {}, expected {}", file_.path(), arch_, name, t->shape_string(),
          shape_string(shape));
@@ -88,6 +94,36 @@ backend::Weight WeightLoader::upload(std::string_view name, int64_t n_in, int64_
   bytes_ += t.nbytes;
   storage_.push_back(std::move(w.memory));
   return w.first;
+}
+
+std::pair<backend::Weight, backend::Weight> WeightLoader::matrix_halves(std::string_view name, int64_t n_in,
+                                                                        int64_t n_out, int64_t group) {
+  const GgmlType type = matmul_type(name, {n_in, n_out});
+  if (group < 1 || n_out % (2 * group) != 0)
+    fail("{}: {}: tensor '{}' has {} rows, not whole pairs of {}-row groups", file_.path(), arch_, name,
+         n_out, group);
+  const gguf::TensorInfo& t = *file_.find_tensor(name);
+  std::vector<uint8_t> whole(t.nbytes);
+  file_.read_tensor(t, whole.data());
+  file_.drop_cached(t);
+  const size_t row = ggml_row_bytes(type, n_in), group_bytes = row * static_cast<size_t>(group);
+  const int64_t n_groups = n_out / group;
+  backend::Weight halves[2];
+  for (int half = 0; half < 2; ++half) {
+    backend::WeightSource src;
+    src.type = type;
+    src.read = [&](uint8_t* dst) {
+      for (int64_t g = half; g < n_groups; g += 2, dst += group_bytes)
+        std::memcpy(dst, whole.data() + static_cast<size_t>(g) * group_bytes, group_bytes);
+    };
+    src.n_in = n_in;
+    src.n_out = n_out / 2;
+    backend::UploadedWeights w = backend_.upload_weights(src);
+    storage_.push_back(std::move(w.memory));
+    halves[half] = w.first;
+  }
+  bytes_ += t.nbytes;
+  return {halves[0], halves[1]};
 }
 
 backend::Weight WeightLoader::table(std::string_view name, int64_t n_in, int64_t n_out) {

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -29,6 +30,10 @@ class WeightLoader {
   // A {n_in, n_out} matrix of a type the backend can multiply, uploaded to the backend for matmul only, in
   // the layout it reads fastest (Backend::upload_weights).
   backend::Weight matrix(std::string_view name, int64_t n_in, int64_t n_out);
+  // A {n_in, n_out} matrix whose rows come in alternating groups of `group` rows, as two matrices of n_out /
+  // 2 rows: the even groups, then the odd ones (each uploaded as matrix() uploads).
+  std::pair<backend::Weight, backend::Weight> matrix_halves(std::string_view name, int64_t n_in,
+                                                            int64_t n_out, int64_t group);
   // The same in ggml's row layout, for a table whose rows are also looked up (token embeddings).
   backend::Weight table(std::string_view name, int64_t n_in, int64_t n_out);
   // An F32 vector or matrix of the given shape, uploaded to the backend.

@@ -3,6 +3,7 @@
 #include "models/gemma4_tensors.h"
 #include "models/hy_v3_tensors.h"
 #include "models/lfm2moe_tensors.h"
+#include "models/qwen35moe_tensors.h"
 #include "models/qwen3moe_tensors.h"
 
 namespace df::synth {
@@ -51,6 +52,21 @@ models::HyV3Config hy_v3_config_of(const Config& c) {
   return m;
 }
 
+models::Qwen35MoeConfig qwen35moe_config_of(const Config& c) {
+  const Shape& s = c.shape;
+  models::Qwen35MoeConfig m;
+  m.name = c.name;
+  m.n_layer = s.n_layer, m.n_embd = s.n_embd, m.n_vocab = s.n_vocab, m.n_ctx_train = s.n_ctx_train;
+  for (int il = 0; il < s.n_layer; ++il) m.recurrent.push_back(!c.is_attention_layer(il));
+  m.n_head = s.n_head, m.n_head_kv = s.n_head_kv, m.head_dim = s.head_dim, m.n_rot = s.n_rot;
+  m.conv_taps = s.ssm_conv_kernel;
+  m.dn_k_heads = s.dn_k_heads, m.dn_v_heads = s.dn_v_heads, m.dn_head_dim = s.dn_head_dim;
+  m.n_expert = s.n_expert, m.n_expert_used = s.n_expert_used, m.n_ff_exp = s.n_ff_exp;
+  m.n_ff_shexp = s.n_ff_shexp;
+  m.eps = s.rms_eps, m.rope_theta = s.rope_theta;
+  return m;
+}
+
 models::Gemma4Config gemma4_config_of(const Config& c) {
   const Shape& s = c.shape;
   models::Gemma4Config m;
@@ -81,6 +97,8 @@ std::vector<models::TensorDesc> described_tensors(const Config& c) {
       return models::qwen3moe_tensors(qwen3moe_config_of(c));
     case Arch::hy_v3:
       return models::hy_v3_tensors(hy_v3_config_of(c));
+    case Arch::qwen35moe:
+      return models::qwen35moe_tensors(qwen35moe_config_of(c));
     case Arch::gemma4:
       break;
   }

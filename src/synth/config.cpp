@@ -10,6 +10,7 @@
 #include "models/gemma4_tensors.h"
 #include "models/hy_v3_tensors.h"
 #include "models/lfm2moe_tensors.h"
+#include "models/qwen35moe_tensors.h"
 #include "models/qwen3moe_tensors.h"
 #include "synth/vocab.h"
 #include "util/error.h"
@@ -24,6 +25,8 @@ std::string_view arch_name(Arch a) {
       return models::kQwen3MoeArch;
     case Arch::hy_v3:
       return models::kHyV3Arch;
+    case Arch::qwen35moe:
+      return models::kQwen35MoeArch;
     case Arch::gemma4:
       break;
   }
@@ -35,10 +38,13 @@ Arch arch_from_name(std::string_view name) {
   if (name == models::kQwen3MoeArch) return Arch::qwen3moe;
   if (name == models::kHyV3Arch) return Arch::hy_v3;
   if (name == models::kGemma4Arch) return Arch::gemma4;
-  fail("--arch '{}': unknown architecture (make-model writes lfm2moe, qwen3moe, hy_v3 or gemma4)", name);
+  if (name == models::kQwen35MoeArch) return Arch::qwen35moe;
+  fail("--arch '{}': unknown architecture (make-model writes lfm2moe, qwen3moe, hy_v3, gemma4 or qwen35moe)",
+       name);
 }
 
 bool Config::is_attention_layer(int il) const {
+  if (arch == Arch::qwen35moe) return (il + 1) % shape.full_attn_interval == 0;
   if (arch != Arch::lfm2moe) return true;
   return std::find(shape.attn_layers.begin(), shape.attn_layers.end(), il) != shape.attn_layers.end();
 }
@@ -178,6 +184,41 @@ Config gemma4_preset(std::string_view name) {
   return c;
 }
 
+Config qwen35moe_preset(std::string_view name) {
+  Config c;
+  c.arch = Arch::qwen35moe;
+  c.types = {GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q6_K};
+  Shape& s = c.shape;
+  s.rms_eps = 1e-6f;
+  s.rope_theta = 1e7f;
+  s.n_dense_lead = 0;  // every layer has experts
+  s.full_attn_interval = 4;
+  s.ssm_conv_kernel = 4;
+  if (name == "tiny") {  // three delta-net layers, then one attention layer
+    s.n_layer = 4, s.n_embd = 256, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 64, s.n_rot = 16;
+    s.rope_sections = {3, 3, 2, 0};
+    s.dn_k_heads = 2, s.dn_v_heads = 4, s.dn_head_dim = 64;
+    s.n_expert = 16, s.n_expert_used = 4, s.n_ff_exp = 128, s.n_ff_shexp = 128, s.n_ff = 512;
+    s.n_vocab = 2048, s.n_ctx_train = 4096;
+  } else if (name == "small") {
+    s.n_layer = 12, s.n_embd = 1024, s.n_head = 8, s.n_head_kv = 2, s.head_dim = 128, s.n_rot = 32;
+    s.rope_sections = {6, 5, 5, 0};
+    s.dn_k_heads = 8, s.dn_v_heads = 16, s.dn_head_dim = 128;
+    s.n_expert = 64, s.n_expert_used = 8, s.n_ff_exp = 256, s.n_ff_shexp = 256, s.n_ff = 2048;
+    s.n_vocab = 8192, s.n_ctx_train = 8192;
+  } else if (name == "qwen35-35b") {  // Qwen3.5-35B-A3B (ARCHITECTURES.md 5.1)
+    s.n_layer = 40, s.n_embd = 2048, s.n_head = 16, s.n_head_kv = 2, s.head_dim = 256, s.n_rot = 64;
+    s.rope_sections = {11, 11, 10, 0};
+    s.dn_k_heads = 16, s.dn_v_heads = 32, s.dn_head_dim = 128;
+    s.n_expert = 256, s.n_expert_used = 8, s.n_ff_exp = 512, s.n_ff_shexp = 512, s.n_ff = 4096;
+    s.n_vocab = 248320, s.n_ctx_train = 262144;
+  } else {
+    fail("--preset '{}' does not exist for qwen35moe (tiny, small, qwen35-35b)", name);
+  }
+  c.name = name == "qwen35-35b" ? "qwen35moe-35b-a3b-synthetic" : fmt::format("qwen35moe-{}", name);
+  return c;
+}
+
 bool storable(GgmlType t) {
   switch (t) {
     case GgmlType::F32:
@@ -215,6 +256,34 @@ void check_range(int64_t v, int64_t lo, int64_t hi, std::string_view flag, std::
     fail("{} {} is out of range [{}, {}]{}{}", flag, v, lo, hi, why.empty() ? "" : ": ", why);
 }
 
+void validate_qwen35moe(const Config& c) {
+  const Shape& s = c.shape;
+  check_range(s.full_attn_interval, 1, s.n_layer, "--attn-interval", "at most --layers");
+  check_range(s.n_rot, 2, s.head_dim, "--rope-dims", "at most --head-dim");
+  if (s.n_rot % 2 != 0) fail("--rope-dims {} is odd (RoPE rotates pairs of dims)", s.n_rot);
+  if (s.rope_sections.size() != 4)
+    fail("--rope-sections needs 4 values (IMRoPE's t, h, w, e sections), got {}", s.rope_sections.size());
+  int sections = 0;
+  for (int v : s.rope_sections) {
+    check_range(v, 0, s.n_rot / 2, "--rope-sections");
+    sections += v;
+  }
+  if (sections < 1 || sections > s.n_rot / 2)
+    fail("--rope-sections add up to {}: must be 1..{} (--rope-dims / 2)", sections, s.n_rot / 2);
+  check_range(s.dn_k_heads, 1, 1024, "--ssm-k-heads");
+  check_range(s.dn_v_heads, 1, 4096, "--ssm-v-heads");
+  if (s.dn_v_heads % s.dn_k_heads != 0)
+    fail("--ssm-v-heads {} is not a multiple of --ssm-k-heads {} (each value head reads one key head)",
+         s.dn_v_heads, s.dn_k_heads);
+  check_range(s.dn_head_dim, 2, 512, "--ssm-head-dim");
+  check_range(s.ssm_conv_kernel, 2, 16, "--conv-kernel");
+  check_row(int64_t{s.dn_v_heads} * s.dn_head_dim, c.types.matmul, "--ssm-v-heads x --ssm-head-dim",
+            "--qtype");
+  check_range(s.n_ff_shexp, 1, 1 << 20, "--shared-ff");
+  check_row(s.n_ff_shexp, c.types.matmul, "--shared-ff", "--qtype");
+  if (s.n_ff < 1) fail("--dense-ff {} must be positive (qwen35moe stores it as feed_forward_length)", s.n_ff);
+}
+
 }  // namespace
 
 Config preset(Arch arch, std::string_view name) {
@@ -225,6 +294,8 @@ Config preset(Arch arch, std::string_view name) {
       return qwen3moe_preset(name);
     case Arch::hy_v3:
       return hy_v3_preset(name);
+    case Arch::qwen35moe:
+      return qwen35moe_preset(name);
     case Arch::gemma4:
       break;
   }
@@ -235,6 +306,7 @@ std::vector<std::string> preset_names(Arch arch) {
   if (arch == Arch::lfm2moe) return {"tiny", "small", "lfm2-24b"};
   if (arch == Arch::hy_v3) return {"tiny", "small", "hy-v3-30b"};
   if (arch == Arch::gemma4) return {"tiny", "small", "gemma4-26b"};
+  if (arch == Arch::qwen35moe) return {"tiny", "small", "qwen35-35b"};
   return {"tiny", "small", "qwen3-30b"};
 }
 
@@ -242,6 +314,7 @@ void validate(const Config& c) {
   const Shape& s = c.shape;
   const Numerics& n = c.numerics;
   const bool lfm2 = c.arch == Arch::lfm2moe, hy = c.arch == Arch::hy_v3, gemma = c.arch == Arch::gemma4;
+  const bool q35 = c.arch == Arch::qwen35moe;
   check_range(s.n_layer, 1, 1024, "--layers");
   check_range(s.n_embd, 32, 65536, "--hidden");
   check_range(s.n_head, 1, 1024, "--heads");
@@ -280,6 +353,7 @@ void validate(const Config& c) {
   check_row(s.n_embd, c.types.token_embd, "--hidden", "--embd-type");
   if (!lfm2) check_row(s.n_embd, c.types.output, "--hidden", "--output-type");
   check_row(int64_t{s.n_head} * s.head_dim, c.types.matmul, "--heads x head dim", "--qtype");
+  if (q35) validate_qwen35moe(c);
   check_row(s.n_ff_exp, c.types.experts, "--expert-ff", "--expert-type");
 
   if (lfm2) {

@@ -13,7 +13,7 @@
 
 namespace df::synth {
 
-enum class Arch { lfm2moe, qwen3moe, hy_v3, gemma4 };
+enum class Arch { lfm2moe, qwen3moe, hy_v3, gemma4, qwen35moe };
 std::string_view arch_name(Arch a);
 Arch arch_from_name(std::string_view name);  // throws df::Error naming the accepted values
 
@@ -46,6 +46,15 @@ struct Shape {
   float rope_theta_global = 0;
   float partial_rotary_global = 1;
   float logit_softcap = 0;
+  // qwen35moe only: every full_attn_interval-th layer attends (the others are gated delta-net layers), with
+  // n_rot rotated dims of each head and the IMRoPE sections (rope.dimension_sections); the delta-net layers
+  // have dn_k_heads query/key heads, dn_v_heads value heads, dn_head_dim values per head and a causal conv
+  // of ssm_conv_kernel taps.
+  int full_attn_interval = 4;
+  int n_rot = 0;
+  std::vector<int> rope_sections;
+  int dn_k_heads = 0, dn_v_heads = 0, dn_head_dim = 0;
+  int ssm_conv_kernel = 4;
 };
 
 struct Types {
@@ -74,9 +83,10 @@ struct Config {
   Numerics numerics;
   uint64_t seed = 1;
 
-  bool is_attention_layer(int il) const;  // lfm2moe: listed in attn_layers; the others: always
-  bool is_global_layer(int il) const;     // gemma4: listed in global_layers
-  bool is_moe_layer(int il) const;        // qwen3moe: always; the others: il >= n_dense_lead
+  // lfm2moe: listed in attn_layers; qwen35moe: every full_attn_interval-th; the others: always
+  bool is_attention_layer(int il) const;
+  bool is_global_layer(int il) const;  // gemma4: listed in global_layers
+  bool is_moe_layer(int il) const;     // qwen3moe: always; the others: il >= n_dense_lead
   int n_moe_layers() const;
 };
 

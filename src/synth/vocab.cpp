@@ -83,6 +83,7 @@ const std::vector<SpecialToken>& special_tokens(Arch arch) {
     case Arch::lfm2moe:
       return kLfm2Specials;
     case Arch::qwen3moe:
+    case Arch::qwen35moe:
       return kQwenSpecials;
     case Arch::hy_v3:
       return kHunyuanSpecials;

@@ -28,6 +28,11 @@ constexpr float kNormJitter = 0.05f;
 constexpr float kQkNorm = 1.5f;
 // Std of the short-conv taps; the conv output then has an RMS of about sqrt(3) * kConvStd.
 constexpr float kConvStd = 0.5f;
+// The delta-net decay g = softplus(alpha + dt_bias) · ssm_a: dt_bias around -3 makes softplus ~0.05, and
+// rates up to 8 give per-token decays e^g from ~0.95 to ~0.67, memories of a few to tens of tokens.
+constexpr float kDtBiasMean = -3.0f;
+constexpr float kDtBiasStd = 0.5f;
+constexpr float kMaxDecayRate = 8.0f;
 
 class Planner {
  public:
@@ -123,6 +128,21 @@ class Planner {
         return output_proj(t, shared_split() * g / (kSwigluRms * std::sqrt(float(ne[0]))));
       case K::selection_bias:
         return normal(t, n_.bias_std);
+      case K::dn_qkv:
+      case K::dn_gate:
+      case K::dn_beta:
+      case K::shared_gate_inp:
+        return normal(t, in_std);
+      case K::dn_alpha:
+        return normal(t, 0.5f * in_std);
+      case K::dn_dt_bias:
+        return shifted(t, kDtBiasMean, kDtBiasStd);
+      case K::dn_a:
+        return decay_rates(t);
+      case K::dn_norm:
+        return norm(t, 1.0f);
+      case K::dn_out:
+        return output_proj(t, g / (kSwigluRms * std::sqrt(float(ne[0]))));
       default:
         fail("internal: make-model has no weight distribution for '{}'", t.name);
     }
@@ -145,7 +165,27 @@ class Planner {
   }
 
   // With a shared expert the routed and shared outputs each add half the block's variance.
-  float shared_split() const { return c_.arch == Arch::hy_v3 ? std::sqrt(0.5f) : 1.0f; }
+  float shared_split() const {
+    return c_.arch == Arch::hy_v3 || c_.arch == Arch::qwen35moe ? std::sqrt(0.5f) : 1.0f;
+  }
+
+  // ssm_a = -exp(A_log) per value head, spread geometrically over [-kMaxDecayRate, -1] so that the heads
+  // forget at different speeds (the real A_log is initialised uniformly over a similar range).
+  void decay_rates(const models::TensorDesc& t) {
+    TensorRecipe r = base(t);
+    const int64_t n = t.ne[0];
+    for (int64_t h = 0; h < n; ++h) {
+      const float f = n > 1 ? float(h) / float(n - 1) : 0.0f;
+      r.values.push_back(-std::pow(kMaxDecayRate, f));
+    }
+    out_.push_back(std::move(r));
+  }
+  void shifted(const models::TensorDesc& t, float mean, float std) {
+    TensorRecipe r = base(t);
+    r.mean = mean;
+    r.std = std;
+    out_.push_back(std::move(r));
+  }
 
   // The stored type: the Types choice for the role; routers, norms, biases and conv taps stay F32.
   GgmlType type_of(const models::TensorDesc& t) const {

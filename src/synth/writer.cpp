@@ -84,6 +84,17 @@ gguf::Writer make_writer(const Config& c, const Vocab& v, const std::vector<Tens
       w.set(key(keys::expert_weights_scale), Value::of_f32(s.expert_weights_scale));
     w.set(key(keys::expert_gating_func), u32(models::kHyV3SigmoidGating));
   }
+  if (c.arch == Arch::qwen35moe) {  // what llama.cpp's Qwen3_5MoeTextModel conversion writes
+    w.set(key(keys::rope_dimension_count), u32(s.n_rot));
+    w.set(key(keys::rope_dimension_sections), Value::of_i32s(s.rope_sections));
+    w.set(key(keys::expert_shared_feed_forward_length), u32(s.n_ff_shexp));
+    w.set(key(keys::ssm_conv_kernel), u32(s.ssm_conv_kernel));
+    w.set(key(keys::ssm_state_size), u32(s.dn_head_dim));
+    w.set(key(keys::ssm_group_count), u32(s.dn_k_heads));
+    w.set(key(keys::ssm_time_step_rank), u32(s.dn_v_heads));
+    w.set(key(keys::ssm_inner_size), u32(int64_t{s.dn_v_heads} * s.dn_head_dim));
+    w.set(key(keys::full_attention_interval), u32(s.full_attn_interval));
+  }
   if (c.arch == Arch::gemma4) {  // what llama.cpp's Gemma4Model conversion writes
     std::vector<int32_t> kv;
     std::vector<Value> sliding;

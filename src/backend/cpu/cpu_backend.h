@@ -92,6 +92,12 @@ class CpuBackend : public Backend {
   void short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<const float> conv_w, int l_cache,
                   Buf<float> state, Buf<float> y) override;
 
+  void delta_net_conv(Buf<const float> u, int64_t rows, int64_t channels, Buf<const float> conv_w, int taps,
+                      Buf<float> state, Buf<float> y) override;
+  void gated_delta_net(const DeltaNetParams& p, Buf<const float> qkv, Buf<const float> alpha,
+                       Buf<const float> beta, int64_t rows, Buf<float> state, Buf<float> out) override;
+  void mul_sigmoid(Buf<float> x, Buf<const float> gate, int64_t rows, int64_t n, int64_t gate_n) override;
+
   void swiglu(Buf<const float> gate, Buf<const float> up, int64_t n, Buf<float> y) override;
   void add(Buf<float> x, Buf<const float> y, int64_t n) override;
   void add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t rows, int64_t n) override;

@@ -79,6 +79,11 @@ class CudaBackend final : public Backend {
   void attention(const KvCacheView& kv, Buf<const float> q, int64_t rows, int pos0, const AttentionParams& p,
                  Buf<float> out, Buf<float> scratch) override;
 
+  void delta_net_conv(Buf<const float> u, int64_t rows, int64_t channels, Buf<const float> conv_w, int taps,
+                      Buf<float> state, Buf<float> y) override;
+  void gated_delta_net(const DeltaNetParams& p, Buf<const float> qkv, Buf<const float> alpha,
+                       Buf<const float> beta, int64_t rows, Buf<float> state, Buf<float> out) override;
+  void mul_sigmoid(Buf<float> x, Buf<const float> gate, int64_t rows, int64_t n, int64_t gate_n) override;
   void short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<const float> conv_w, int l_cache,
                   Buf<float> state, Buf<float> y) override;
 
