@@ -154,7 +154,7 @@ TEST_P(DF_TIER_SUITE(TieredGolden),
 
 DF_TIER_INSTANTIATE(Golden, DF_TIER_SUITE(TieredGolden),
                     ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16", "qwen3moe-tiny",
-                                      "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"));
+                                      "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny", "qwen35moe-tiny"));
 
 // The resident model's last logits after the prompt in chunks of `chunk` (what a tiered model of that chunk
 // must give).

@@ -60,7 +60,13 @@ struct GgufBytes {
 inline std::vector<uint8_t> small_valid_gguf() {
   GgufBytes g;
   g.header(2, 3).kv_str("general.architecture", "test").kv_u32("test.block_count", 2);
-  g.str("test.list").put<uint32_t>(9).put<uint32_t>(5).put<uint64_t>(3).put<int32_t>(1).put<int32_t>(-2).put<int32_t>(3);
+  g.str("test.list")
+      .put<uint32_t>(9)
+      .put<uint32_t>(5)
+      .put<uint64_t>(3)
+      .put<int32_t>(1)
+      .put<int32_t>(-2)
+      .put<int32_t>(3);
   g.tensor("a.weight", {8}, 0, 0).tensor("b.weight", {4, 2}, 0, 32).pad().data(64);
   return g.b;
 }

@@ -1,4 +1,5 @@
-// The backend factory: the devices this build has, a working backend for each, and a clear error for the rest.
+// The backend factory: the devices this build has, a working backend for each, and a clear error for the
+// rest.
 #include <gtest/gtest.h>
 
 #include "backend/backend_factory.h"

@@ -108,7 +108,8 @@ TEST(CliChat, TheSecondTurnReusesTheHistoryAndResetStartsOver) {
 // --system: the first turn's prompt is what llama.cpp renders for the system + user messages (golden chat
 // case).
 TEST(CliChat, SystemMessageIsRenderedAsLlamaCppRendersIt) {
-  for (const char* model : {"lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"}) {
+  for (const char* model :
+       {"lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny", "qwen35moe-tiny"}) {
     SCOPED_TRACE(model);
     const auto j = golden_json(model);
     for (const auto& c : j["chat"]["cases"]) {

@@ -46,7 +46,8 @@ TEST(CliRun, TextPromptStreamsText) {
 // equal the golden chat cases', and generation starts from them (the ids produced equal those of the same
 // prompt given as ids).
 TEST(CliRun, ChatModeRendersTheTemplate) {
-  for (const char* model : {"lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"}) {
+  for (const char* model :
+       {"lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny", "qwen35moe-tiny"}) {
     const auto j = golden_json(model);
     for (const auto& c : j["chat"]["cases"]) {
       const std::string name = c["name"];

@@ -90,7 +90,8 @@ TEST(ChatPromptBuilder, AGemma4ModelTurnIsRecognised) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, ChatPromptGolden,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16",
-                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"));
+                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny",
+                                           "qwen35moe-tiny"));
 
 // Without a template in the file, lfm2moe falls back to the seed's LFM2.5 rendering (what the real template
 // produces): explicit <|startoftext|>, earlier reasoning dropped, generation prompt opening <think>.

@@ -139,6 +139,6 @@ TEST_P(RecordReplay, ReplayingTheRecordedTraceGivesTheEngineTelemetryCounts) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, RecordReplay,
                          ::testing::Values("lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny",
-                                           "gemma4-tiny"));
+                                           "gemma4-tiny", "qwen35moe-tiny"));
 
 }  // namespace

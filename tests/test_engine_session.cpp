@@ -142,7 +142,8 @@ TEST(Generate, StopsAtTheLimitTheStopTokenOrTheContextEnd) {
 // golden architecture (lfm2moe has a short-conv state that the snapshot must carry; gpt-oss a sliding
 // window).
 TEST(Session, ThePromptSnapshotResumesAfterTheLastPromptWithTheSameBits) {
-  for (const char* name : {"lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"}) {
+  for (const char* name :
+       {"lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny", "qwen35moe-tiny"}) {
     SCOPED_TRACE(name);
     auto file = df::gguf::File::open(df::testing::golden_path(std::string(name) + ".gguf"));
     auto model = df::models::load_model(file, {});

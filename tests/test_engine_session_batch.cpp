@@ -135,7 +135,7 @@ TEST_P(SessionBatchGolden, StreamedSessionsTogetherGiveTheirResidentBitsAndShare
 
 INSTANTIATE_TEST_SUITE_P(TinyGoldens, SessionBatchGolden,
                          ::testing::Values("lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny",
-                                           "gemma4-tiny"),
+                                           "gemma4-tiny", "qwen35moe-tiny"),
                          [](const ::testing::TestParamInfo<const char*>& p) {
                            std::string name = p.param;
                            for (char& c : name)

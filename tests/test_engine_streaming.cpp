@@ -124,7 +124,8 @@ TEST_P(StreamingGolden, EveryRowAndLayerBitIdenticalToResidentForEveryBudgetPoli
 
 INSTANTIATE_TEST_SUITE_P(Golden, StreamingGolden,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16",
-                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"));
+                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny",
+                                           "qwen35moe-tiny"));
 
 namespace {
 

@@ -16,8 +16,8 @@ using df::testing::GgufBytes;
 
 namespace {
 
-const char* kGolden[] = {"lfm2moe-tiny.gguf", "lfm2moe-medium.gguf", "lfm2moe-tiny-f16.gguf", "qwen3moe-tiny.gguf",
-                         "gpt-oss-tiny.gguf"};
+const char* kGolden[] = {"lfm2moe-tiny.gguf", "lfm2moe-medium.gguf", "lfm2moe-tiny-f16.gguf",
+                         "qwen3moe-tiny.gguf", "gpt-oss-tiny.gguf"};
 
 std::string golden(const char* name) { return std::string(DF_GOLDEN_DIR) + "/" + name; }
 
@@ -125,7 +125,8 @@ TEST(GgufWriter, WritesAtomicallyAndLeavesNothingOnFailure) {
   w.set("general.architecture", Value::of_string("test"));
   w.set("test.values", Value::of_f32s({1.5f, -2.0f}));
   w.add_tensor({"x", df::GgmlType::F32, {4, 3}});
-  EXPECT_THROW(w.write(out, [](size_t, std::span<uint8_t>) { throw df::Error("generator failed"); }), df::Error);
+  EXPECT_THROW(w.write(out, [](size_t, std::span<uint8_t>) { throw df::Error("generator failed"); }),
+               df::Error);
   EXPECT_FALSE(fs::exists(out));
   for (const auto& e : fs::directory_iterator(DF_TEST_TMP))
     EXPECT_EQ(e.path().filename().string().find("atomic.gguf.tmp"), std::string::npos) << e.path();
@@ -263,7 +264,8 @@ TEST(GgufMalformed, SpecificErrors) {
     g.str("k").put<uint32_t>(7).put<uint8_t>(7);
     cases.push_back({"bad bool", g.b, "invalid BOOL"});
   }
-  cases.push_back({"duplicate key", base().header(0, 2).kv_u32("a", 1).kv_u32("a", 2).b, "duplicate metadata key 'a'"});
+  cases.push_back(
+      {"duplicate key", base().header(0, 2).kv_u32("a", 1).kv_u32("a", 2).b, "duplicate metadata key 'a'"});
   cases.push_back({"alignment not a power of two", base().header(0, 1).kv_u32("general.alignment", 24).b,
                    "not a power of two"});
   {
@@ -271,33 +273,39 @@ TEST(GgufMalformed, SpecificErrors) {
     g.kv_str("general.alignment", "32");
     cases.push_back({"alignment of wrong type", g.b, "must be UINT32"});
   }
-  cases.push_back({"offset past end",
-                   base().header(1, 0).tensor("blk.3.ffn_up_exps.weight", {8}, 0, 1024).pad().data(32).b,
-                   "tensor 0 'blk.3.ffn_up_exps.weight': data [1120, 1152) ends past end of file (size 128)"});
+  cases.push_back(
+      {"offset past end",
+       base().header(1, 0).tensor("blk.3.ffn_up_exps.weight", {8}, 0, 1024).pad().data(32).b,
+       "tensor 0 'blk.3.ffn_up_exps.weight': data [1120, 1152) ends past end of file (size 128)"});
   cases.push_back({"data past end", base().header(1, 0).tensor("t", {64}, 0, 0).pad().data(100).b,
                    "ends past end of file"});
-  cases.push_back({"overlap", base().header(2, 0).tensor("a", {16}, 0, 0).tensor("b", {16}, 0, 32).pad().data(96).b,
+  cases.push_back({"overlap",
+                   base().header(2, 0).tensor("a", {16}, 0, 0).tensor("b", {16}, 0, 32).pad().data(96).b,
                    "overlaps tensor 1 'b'"});
   cases.push_back({"unknown type id", base().header(1, 0).tensor("t", {8}, 77, 0).pad().data(32).b,
                    "unknown ggml type id 77"});
   cases.push_back({"removed type id 4", base().header(1, 0).tensor("t", {32}, 4, 0).pad().data(32).b,
                    "unknown ggml type id 4"});
   cases.push_back({"dimension overflow",
-                   base().header(1, 0).tensor("t", {1ll << 40, 1ll << 40}, 0, 0).pad().data(32).b, "overflow"});
+                   base().header(1, 0).tensor("t", {1ll << 40, 1ll << 40}, 0, 0).pad().data(32).b,
+                   "overflow"});
   cases.push_back({"byte size overflow",
                    base().header(1, 0).tensor("t", {1ll << 31, 1ll << 31, 1ll << 1}, 0, 0).pad().data(32).b,
                    "overflow"});
-  cases.push_back({"negative dimension", base().header(1, 0).tensor("t", {-8}, 0, 0).pad().data(32).b, "negative"});
-  cases.push_back({"too many dims", base().header(1, 0).tensor("t", {1, 1, 1, 1, 1}, 0, 0).pad().data(32).b,
-                   "n_dims 5"});
+  cases.push_back(
+      {"negative dimension", base().header(1, 0).tensor("t", {-8}, 0, 0).pad().data(32).b, "negative"});
+  cases.push_back(
+      {"too many dims", base().header(1, 0).tensor("t", {1, 1, 1, 1, 1}, 0, 0).pad().data(32).b, "n_dims 5"});
   cases.push_back({"zero dims", base().header(1, 0).tensor("t", {}, 0, 0).pad().data(32).b, "n_dims 0"});
   cases.push_back({"block size", base().header(1, 0).tensor("t", {33}, 2, 0).pad().data(64).b,
                    "not a multiple of the Q4_0 block size 32"});
   cases.push_back({"misaligned offset", base().header(1, 0).tensor("t", {2}, 0, 4).pad().data(64).b,
                    "not a multiple of the alignment"});
-  cases.push_back({"duplicate tensor", base().header(2, 0).tensor("t", {8}, 0, 0).tensor("t", {8}, 0, 32).pad().data(64).b,
+  cases.push_back({"duplicate tensor",
+                   base().header(2, 0).tensor("t", {8}, 0, 0).tensor("t", {8}, 0, 32).pad().data(64).b,
                    "duplicate tensor name 't'"});
-  cases.push_back({"long tensor name", base().header(1, 0).tensor(std::string(80, 'n'), {8}, 0, 0).pad().data(32).b,
+  cases.push_back({"long tensor name",
+                   base().header(1, 0).tensor(std::string(80, 'n'), {8}, 0, 0).pad().data(32).b,
                    "the limit is 63"});
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);

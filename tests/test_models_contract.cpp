@@ -49,6 +49,7 @@ const MoeGolden kQwen3Moe{"qwen3moe-tiny", {"qwen3moe-tiny", "qwen3moe"}, GgmlTy
 const MoeGolden kGptOss{"gpt-oss-tiny", {"gpt-oss-tiny", "gpt-oss"}, GgmlType::MXFP4, 128};
 const MoeGolden kHyV3{"hy_v3-tiny", {"hy_v3-tiny", "hy_v3"}, GgmlType::Q8_0, 128};
 const MoeGolden kGemma4{"gemma4-tiny", {"gemma4-tiny", "gemma4"}, GgmlType::Q4_0, 128};
+const MoeGolden kQwen35Moe{"qwen35moe-tiny", {"qwen35moe-tiny", "qwen35moe"}, GgmlType::Q4_0, 128};
 
 // gtest would otherwise print the parameter as a bare address.
 void PrintTo(const MoeGolden* g, std::ostream* os) { *os << g->name; }
@@ -108,6 +109,26 @@ TEST_P(MoeModelContract, ResetRestartsTheSequence) {
   m->forward(*st, first, b, false);
   EXPECT_EQ(a, b);
   EXPECT_GT(st->bytes(), 0u);
+}
+
+// A copy of a state (a prompt snapshot) continues as the original does, bit for bit, even into a fresh state
+// of a longer context than the prefix: every KV layer's first positions (V is stored transposed, a row per
+// head dim) and every recurrent state come along.
+TEST_P(MoeModelContract, ACopiedStateContinuesAsTheOriginal) {
+  auto m = load_model(tiny().file(), {});
+  const auto tokens = tiny().teacher_forced_tokens();
+  const size_t V = static_cast<size_t>(m->info().n_vocab);
+  std::vector<float> a(V), b(V);
+  auto original = m->new_state(32);
+  m->forward(*original, std::span<const int32_t>(tokens).first(12), a, false);
+  auto copy = m->new_state(32);
+  copy->copy_sequence_from(*original);
+  EXPECT_EQ(copy->n_past, 12);
+  for (size_t t = 12; t < 16; ++t) {
+    m->forward(*original, std::span<const int32_t>(tokens).subspan(t, 1), a, false);
+    m->forward(*copy, std::span<const int32_t>(tokens).subspan(t, 1), b, false);
+    ASSERT_EQ(a, b) << "token " << t;
+  }
 }
 
 // The last row of a 12-token forward (the last-row-only path), every row of a 40-token prefill, then 6 decode
@@ -293,7 +314,7 @@ TEST_P(MoeModelContract, ForwardRejectsBadCalls) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyGoldens, MoeModelContract,
-                         ::testing::Values(&kLfm2Moe, &kQwen3Moe, &kGptOss, &kHyV3, &kGemma4),
+                         ::testing::Values(&kLfm2Moe, &kQwen3Moe, &kGptOss, &kHyV3, &kGemma4, &kQwen35Moe),
                          [](const ::testing::TestParamInfo<const MoeGolden*>& p) {
                            std::string name = p.param->name;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -13,7 +13,8 @@ namespace {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, MoeGolden,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "lfm2moe-medium",
-                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"),
+                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny",
+                                           "qwen35moe-tiny"),
                          golden_test_name);
 
 class CudaRepeat : public MoeGolden {};
@@ -43,7 +44,7 @@ TEST_P(CudaRepeat, TheSameRunTwiceGivesTheSameBits) {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaRepeat,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny",
-                                           "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"),
+                                           "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny", "qwen35moe-tiny"),
                          golden_test_name);
 
 }  // namespace

@@ -87,7 +87,7 @@ TEST_P(CudaGraphs, ReplayedStepsGiveTheBitsOfEagerSteps) {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaGraphs,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny",
-                                           "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"),
+                                           "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny", "qwen35moe-tiny"),
                          golden::golden_test_name);
 
 }  // namespace

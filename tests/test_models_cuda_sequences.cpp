@@ -51,7 +51,7 @@ TEST_P(CudaSequences, DecodeBatchesGiveTheAloneBitsAndMixedOnesStayWithinToleran
 
 INSTANTIATE_TEST_SUITE_P(Goldens, CudaSequences,
                          ::testing::Values("lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny",
-                                           "lfm2moe-tiny-f16", "hy_v3-tiny", "gemma4-tiny"),
+                                           "lfm2moe-tiny-f16", "hy_v3-tiny", "gemma4-tiny", "qwen35moe-tiny"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            std::string name = p.param;
                            for (char& c : name)

@@ -76,7 +76,8 @@ TEST(LayerStates, ResetClearsTheRecurrentStatesAndCopyTakesTheKvPrefixAndEveryRe
              bv0 = read(be, b.kv(0).v), ak1 = read(be, a.kv(1).k), bk1 = read(be, b.kv(1).k);
   for (size_t i = 0; i < n_ctx * row0; ++i) {
     EXPECT_EQ(bk0[i], i < 4 * row0 ? ak0[i] : 0) << i;  // positions 0..3 only
-    EXPECT_EQ(bv0[i], i < 4 * row0 ? av0[i] : 0) << i;
+    // V is transposed (a row of n_ctx positions per head dim): positions 0..3 of every row
+    EXPECT_EQ(bv0[i], i % n_ctx < 4 ? av0[i] : 0) << i;
   }
   for (size_t i = 0; i < n_ctx * row1; ++i) EXPECT_EQ(bk1[i], i < 4 * row1 ? ak1[i] : 0) << i;
   EXPECT_EQ(read(be, b.conv(2)), read(be, a.conv(2)));

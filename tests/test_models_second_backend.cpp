@@ -336,7 +336,7 @@ TEST_P(SecondBackend, AForwardingBackendGivesTheSameBitsAndSeesEveryOp) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, SecondBackend,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny",
-                                           "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"),
+                                           "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny", "qwen35moe-tiny"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s)

@@ -31,6 +31,7 @@ const test_util::GoldenModel kQwen3Moe{"qwen3moe-tiny", "qwen3moe"};
 const test_util::GoldenModel kGptOss{"gpt-oss-tiny", "gpt-oss"};
 const test_util::GoldenModel kHyV3{"hy_v3-tiny", "hy_v3"};
 const test_util::GoldenModel kGemma4{"gemma4-tiny", "gemma4"};
+const test_util::GoldenModel kQwen35Moe{"qwen35moe-tiny", "qwen35moe"};
 
 struct Named {
   std::string name;
@@ -160,7 +161,8 @@ INSTANTIATE_TEST_SUITE_P(TinyGoldens, Sequences,
                          ::testing::Values(Named{"lfm2moe_tiny", &kLfm2Moe},
                                            Named{"qwen3moe_tiny", &kQwen3Moe},
                                            Named{"gpt_oss_tiny", &kGptOss}, Named{"hy_v3_tiny", &kHyV3},
-                                           Named{"gemma4_tiny", &kGemma4}),
+                                           Named{"gemma4_tiny", &kGemma4},
+                                           Named{"qwen35moe_tiny", &kQwen35Moe}),
                          [](const ::testing::TestParamInfo<Named>& p) { return p.param.name; });
 
 }  // namespace

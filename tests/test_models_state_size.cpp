@@ -56,7 +56,7 @@ TEST_P(StateSize, GrowsWithTheContextAndTheThreads) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, StateSize,
                          ::testing::Values("lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny",
-                                           "gemma4-tiny"));
+                                           "gemma4-tiny", "qwen35moe-tiny"));
 
 TEST(StateSizeKv, IsTwoF16RowsPerPositionAndAttentionLayer) {
   StateDims d;

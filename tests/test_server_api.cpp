@@ -299,7 +299,8 @@ TEST(ServerApi, AnExpertReadErrorFailsOnlyThatRequest) {
 TEST(ServerApi, LegacyCompletionLogprobsAndReasoningFormatAreChecked) {
   TestServer s;
   auto c = s.client();
-  json j = post(*c, "/v1/completions", json{{"prompt", "Hello"}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 2}})
+  json j = post(*c, "/v1/completions",
+                json{{"prompt", "Hello"}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 2}})
                .json();
   const auto& lp = j["choices"][0]["logprobs"];
   ASSERT_EQ(lp["tokens"].size(), lp["token_logprobs"].size());

@@ -120,7 +120,7 @@ TEST_P(GoldenIngest, RecordsEqualTheGgufSlabsAndDenseHoldsTheRest) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, GoldenIngest,
                          ::testing::Values("lfm2moe-tiny", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny",
-                                           "gemma4-tiny"),
+                                           "gemma4-tiny", "qwen35moe-tiny"),
                          [](const auto& p) {
                            std::string n = p.param;
                            std::replace(n.begin(), n.end(), '-', '_');

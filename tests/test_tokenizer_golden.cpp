@@ -133,7 +133,8 @@ TEST_P(GoldenTokenizer, EncodeThenDecodeRoundTripsEveryCase) {
 
 INSTANTIATE_TEST_SUITE_P(Models, GoldenTokenizer,
                          ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16",
-                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny"),
+                                           "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny",
+                                           "qwen35moe-tiny"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) {

@@ -121,6 +121,22 @@ void LayerStates::reset() {
   }
 }
 
+// V is stored transposed (KvCacheView: a row of n_ctx positions per head dim), so its first n_pos positions
+// are the start of every row, not the start of the buffer.
+void LayerStates::copy_v_prefix(backend::DeviceBuffer& dst, const backend::DeviceBuffer& src,
+                                const LayerStateSpec& s, int n_pos) {
+  if (s.kind != LayerStateSpec::Kind::kKv || n_pos <= 0) return;
+  if (n_pos >= n_ctx_) {
+    be_->copy(dst.as<uint8_t>(), src.as<uint8_t>(), src.bytes());
+    return;
+  }
+  const size_t row = static_cast<size_t>(n_ctx_) * sizeof(uint16_t),
+               n = static_cast<size_t>(n_pos) * sizeof(uint16_t);
+  const size_t rows = static_cast<size_t>(s.n_head_kv) * static_cast<size_t>(s.head_dim);
+  for (size_t r = 0; r < rows; ++r)
+    be_->copy(dst.as<uint8_t>().sub(r * row, n), src.as<uint8_t>().sub(r * row, n), n);
+}
+
 void LayerStates::copy_from(const LayerStates& other, int n_pos) {
   bool same = other.n_ctx_ == n_ctx_ && other.specs_.size() == specs_.size();
   for (size_t il = 0; same && il < specs_.size(); ++il) {
@@ -137,7 +153,7 @@ void LayerStates::copy_from(const LayerStates& other, int n_pos) {
     Layer& l = layers_[il];
     const size_t n = static_cast<size_t>(kv_values(specs_[il], n_pos)) * sizeof(uint16_t);
     be_->copy(l.k.as<uint8_t>(), o.k.as<uint8_t>(), std::min(n, o.k.bytes()));
-    be_->copy(l.v.as<uint8_t>(), o.v.as<uint8_t>(), std::min(n, o.v.bytes()));
+    copy_v_prefix(l.v, o.v, specs_[il], n_pos);
     be_->copy(l.conv.as<uint8_t>(), o.conv.as<uint8_t>(), o.conv.bytes());
     be_->copy(l.matrix.as<uint8_t>(), o.matrix.as<uint8_t>(), o.matrix.bytes());
   }

@@ -63,6 +63,8 @@ class LayerStates {
   };
   const LayerStateSpec& checked(int il, LayerStateSpec::Kind a, LayerStateSpec::Kind b,
                                 const char* what) const;
+  void copy_v_prefix(backend::DeviceBuffer& dst, const backend::DeviceBuffer& src, const LayerStateSpec& s,
+                     int n_pos);
   backend::Backend* be_;
   std::vector<LayerStateSpec> specs_;
   std::vector<Layer> layers_;
