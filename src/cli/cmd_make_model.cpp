@@ -1,5 +1,6 @@
 // `diskformer make-model`: writes a synthetic random-weight MoE GGUF with the real tensor names, shapes,
-// types and keys of lfm2moe, qwen3moe, hy_v3 or gemma4 (src/synth/), from a preset and per-field overrides.
+// types and keys of lfm2moe, qwen3moe, hy_v3, gemma4 or qwen35moe (src/synth/), from a preset and per-field
+// overrides.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -31,6 +32,8 @@ struct MakeModelArgs {
   int layers = 0, hidden = 0, heads = 0, kv_heads = 0, head_dim = 0, experts = 0, topk = 0, expert_ff = 0;
   int dense_ff = 0, vocab = 0, ctx = 0, dense_lead = 0, conv_l_cache = 0, route_dims = 0, shared_ff = 0;
   float expert_scale = 0, softcap = 0;
+  int attn_interval = 0, rope_dims = 0, ssm_k_heads = 0, ssm_v_heads = 0, ssm_head_dim = 0, conv_kernel = 0;
+  std::string rope_sections;
   int window = 0, head_dim_global = 0, kv_heads_global = 0;
   float rope_theta = 0, rms_eps = 0, embd_std = 0, logit_std = 0, block_gain = 0, router_std = 0,
         bias_std = 0;
@@ -72,12 +75,15 @@ syn::Config build_config(const MakeModelArgs& a) {
   syn::Shape& s = c.shape;
   syn::Numerics& n = c.numerics;
   const bool lfm2 = arch == syn::Arch::lfm2moe, hy = arch == syn::Arch::hy_v3,
-             gemma = arch == syn::Arch::gemma4;
+             gemma = arch == syn::Arch::gemma4, q35 = arch == syn::Arch::qwen35moe;
   c.seed = a.seed;
-  for (const char* f :
-       {"--layers", "--hidden", "--heads", "--kv-heads", "--head-dim", "--experts", "--topk", "--expert-ff",
-        "--dense-ff", "--vocab", "--dense-lead", "--attn-layers", "--shared-ff", "--expert-scale",
-        "--global-layers", "--window", "--head-dim-global", "--kv-heads-global"})
+  for (const char* f : {"--layers",          "--hidden",          "--heads",         "--kv-heads",
+                        "--head-dim",        "--experts",         "--topk",          "--expert-ff",
+                        "--dense-ff",        "--vocab",           "--dense-lead",    "--attn-layers",
+                        "--shared-ff",       "--expert-scale",    "--global-layers", "--window",
+                        "--head-dim-global", "--kv-heads-global", "--attn-interval", "--rope-dims",
+                        "--rope-sections",   "--ssm-k-heads",     "--ssm-v-heads",   "--ssm-head-dim",
+                        "--conv-kernel"})
     if (a.given(f)) c.name = fmt::format("{}-custom", a.arch);  // no longer the preset's shape
   if (a.given("--name")) c.name = a.name;
   if (a.given("--layers")) s.n_layer = a.layers;
@@ -109,8 +115,18 @@ syn::Config build_config(const MakeModelArgs& a) {
   if (a.given("--head-dim-global")) s.head_dim_global = a.head_dim_global;
   if (a.given("--kv-heads-global")) s.n_head_kv_global = a.kv_heads_global;
   if (a.given("--softcap")) s.logit_softcap = a.softcap;
-  if ((a.given("--shared-ff") || a.given("--expert-scale")) && !hy)
-    fail("--shared-ff and --expert-scale apply to --arch hy_v3 only");
+  if (a.given("--shared-ff") && !hy && !q35) fail("--shared-ff applies to --arch hy_v3 and qwen35moe only");
+  if (a.given("--expert-scale") && !hy) fail("--expert-scale applies to --arch hy_v3 only");
+  for (const char* f : {"--attn-interval", "--rope-dims", "--rope-sections", "--ssm-k-heads", "--ssm-v-heads",
+                        "--ssm-head-dim", "--conv-kernel"})
+    if (a.given(f) && !q35) fail("{} applies to --arch qwen35moe only", f);
+  if (a.given("--attn-interval")) s.full_attn_interval = a.attn_interval;
+  if (a.given("--rope-dims")) s.n_rot = a.rope_dims;
+  if (a.given("--rope-sections")) s.rope_sections = parse_layer_list(a.rope_sections, "--rope-sections");
+  if (a.given("--ssm-k-heads")) s.dn_k_heads = a.ssm_k_heads;
+  if (a.given("--ssm-v-heads")) s.dn_v_heads = a.ssm_v_heads;
+  if (a.given("--ssm-head-dim")) s.dn_head_dim = a.ssm_head_dim;
+  if (a.given("--conv-kernel")) s.ssm_conv_kernel = a.conv_kernel;
   if (a.given("--shared-ff")) s.n_ff_shexp = a.shared_ff;
   if (a.given("--expert-scale")) s.expert_weights_scale = a.expert_scale;
   if (a.given("--dense-lead")) s.n_dense_lead = a.dense_lead;
@@ -185,13 +201,20 @@ void run_make_model(const MakeModelArgs& a) {
     fmt::print(
         "  global layers [{}] (head dim {}, {} KV heads), the others slide over {} positions; dense ff {}\n",
         fmt::join(s.global_layers, ", "), s.head_dim_global, s.n_head_kv_global, s.n_swa, s.n_ff);
+  if (c.arch == syn::Arch::qwen35moe)
+    fmt::print(
+        "  every {}th layer attends ({} of {} head dims rotated), the others are delta-net layers ({} key / "
+        "{} "
+        "value heads of {}, conv {} taps); shared expert ff {}\n",
+        s.full_attn_interval, s.n_rot, s.head_dim, s.dn_k_heads, s.dn_v_heads, s.dn_head_dim,
+        s.ssm_conv_kernel, s.n_ff_shexp);
   if (c.arch == syn::Arch::hy_v3)
     fmt::print("  {} leading dense layers (ff {}), shared expert ff {}, expert weights scale {}\n",
                s.n_dense_lead, s.n_ff, s.n_ff_shexp, s.expert_weights_scale);
   fmt::print("  types: matmul {}, experts {}, token_embd {}{}; {} tensors, {} of tensor data in {:.1f} s\n",
              ggml_type_name(c.types.matmul), ggml_type_name(c.types.experts),
              ggml_type_name(c.types.token_embd),
-             c.arch == syn::Arch::qwen3moe || c.arch == syn::Arch::hy_v3
+             c.arch == syn::Arch::qwen3moe || c.arch == syn::Arch::hy_v3 || c.arch == syn::Arch::qwen35moe
                  ? fmt::format(", output {}", ggml_type_name(c.types.output))
                  : "",
              sum.n_tensors, human_bytes(sum.tensor_bytes), secs);
@@ -209,13 +232,13 @@ void register_make_model(CLI::App& app) {
   const auto opt = [&](const std::string& flag, auto& var, const std::string& help) {
     a.opts[flag] = sub->add_option(flag, var, help);
   };
-  sub->add_option("--arch", a.arch, "lfm2moe, qwen3moe, hy_v3 or gemma4")->capture_default_str();
+  sub->add_option("--arch", a.arch, "lfm2moe, qwen3moe, hy_v3, gemma4 or qwen35moe")->capture_default_str();
   sub->add_option(
          "--preset", a.preset,
          "tiny (the golden fixture's shape), small (~0.3 GB, for benchmarks), lfm2-24b (lfm2moe: the real "
          "LFM2.5-24B-A2B hyper-parameters, ~13.5 GB), qwen3-30b (qwen3moe: Qwen3-30B-A3B, ~16 GB) or "
          "hy-v3-30b (hy_v3: a 48-layer 30B-A3B shape, Q8_0, ~31 GB) or gemma4-26b (gemma4: Gemma 4 "
-         "26B-A4B, ~14 GB)")
+         "26B-A4B, ~14 GB) or qwen35-35b (qwen35moe: Qwen3.5-35B-A3B, Q4_0, ~19 GB)")
       ->capture_default_str();
   sub->add_option("--seed", a.seed, "seed of the random weights")->capture_default_str();
   sub->add_option("-o,--out", a.out, "output GGUF file (written to a temporary name, then renamed)")
@@ -239,7 +262,7 @@ void register_make_model(CLI::App& app) {
   opt("--rope-theta", a.rope_theta, "RoPE base");
   opt("--rms-eps", a.rms_eps, "RMS norm epsilon");
   opt("--dense-lead", a.dense_lead, "lfm2moe, hy_v3: leading dense-FFN layers");
-  opt("--shared-ff", a.shared_ff, "hy_v3: the shared expert's feed-forward width");
+  opt("--shared-ff", a.shared_ff, "hy_v3, qwen35moe: the shared expert's feed-forward width");
   opt("--expert-scale", a.expert_scale, "hy_v3: expert_weights_scale (0: none)");
   opt("--global-layers", a.global_layers, "gemma4: comma-separated full-attention layers (or none)");
   opt("--window", a.window, "gemma4: the sliding layers' window");
@@ -249,6 +272,14 @@ void register_make_model(CLI::App& app) {
   opt("--attn-layers", a.attn_layers,
       "lfm2moe: comma-separated attention layer indices (or none); others are conv");
   opt("--conv-l-cache", a.conv_l_cache, "lfm2moe: short-conv taps");
+  opt("--attn-interval", a.attn_interval,
+      "qwen35moe: every this-many-th layer attends, the others are delta-net");
+  opt("--rope-dims", a.rope_dims, "qwen35moe: rotated dims of each attention head");
+  opt("--rope-sections", a.rope_sections, "qwen35moe: the 4 IMRoPE sections, e.g. 11,11,10,0");
+  opt("--ssm-k-heads", a.ssm_k_heads, "qwen35moe: delta-net query/key heads (ssm.group_count)");
+  opt("--ssm-v-heads", a.ssm_v_heads, "qwen35moe: delta-net value heads (ssm.time_step_rank)");
+  opt("--ssm-head-dim", a.ssm_head_dim, "qwen35moe: delta-net head size (ssm.state_size)");
+  opt("--conv-kernel", a.conv_kernel, "qwen35moe: delta-net conv taps (ssm.conv_kernel)");
   opt("--qtype", a.qtype, "type of the matmul and expert weights (qwen3moe: and of token_embd)");
   opt("--expert-type", a.expert_type, "type of the expert weights");
   opt("--embd-type", a.embd_type, "type of token_embd (lfm2moe: also the tied head)");
