@@ -13,6 +13,7 @@
 
 #include "backend/backend_factory.h"
 #include "backend/cpu/cpu_backend.h"
+#include "delta_net_reference.h"
 #include "error_matchers.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -692,6 +693,280 @@ TEST(CudaOps, ScaleMulRowsAndSoftcapMatchTheCpuAndReplayInAStepGraph) {
   }
   EXPECT_GT(gpu.steps_replayed(), replayed) << "the step was never replayed";
   EXPECT_THROW(step(2.0f * s), df::Error);
+}
+
+// ---- qwen35moe's gated delta-net ops.
+
+// Whether every a[i] is within `ulps` units in the last place of b[i] (relative to the larger magnitude).
+::testing::AssertionResult within_ulps(const std::vector<float>& a, const std::vector<float>& b, float ulps) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << a.size() << " values vs " << b.size();
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float tol = ulps * std::numeric_limits<float>::epsilon() * std::max(std::abs(a[i]), std::abs(b[i]));
+    if (!(std::abs(a[i] - b[i]) <= tol))
+      return ::testing::AssertionFailure() << "value " << i << ": " << a[i] << " vs " << b[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Whether every a[i] is within rel · max|b| of b[i]: the recurrences' float sums come in another order on the
+// GPU, so an element's error is a fraction of the values' scale, not of the element itself.
+::testing::AssertionResult within_scale(const std::vector<float>& a, const std::vector<float>& b,
+                                        double rel) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << a.size() << " values vs " << b.size();
+  double scale = 0.0;
+  for (float x : b) scale = std::max(scale, static_cast<double>(std::abs(x)));
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(std::abs(static_cast<double>(a[i]) - b[i]) <= rel * scale))
+      return ::testing::AssertionFailure()
+             << "value " << i << ": " << a[i] << " vs " << b[i] << " (scale " << scale << ")";
+  return ::testing::AssertionSuccess();
+}
+
+// The conv over `rows` tokens in calls of `splits` rows each (summing to rows): the outputs of every call,
+// then the final state.
+std::vector<float> run_delta_net_conv(Backend& b, const std::vector<float>& u, int64_t rows, int64_t channels,
+                                      const std::vector<float>& w, int taps, const std::vector<float>& state,
+                                      const std::vector<int64_t>& splits) {
+  DeviceBuffer du = put(b, u), dw = put(b, w), ds = put(b, state);
+  DeviceBuffer dy = b.alloc_array<float>(static_cast<size_t>(rows * channels), "y");
+  int64_t r0 = 0;
+  for (int64_t n : splits) {
+    const auto part = [&](const DeviceBuffer& buf) {
+      return buf.as<float>().sub(static_cast<size_t>(r0 * channels), static_cast<size_t>(n * channels));
+    };
+    b.delta_net_conv(part(du), n, channels, dw.as<const float>(), taps, ds.as<float>(), part(dy));
+    r0 += n;
+  }
+  auto y = get<float>(b, dy, static_cast<size_t>(rows * channels));
+  const auto s = get<float>(b, ds, state.size());
+  y.insert(y.end(), s.begin(), s.end());
+  return y;
+}
+
+// The conv sums are the CPU's float operations in the CPU's order; only SiLU's expf (CUDA's, within 2 ulp)
+// differs. The state is raw inputs, copied bit for bit. Two calls continue where one would.
+TEST(CudaOps, DeltaNetConvMatchesTheCpu) {
+  NEED_GPU();
+  for (int taps : {2, 3, 4}) {
+    for (int64_t channels : {int64_t{40}, int64_t{1000}}) {
+      for (int64_t rows : {1, 37}) {
+        const std::string what = std::to_string(taps) + " taps, " + std::to_string(channels) + " channels, " +
+                                 std::to_string(rows) + " rows";
+        const auto seed = static_cast<uint32_t>(taps * 1000 + channels + rows);
+        const auto u = random_floats(static_cast<size_t>(rows * channels), seed, 2.0f);
+        const auto w = random_floats(static_cast<size_t>(channels * taps), seed + 1, 0.5f);
+        const auto st = random_floats(static_cast<size_t>((taps - 1) * channels), seed + 2, 2.0f);
+        std::vector<float> c;
+        const auto g = on_both(
+            cpu, gpu,
+            [&](Backend& b) { return run_delta_net_conv(b, u, rows, channels, w, taps, st, {rows}); }, &c);
+        const size_t n_out = static_cast<size_t>(rows * channels);
+        EXPECT_TRUE(within_ulps({g.begin(), g.begin() + n_out}, {c.begin(), c.begin() + n_out}, 8)) << what;
+        EXPECT_EQ(std::vector<float>(g.begin() + n_out, g.end()),
+                  std::vector<float>(c.begin() + n_out, c.end()))
+            << what << ": the state";
+        // Fewer rows than taps in the first call: the state then mixes old state and new rows.
+        if (rows > 1) {
+          EXPECT_EQ(run_delta_net_conv(gpu, u, rows, channels, w, taps, st, {1, rows - 1}), g) << what;
+          EXPECT_EQ(run_delta_net_conv(gpu, u, rows, channels, w, taps, st, {20, rows - 20}), g) << what;
+        }
+      }
+    }
+  }
+}
+
+using test::DeltaNetInputs;
+
+// Inputs in a trained model's ranges (delta_net_reference.h) for these shapes.
+DeltaNetInputs delta_net_inputs(const DeltaNetParams& p, int64_t rows, uint32_t seed,
+                                float alpha_shift = 0.0f) {
+  return test::delta_net_inputs({p.n_k_heads, p.n_v_heads, p.head_dim, p.eps}, rows, seed, alpha_shift);
+}
+
+// The delta rule over `rows` tokens in calls of `splits` rows each: the outputs, then the final state.
+std::vector<float> run_gated_delta_net(Backend& b, DeltaNetParams p, const DeltaNetInputs& in, int64_t rows,
+                                       const std::vector<int64_t>& splits) {
+  const int64_t nv = p.n_v_heads, d = p.head_dim, C = (2 * p.n_k_heads + nv) * d;
+  DeviceBuffer dqkv = put(b, in.qkv), da = put(b, in.alpha), db = put(b, in.beta);
+  DeviceBuffer ddt = put(b, in.dt_bias), dssm = put(b, in.ssm_a), ds = put(b, in.state);
+  DeviceBuffer dout = b.alloc_array<float>(static_cast<size_t>(rows * nv * d), "out");
+  p.dt_bias = ddt.as<const float>();
+  p.ssm_a = dssm.as<const float>();
+  int64_t r0 = 0;
+  for (int64_t n : splits) {
+    const auto part = [&](const DeviceBuffer& buf, int64_t width) {
+      return buf.as<float>().sub(static_cast<size_t>(r0 * width), static_cast<size_t>(n * width));
+    };
+    b.gated_delta_net(p, part(dqkv, C), part(da, nv), part(db, nv), n, ds.as<float>(), part(dout, nv * d));
+    r0 += n;
+  }
+  auto out = get<float>(b, dout, static_cast<size_t>(rows * nv * d));
+  const auto s = get<float>(b, ds, in.state.size());
+  out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+// The GPU's sums over the key dims run in another order (warp reductions; past 8 rows, the chunked form):
+// within float rounding of the values' scale, outputs and final state alike, over a hundred tokens of
+// realistic decays.
+TEST(CudaOps, GatedDeltaNetMatchesTheCpu) {
+  NEED_GPU();
+  for (const auto& [nk, nv] : {std::pair{2, 4}, std::pair{4, 4}}) {
+    for (int d : {16, 32, 64, 128}) {
+      for (int64_t rows : {1, 7, 100}) {
+        const std::string what = std::to_string(nk) + " k-heads, " + std::to_string(nv) + " v-heads of " +
+                                 std::to_string(d) + ", " + std::to_string(rows) + " rows";
+        DeltaNetParams p;
+        p.n_k_heads = nk;
+        p.n_v_heads = nv;
+        p.head_dim = d;
+        p.eps = 1e-6f;
+        const auto in = delta_net_inputs(p, rows, static_cast<uint32_t>(d * 1000 + rows + nk));
+        std::vector<float> c;
+        const auto g = on_both(
+            cpu, gpu, [&](Backend& b) { return run_gated_delta_net(b, p, in, rows, {rows}); }, &c);
+        const size_t n_out = static_cast<size_t>(rows * nv * d);
+        const std::vector<float> g_out(g.begin(), g.begin() + n_out), c_out(c.begin(), c.begin() + n_out);
+        const std::vector<float> g_state(g.begin() + n_out, g.end()), c_state(c.begin() + n_out, c.end());
+        EXPECT_TRUE(within_scale(g_out, c_out, 1e-4)) << what << ": the outputs";
+        EXPECT_TRUE(within_scale(g_state, c_state, 1e-4)) << what << ": the state";
+        if (rows > 1) {
+          const int64_t first = rows / 3;
+          const auto two = run_gated_delta_net(gpu, p, in, rows, {first, rows - first});
+          EXPECT_TRUE(within_scale({two.begin(), two.begin() + n_out}, c_out, 1e-4))
+              << what << " in two calls";
+          EXPECT_TRUE(within_scale({two.begin() + n_out, two.end()}, c_state, 1e-4))
+              << what << " in two calls: the state";
+        }
+      }
+    }
+  }
+}
+
+// The largest head the op takes, and a head size that is no multiple of the warp (lanes past d idle).
+TEST(CudaOps, GatedDeltaNetOddAndLargestHeadsMatchTheCpu) {
+  NEED_GPU();
+  for (int d : {48, 512}) {
+    DeltaNetParams p;
+    p.n_k_heads = 1;
+    p.n_v_heads = 2;
+    p.head_dim = d;
+    p.eps = 1e-6f;
+    const int64_t rows = 9;
+    const auto in = delta_net_inputs(p, rows, static_cast<uint32_t>(d));
+    std::vector<float> c;
+    const auto g = on_both(
+        cpu, gpu, [&](Backend& b) { return run_gated_delta_net(b, p, in, rows, {rows}); }, &c);
+    EXPECT_TRUE(within_scale(g, c, 1e-4)) << "head size " << d;
+  }
+  DeltaNetParams bad;
+  bad.n_k_heads = 1;
+  bad.n_v_heads = 1;
+  bad.head_dim = 513;
+  const auto in = delta_net_inputs(bad, 1, 1);
+  EXPECT_THROW(run_gated_delta_net(gpu, bad, in, 1, {1}), df::Error);
+}
+
+// Prefill batches (more than the batch-invariant rows) take the chunked form: within float rounding of the
+// sequential CPU op over several chunks, in calls that end inside a chunk, at its end or one past it, or that
+// start with decode-sized ones (the token walk) and go on chunked; head sizes up to 256 (past what shared
+// memory holds, the token walk); decays from near 1 to near 0.
+TEST(CudaOps, GatedDeltaNetChunkedPrefillMatchesTheCpu) {
+  NEED_GPU();
+  const int64_t rows = 200;
+  const std::vector<std::vector<int64_t>> splits = {{rows}, {9, 191}, {64, 1, 135}, {5, 65, 130}};
+  for (int d : {16, 32, 64, 128, 256, 512}) {
+    for (float alpha_shift : {0.0f, -12.0f, 12.0f}) {
+      if (alpha_shift != 0.0f && d != 128) continue;
+      DeltaNetParams p;
+      p.n_k_heads = 2;
+      p.n_v_heads = 4;
+      p.head_dim = d;
+      p.eps = 1e-6f;
+      const auto in = delta_net_inputs(p, rows, static_cast<uint32_t>(500 + d), alpha_shift);
+      const size_t n_out = static_cast<size_t>(rows * p.n_v_heads * d);
+      const auto c = run_gated_delta_net(cpu, p, in, rows, {rows});
+      const std::vector<float> c_out(c.begin(), c.begin() + n_out), c_state(c.begin() + n_out, c.end());
+      for (const auto& split : splits) {
+        const auto g = run_gated_delta_net(gpu, p, in, rows, split);
+        const std::string what = "head size " + std::to_string(d) + ", alpha shift " +
+                                 std::to_string(alpha_shift) + ", first call " + std::to_string(split[0]) +
+                                 " rows";
+        EXPECT_TRUE(within_scale({g.begin(), g.begin() + n_out}, c_out, 1e-4)) << what << ": the outputs";
+        EXPECT_TRUE(within_scale({g.begin() + n_out, g.end()}, c_state, 1e-4)) << what << ": the state";
+      }
+    }
+  }
+}
+
+// ggml_sigmoid then ggml_mul: the CPU's two roundings, with CUDA's expf (within 2 ulp) for glibc's.
+TEST(CudaOps, MulSigmoidMatchesTheCpuForBothGateWidths) {
+  NEED_GPU();
+  const int64_t rows = 5, n = 300;
+  const auto x = random_floats(static_cast<size_t>(rows * n), 111, 3.0f);
+  for (int64_t gate_n : {int64_t{1}, n}) {
+    const auto gate = random_floats(static_cast<size_t>(rows * gate_n), 112, 4.0f);
+    std::vector<float> c;
+    const auto g = on_both(
+        cpu, gpu,
+        [&](Backend& b) {
+          DeviceBuffer dx = put(b, x), dg = put(b, gate);
+          b.mul_sigmoid(dx.as<float>(), dg.as<const float>(), rows, n, gate_n);
+          return get<float>(b, dx, x.size());
+        },
+        &c);
+    EXPECT_TRUE(within_ulps(g, c, 4)) << "gate width " << gate_n;
+  }
+}
+
+// A delta-net layer's ops (conv, delta rule, gate) from the same inputs give the same bits every time: run
+// eagerly, captured in a step graph, and replayed.
+TEST(CudaOps, DeltaNetOpsAreDeterministicAndReplayInAStepGraph) {
+  NEED_GPU();
+  DeltaNetParams p;
+  p.n_k_heads = 2;
+  p.n_v_heads = 4;
+  p.head_dim = 64;
+  p.eps = 1e-6f;
+  const int taps = 4;
+  const int64_t nv = p.n_v_heads, d = p.head_dim, C = (2 * p.n_k_heads + nv) * d;
+  for (int64_t rows : {1, 40}) {
+    const auto in = delta_net_inputs(p, rows, 121);
+    const auto u = random_floats(static_cast<size_t>(rows * C), 122);
+    const auto w = random_floats(static_cast<size_t>(C * taps), 123, 0.5f);
+    const auto conv_state = random_floats(static_cast<size_t>((taps - 1) * C), 124);
+    const auto z = random_floats(static_cast<size_t>(rows * nv * d), 125);
+    DeviceBuffer du = put(gpu, u), dw = put(gpu, w),
+                 dconv = gpu.alloc_array<float>(conv_state.size(), "conv");
+    DeviceBuffer dqkv = gpu.alloc_array<float>(static_cast<size_t>(rows * C), "qkv");
+    DeviceBuffer da = put(gpu, in.alpha), db = put(gpu, in.beta), ddt = put(gpu, in.dt_bias);
+    DeviceBuffer dssm = put(gpu, in.ssm_a), ds = gpu.alloc_array<float>(in.state.size(), "state");
+    DeviceBuffer dz = put(gpu, z), dout = gpu.alloc_array<float>(static_cast<size_t>(rows * nv * d), "out");
+    DeltaNetParams pp = p;
+    pp.dt_bias = ddt.as<const float>();
+    pp.ssm_a = dssm.as<const float>();
+    const auto step = [&] {
+      gpu.upload<float>(dconv.as<float>(), conv_state.data(), conv_state.size());
+      gpu.upload<float>(ds.as<float>(), in.state.data(), in.state.size());
+      StepScope scope(gpu, 0xd17 + static_cast<uint64_t>(rows));
+      gpu.delta_net_conv(du.as<const float>(), rows, C, dw.as<const float>(), taps, dconv.as<float>(),
+                         dqkv.as<float>());
+      gpu.gated_delta_net(pp, dqkv.as<const float>(), da.as<const float>(), db.as<const float>(), rows,
+                          ds.as<float>(), dout.as<float>());
+      gpu.mul_sigmoid(dout.as<float>(), dz.as<const float>(), rows, nv * d, nv * d);
+      scope.end();
+      auto r = get<float>(gpu, dout, static_cast<size_t>(rows * nv * d));
+      const auto conv_after = get<float>(gpu, dconv, conv_state.size());
+      const auto state_after = get<float>(gpu, ds, in.state.size());
+      r.insert(r.end(), conv_after.begin(), conv_after.end());
+      r.insert(r.end(), state_after.begin(), state_after.end());
+      return r;
+    };
+    const uint64_t replayed = gpu.steps_replayed();
+    const auto first = step();
+    for (int run = 1; run < 4; ++run) EXPECT_EQ(step(), first) << rows << " rows, run " << run;
+    EXPECT_GT(gpu.steps_replayed(), replayed) << "the step was never replayed";
+  }
 }
 
 TEST(CudaOps, TransfersRoundTrip) {

@@ -211,6 +211,20 @@ void launch_moe_combine_add(const float* expert_out, const float* weights, int64
 void launch_short_conv(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache,
                        float* state, float* y, cudaStream_t stream);
 
+// ---- qwen35moe's gated delta-net (delta_net.cu): Backend::delta_net_conv, gated_delta_net and mul_sigmoid.
+void launch_delta_net_conv(const float* u, int64_t rows, int64_t channels, const float* conv_w, int taps,
+                           float* state, float* y, cudaStream_t stream);
+struct DeltaNetArgs {
+  int n_k, n_v, head_dim;  // head_dim at most 512
+  float eps;
+  float out_scale;  // 1 / sqrt(head_dim) as the host computed it
+  const float *dt_bias, *ssm_a;
+};
+void launch_gated_delta_net(const DeltaNetArgs& a, const float* qkv, const float* alpha, const float* beta,
+                            int64_t rows, float* state, float* out, cudaStream_t stream);
+void launch_mul_sigmoid(float* x, const float* gate, int64_t rows, int64_t n, int64_t gate_n,
+                        cudaStream_t stream);
+
 // ---- Elementwise (elementwise.cu).
 void launch_swiglu(const float* gate, const float* up, int64_t n, float* y, cudaStream_t stream);
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream);

@@ -176,17 +176,60 @@ void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t r
   (void)graph_.skip("attention", BA::raw(out), rows, hrow);
 }
 
-// TEMPORARY (session 11): the delta-net kernels are being written; until then these refuse.
-void CudaBackend::delta_net_conv(Buf<const float>, int64_t, int64_t, Buf<const float>, int, Buf<float>,
-                                 Buf<float>) {
-  fail("cuda: delta_net_conv is not implemented yet");
+void CudaBackend::delta_net_conv(Buf<const float> u, int64_t rows, int64_t channels, Buf<const float> conv_w,
+                                 int taps, Buf<float> state, Buf<float> y) {
+  const auto timer = timed({"delta_net_conv"});
+  if (taps < 2 || taps > 64) fail("delta-net conv: {} taps is out of range (2..{})", taps, 64);
+  if (rows <= 0 || channels <= 0) return;
+  need(u, rows * channels, "delta_net_conv input");
+  need(conv_w, channels * taps, "delta_net_conv weights");
+  need(state, (taps - 1) * channels, "delta_net_conv state");
+  need(y, rows * channels, "delta_net_conv output");
+  if (graph_.skip("delta_net_conv", BA::raw(y), rows, channels)) return;
+  cuda::launch_delta_net_conv(BA::raw(u), rows, channels, BA::raw(conv_w), taps, BA::raw(state), BA::raw(y),
+                              as_stream(stream_));
 }
-void CudaBackend::gated_delta_net(const DeltaNetParams&, Buf<const float>, Buf<const float>, Buf<const float>,
-                                  int64_t, Buf<float>, Buf<float>) {
-  fail("cuda: gated_delta_net is not implemented yet");
+
+void CudaBackend::gated_delta_net(const DeltaNetParams& p, Buf<const float> qkv, Buf<const float> alpha,
+                                  Buf<const float> beta, int64_t rows, Buf<float> state, Buf<float> out) {
+  const auto timer = timed({"gated_delta_net"});
+  const int64_t nk = p.n_k_heads, nv = p.n_v_heads, d = p.head_dim;
+  if (d < 1 || d > 512) fail("gated delta-net: head size {} is out of range (1..{})", d, 512);
+  if (nk < 1 || nv < 1 || nv % nk != 0)
+    fail(
+        "gated delta-net: {} value heads over {} key heads of {} values: value heads must be a positive "
+        "multiple of key heads",
+        nv, nk, d);
+  if (rows <= 0) return;
+  need(qkv, rows * (2 * nk + nv) * d, "gated_delta_net qkv");
+  need(alpha, rows * nv, "gated_delta_net alpha");
+  need(beta, rows * nv, "gated_delta_net beta");
+  need(p.dt_bias, nv, "gated_delta_net dt_bias");
+  need(p.ssm_a, nv, "gated_delta_net ssm_a");
+  need(state, nv * d * d, "gated_delta_net state");
+  need(out, rows * nv * d, "gated_delta_net output");
+  if (graph_.skip("gated_delta_net", BA::raw(out), rows, nv * d)) return;
+  cuda::DeltaNetArgs a{};
+  a.n_k = p.n_k_heads;
+  a.n_v = p.n_v_heads;
+  a.head_dim = p.head_dim;
+  a.eps = p.eps;
+  a.out_scale = 1.0f / std::sqrt(static_cast<float>(d));
+  a.dt_bias = BA::raw(p.dt_bias);
+  a.ssm_a = BA::raw(p.ssm_a);
+  cuda::launch_gated_delta_net(a, BA::raw(qkv), BA::raw(alpha), BA::raw(beta), rows, BA::raw(state),
+                               BA::raw(out), as_stream(stream_));
 }
-void CudaBackend::mul_sigmoid(Buf<float>, Buf<const float>, int64_t, int64_t, int64_t) {
-  fail("cuda: mul_sigmoid is not implemented yet");
+
+void CudaBackend::mul_sigmoid(Buf<float> x, Buf<const float> gate, int64_t rows, int64_t n, int64_t gate_n) {
+  const auto timer = timed({"mul_sigmoid"});
+  if (gate_n != 1 && gate_n != n) fail("mul_sigmoid: a gate of {} values per row of {}", gate_n, n);
+  need(x, rows * n, "mul_sigmoid x");
+  need(gate, rows * gate_n, "mul_sigmoid gate");
+  // The gate's width is in the signature (negated for a one-value gate): a graph recorded with one width is
+  // never replayed for the other.
+  if (graph_.skip("mul_sigmoid", BA::raw(x), rows, gate_n == 1 ? -n : n)) return;
+  cuda::launch_mul_sigmoid(BA::raw(x), BA::raw(gate), rows, n, gate_n, as_stream(stream_));
 }
 
 void CudaBackend::short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<const float> conv_w,
