@@ -2,6 +2,7 @@
 // Internal: what one SIMD level provides, as plain function pointers (nullptr where it has no kernel). Each
 // level's table is defined in the translation unit compiled for that level; only vec_dot.cpp reads them,
 // after checking that the CPU supports the level.
+#include "backend/cpu/kernels/delta_rule.h"
 #include "backend/cpu/kernels/vec_dot.h"
 
 namespace df::kernels::detail {
@@ -19,6 +20,8 @@ struct LevelTable {
   // Indexed by activation format.
   QuantizeFn quantize_f16 = nullptr, quantize_q8_0 = nullptr, quantize_q8_1 = nullptr,
              quantize_q8_k = nullptr;
+  // The gated delta rule's per-token step (delta_rule.h).
+  DeltaRuleFn delta_rule = nullptr;
 };
 
 const LevelTable& scalar_table();

@@ -3,6 +3,7 @@
 
 #include <array>
 
+#include "backend/cpu/kernels/delta_rule.h"
 #include "backend/cpu/kernels/level_table.h"
 #include "quant/quant.h"
 #include "util/error.h"
@@ -139,6 +140,15 @@ QuantizeFn activation_quantizer(GgmlType act, SimdLevel level) {
     default:
       fail("{} is not an activation format (F32 F16 BF16 Q8_0 Q8_1 Q8_K)", ggml_type_name(act));
   }
+}
+
+DeltaRuleFn delta_rule_kernel(SimdLevel level) {
+  require_supported(level);
+  for (SimdLevel from = level;; from = lower(from)) {
+    if (DeltaRuleFn f = table_of(from).delta_rule) return f;
+    if (from == SimdLevel::kScalar) break;
+  }
+  fail("no gated delta-rule kernel at SIMD level {}", simd_level_name(level));  // the scalar table has one
 }
 
 void check_row_length(GgmlType w, int64_t n) {

@@ -1,6 +1,7 @@
 #pragma once
 // The table of one SIMD level: every x86 kernel, compiled for the level that includes this header.
 #include "backend/cpu/kernels/x86_common.h"
+#include "backend/cpu/kernels/x86_delta_rule.h"
 #include "backend/cpu/kernels/x86_float.h"
 #include "backend/cpu/kernels/x86_kquants.h"
 #include "backend/cpu/kernels/x86_q4_0x16.h"
@@ -27,6 +28,7 @@ constexpr LevelTable make_table() {
   t.quantize_q8_0 = &quantize_q8_row<BlockQ8_0, GgmlType::Q8_0>;
   t.quantize_q8_1 = &quantize_q8_row<BlockQ8_1, GgmlType::Q8_1>;
   t.quantize_q8_k = &quantize_q8k_row;
+  t.delta_rule = &delta_rule;
   return t;
 }
 
