@@ -1,6 +1,11 @@
 // Chat prompts end to end: template rendering + BOS handling + tokenization must give llama.cpp's prompt ids.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+
+#include "cli_run.h"
 #include "engine/chat_prompt.h"
 #include "error_matchers.h"
 #include "gguf/gguf.h"
@@ -86,6 +91,47 @@ TEST(ChatPromptBuilder, AGemma4ModelTurnIsRecognised) {
   EXPECT_FALSE(thinking.build({{"user", "hi"}}).harmony);
   const df::ChatPromptBuilder fallback(tokenizer, std::string());
   EXPECT_FALSE(fallback.build({{"user", "hi"}}).gemma_channels);
+}
+
+// Qwen3.5 (the template make-model writes for qwen35moe, as the real one): the generation prompt opens the
+// reasoning block, so the reply starts in reasoning (run --chat, chat and serve split it off up to </think>);
+// with thinking off the template closes an empty block and the reply is content.
+TEST(ChatPromptBuilder, AQwen35GenerationPromptOpensReasoningUnlessThinkingIsOff) {
+  std::filesystem::create_directories(DF_TEST_TMP);
+  const std::string path = fmt::format("{}/qwen35moe-tiny-{}.gguf", DF_TEST_TMP, ::getpid());
+  const auto made =
+      df::testing::run_shell("make-model --arch qwen35moe --preset tiny --seed 1 -q -o " + path, "&1");
+  ASSERT_EQ(made.status, 0) << made.out;
+  auto file = df::gguf::File::open(path);
+  auto tokenizer = df::tok::Tokenizer::from_gguf(file);
+  auto tmpl = file.get_string("tokenizer.chat_template");
+  std::filesystem::remove(path);
+  ASSERT_TRUE(tmpl.has_value());
+
+  const df::ChatPromptBuilder thinking(tokenizer, tmpl);
+  const auto p = thinking.build({{"user", "hi"}});
+  EXPECT_EQ(p.text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+  EXPECT_TRUE(p.opens_reasoning);
+  EXPECT_FALSE(p.harmony);
+  EXPECT_FALSE(p.gemma_channels);
+  ASSERT_GE(p.ids.size(), 2u);
+  EXPECT_EQ(p.ids[p.ids.size() - 2], *tokenizer.token_id("<think>"));
+  EXPECT_EQ(p.ids.front(), *tokenizer.token_id("<|im_start|>"));  // no BOS
+  EXPECT_FALSE(thinking.build({{"user", "hi"}}, /*add_generation_prompt=*/false).opens_reasoning);
+  // An earlier reply's reasoning is dropped once a later user turn follows.
+  const auto second =
+      thinking.build({{"user", "hi"}, {"assistant", "<think>\nGreet.\n</think>\n\nHello!"}, {"user", "bye"}});
+  EXPECT_EQ(second.text,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\nbye"
+            "<|im_end|>\n<|im_start|>assistant\n<think>\n");
+  EXPECT_TRUE(second.opens_reasoning);
+
+  // The builder renders with enable_thinking on; setting it in the template stands for a caller that turns it
+  // off.
+  const df::ChatPromptBuilder not_thinking(tokenizer, "{%- set enable_thinking = false -%}" + *tmpl);
+  const auto q = not_thinking.build({{"user", "hi"}});
+  EXPECT_EQ(q.text, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_FALSE(q.opens_reasoning);
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, ChatPromptGolden,

@@ -101,6 +101,22 @@ SplitText run_split(ReasoningSplitter s, const std::string& text, size_t step) {
 
 }  // namespace
 
+// A Qwen3.5 reply: its generation prompt opened the block ("<|im_start|>assistant\n<think>\n"), so the reply
+// is reasoning up to </think> and content after it, in any split of the stream; with thinking off the prompt
+// closed an empty block and the reply is all content.
+TEST(ReasoningSplitter, AQwen35ReplyIsReasoningUpToTheClosingMarker) {
+  const std::string reply = "The user greets; answer briefly.</think>\n\nHello! How can I help?";
+  for (size_t step = 1; step <= 40; ++step) {
+    SCOPED_TRACE(step);
+    const SplitText t = run_split(ReasoningSplitter(true, true), reply, step);
+    EXPECT_EQ(t.reasoning, "The user greets; answer briefly.");
+    EXPECT_EQ(t.content, "Hello! How can I help?");
+    const SplitText off = run_split(ReasoningSplitter(true, false), "Hello! How can I help?", step);
+    EXPECT_TRUE(off.reasoning.empty());
+    EXPECT_EQ(off.content, "Hello! How can I help?");
+  }
+}
+
 // Gemma 4's reply after "<|turn>model\n": the thought channel is reasoning (its header and the channel
 // markers dropped), the rest content, in any split of the stream; with thinking off there is no channel, all
 // content.

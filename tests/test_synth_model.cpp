@@ -353,7 +353,7 @@ TEST(SyntheticWeights, DistributionsFollowTheKnobs) {
 }
 
 TEST(SyntheticVocab, IsAValidByteLevelBpeVocabulary) {
-  for (auto arch : {syn::Arch::lfm2moe, syn::Arch::qwen3moe}) {
+  for (auto arch : {syn::Arch::lfm2moe, syn::Arch::qwen3moe, syn::Arch::qwen35moe}) {
     SCOPED_TRACE(std::string(syn::arch_name(arch)));
     const syn::Vocab v = syn::build_vocab(arch, 3000);
     ASSERT_EQ(v.tokens.size(), 3000u);
@@ -399,6 +399,49 @@ TEST(SyntheticVocab, IsAValidByteLevelBpeVocabulary) {
   EXPECT_TRUE(syn::build_vocab(syn::Arch::lfm2moe, 2048).tokens ==
               syn::build_vocab(syn::Arch::lfm2moe, 2048).tokens);
   EXPECT_THROW(syn::build_vocab(syn::Arch::lfm2moe, 200), df::Error);
+}
+
+// qwen35moe: Qwen3.5's split name, the Qwen3 added tokens closing the vocabulary in their real order, no BOS
+// added, and words with combining marks learned whole (the split keeps marks inside words).
+TEST(SyntheticVocab, Qwen35HasTheQwen35SplitAndTheQwenAddedTokens) {
+  const syn::Vocab v = syn::build_vocab(syn::Arch::qwen35moe, 2048);
+  ASSERT_EQ(v.tokens.size(), 2048u);
+  EXPECT_EQ(v.pre, "qwen35");
+  EXPECT_EQ(syn::min_vocab_size(syn::Arch::qwen35moe), 26 + 256);
+  const std::vector<std::string> added = {
+      "<|endoftext|>",  "<|im_start|>",   "<|im_end|>",      "<|object_ref_start|>", "<|object_ref_end|>",
+      "<|box_start|>",  "<|box_end|>",    "<|quad_start|>",  "<|quad_end|>",         "<|vision_start|>",
+      "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>",   "<|video_pad|>",        "<tool_call>",
+      "</tool_call>",   "<|fim_prefix|>", "<|fim_middle|>",  "<|fim_suffix|>",       "<|fim_pad|>",
+      "<|repo_name|>",  "<|file_sep|>",   "<tool_response>", "</tool_response>",     "<think>",
+      "</think>"};
+  const size_t first = v.tokens.size() - added.size();
+  for (size_t i = 0; i < added.size(); ++i) {
+    EXPECT_EQ(v.tokens[first + i], added[i]) << i;
+    // The converter's types: Qwen's "special" added tokens are control tokens, the others user-defined.
+    EXPECT_EQ(v.token_types[first + i], i < 14 ? syn::kTokenControl : syn::kTokenUserDefined) << added[i];
+  }
+  for (size_t i = 0; i < first; ++i) EXPECT_EQ(v.token_types[i], syn::kTokenNormal) << i;
+  EXPECT_EQ(v.tokens[v.bos_id], "<|endoftext|>");
+  EXPECT_EQ(v.tokens[v.eos_id], "<|im_end|>");
+  EXPECT_EQ(v.tokens[v.pad_id], "<|endoftext|>");
+  EXPECT_FALSE(v.add_bos);
+  EXPECT_FALSE(v.has_add_eos);
+  // Byte-level tokens of words with marks (e + U+0301, Devanagari, Thai), with their leading space.
+  std::set<std::string> tokens(v.tokens.begin(), v.tokens.end());
+  const auto mapped = [](std::string_view text) {
+    std::string out;
+    for (const unsigned char b : text) out += syn::byte_token_text(b);
+    return out;
+  };
+  for (const char* w : {" cafe\u0301", "नमस्ते", "สวัสดีครับ", " दुनिया"})
+    EXPECT_TRUE(tokens.count(mapped(w))) << w;
+  // The chat template opens the reasoning block in the generation prompt unless thinking is off.
+  EXPECT_NE(v.chat_template.find("'<think>\\n'"), std::string::npos);
+  EXPECT_NE(v.chat_template.find("'<think>\\n\\n</think>\\n\\n'"), std::string::npos);
+  EXPECT_EQ(v.chat_template.find("bos_token"), std::string::npos);
+  EXPECT_TRUE(syn::build_vocab(syn::Arch::qwen35moe, 2048).merges == v.merges);
+  EXPECT_THROW(syn::build_vocab(syn::Arch::qwen35moe, 26 + 255), df::Error);
 }
 
 TEST(SyntheticVocab, ByteMapAndPretokenizer) {

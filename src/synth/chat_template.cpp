@@ -2,8 +2,9 @@
 // (ARCHITECTURES.md 2.4, 3.4, 10). Assistant turns before the last user turn lose their reasoning (the text
 // up to </think>). lfm2moe follows LFM2.5: the template emits bos_token itself and the generation prompt
 // opens <think> (reasoning-only model). qwen3moe follows Qwen3: no BOS, and enable_thinking=false closes an
-// empty reasoning block. Only constructs the real Qwen3 / LFM2 templates use (namespace, split, [-1], strip),
-// so every engine that renders those renders these.
+// empty reasoning block. qwen35moe follows Qwen3.5: as Qwen3, but the generation prompt opens the reasoning
+// block ("<think>\n") unless enable_thinking=false closes an empty one. Only constructs the real Qwen3 / LFM2
+// templates use (namespace, split, [-1], strip, if/else), so every engine that renders those renders these.
 #include <string>
 
 #include "synth/vocab.h"
@@ -63,6 +64,12 @@ std::string chat_template(Arch arch) {
     t += kFindLastUser;
     t += kTurns;
     t += "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n<think>' -}}{%- endif -%}";
+  } else if (arch == Arch::qwen35moe) {
+    t += kFindLastUser;
+    t += kTurns;
+    t += "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}"
+         "{%- if enable_thinking is defined and enable_thinking is false -%}"
+         "{{- '<think>\\n\\n</think>\\n\\n' -}}{%- else -%}{{- '<think>\\n' -}}{%- endif -%}{%- endif -%}";
   } else {
     t += kFindLastUser;
     t += kTurns;

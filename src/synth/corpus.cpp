@@ -258,8 +258,29 @@ O sol nasce cedo no verão, e as pessoas caminham na praia antes do trabalho. Ob
 Café, naïve, résumé, façade, jalapeño, Zürich, Ångström, São Paulo, smörgåsbord.
 )corpus";
 
+// Words whose combining marks (\p{M}: Devanagari, Bengali and Tamil vowel signs and viramas, Thai vowel and
+// tone marks, and decomposed Latin and Vietnamese accents) the Qwen3.5 pre-tokenizer keeps inside the word.
+// No danda or other non-ASCII punctuation: the trainer's split takes every non-ASCII character for a letter.
+constexpr std::string_view kMarks =
+    "\n"
+    "नमस्ते दुनिया, आप कैसे हैं? मैं ठीक हूँ, धन्यवाद\n"
+    "आज मौसम बहुत अच्छा है और हम पार्क में घूमने जा रहे हैं\n"
+    "मुझे हिन्दी पढ़ना और लिखना पसंद है, आप भी हिन्दी सीखिए\n"
+    "सवाल छोटा हो तो जवाब भी छोटा और साफ़ होना चाहिए\n"
+    "สวัสดีครับ วันนี้อากาศดีมาก เราจะไปเดินเล่นที่สวนสาธารณะ\n"
+    "ขอบคุณมากครับ ภาษาไทยไม่ยากเกินไป ฉันชอบอ่านหนังสือ\n"
+    "আমি বাংলায় কথা বলি, তুমি কেমন আছো? আজ আকাশ খুব সুন্দর\n"
+    "வணக்கம், நீங்கள் எப்படி இருக்கிறீர்கள்? நான் நன்றாக இருக்கிறேன்\n"
+    "cafe\u0301, re\u0301sume\u0301, nai\u0308ve, fac\u0327ade, jalapen\u0303o, Zu\u0308rich, "
+    "A\u030angstro\u0308m, Sa\u0303o Paulo, cre\u0300me bru\u0302le\u0301e\n"
+    "Le cafe\u0301 est pre\u0302t, et le the\u0301 aussi. Ou\u0300 est la gare, s'il vous plai\u0302t ?\n"
+    "Xin cha\u0300o, ba\u0323n co\u0301 kho\u0309e kho\u0302ng? Tie\u0302\u0301ng Vie\u0323\u0302t "
+    "ra\u0302\u0301t hay\n";
+
 }  // namespace
 
 std::vector<std::string_view> builtin_corpus() { return {kProse, kChat, kCode, kData, kWorld}; }
+
+std::string_view combining_marks_corpus() { return kMarks; }
 
 }  // namespace df::synth

@@ -40,6 +40,26 @@ const std::vector<SpecialToken> kQwenSpecials = {
     {"</think>", kTokenUserDefined},
 };
 
+// Qwen3.5 / 3.6: the Qwen3 added tokens in the same order (<|endoftext|> 248044, <|im_start|> 248045,
+// <|im_end|> 248046 ... <think> 248068, </think> 248069 in the real vocabulary), with the converter's types:
+// the "special" ones control, the rest (tool calls, FIM, think) user-defined. Whatever the real vocabulary
+// adds after </think> is not modelled (UNVERIFIED there).
+const std::vector<SpecialToken> kQwen35Specials = {
+    {"<|endoftext|>", kTokenControl},       {"<|im_start|>", kTokenControl},
+    {"<|im_end|>", kTokenControl},          {"<|object_ref_start|>", kTokenControl},
+    {"<|object_ref_end|>", kTokenControl},  {"<|box_start|>", kTokenControl},
+    {"<|box_end|>", kTokenControl},         {"<|quad_start|>", kTokenControl},
+    {"<|quad_end|>", kTokenControl},        {"<|vision_start|>", kTokenControl},
+    {"<|vision_end|>", kTokenControl},      {"<|vision_pad|>", kTokenControl},
+    {"<|image_pad|>", kTokenControl},       {"<|video_pad|>", kTokenControl},
+    {"<tool_call>", kTokenUserDefined},     {"</tool_call>", kTokenUserDefined},
+    {"<|fim_prefix|>", kTokenUserDefined},  {"<|fim_middle|>", kTokenUserDefined},
+    {"<|fim_suffix|>", kTokenUserDefined},  {"<|fim_pad|>", kTokenUserDefined},
+    {"<|repo_name|>", kTokenUserDefined},   {"<|file_sep|>", kTokenUserDefined},
+    {"<tool_response>", kTokenUserDefined}, {"</tool_response>", kTokenUserDefined},
+    {"<think>", kTokenUserDefined},         {"</think>", kTokenUserDefined},
+};
+
 // Hunyuan-dense style (full-width bars and U+2581 in the names), after the normal tokens as in the real
 // vocabularies; the real Hy3 list is not published in a form checked here, so these are the family's.
 const std::vector<SpecialToken> kHunyuanSpecials = {
@@ -83,8 +103,9 @@ const std::vector<SpecialToken>& special_tokens(Arch arch) {
     case Arch::lfm2moe:
       return kLfm2Specials;
     case Arch::qwen3moe:
-    case Arch::qwen35moe:
       return kQwenSpecials;
+    case Arch::qwen35moe:
+      return kQwen35Specials;
     case Arch::hy_v3:
       return kHunyuanSpecials;
     case Arch::gemma4:
@@ -193,9 +214,17 @@ Vocab build_vocab(Arch arch, int n_vocab) {
   const auto& specials = special_tokens(arch);
   const bool lfm2 = arch == Arch::lfm2moe;
 
+  // Qwen2 and Qwen3.5 split digits one by one. Qwen3.5 also learns from text with combining marks, which its
+  // pre-tokenizer keeps inside words (as this trainer's split does: every non-ASCII character is a letter
+  // here). That text counts twice: the trainer merges only pairs seen at least twice, and so learns its words
+  // whole (in place of filler merges; the other texts' tokens barely change).
+  const bool qwen35 = arch == Arch::qwen35moe;
+  const int max_digits = arch == Arch::qwen3moe || qwen35 ? 1 : 3;
   std::map<std::string, int64_t> word_counts;
   for (std::string_view part : builtin_corpus())
-    for (auto& piece : pretokenize(part, arch == Arch::qwen3moe ? 1 : 3)) ++word_counts[piece];
+    for (auto& piece : pretokenize(part, max_digits)) ++word_counts[piece];
+  if (qwen35)
+    for (auto& piece : pretokenize(combining_marks_corpus(), max_digits)) word_counts[piece] += 2;
   std::vector<std::string> alphabet;
   for (int b = 0; b < 256; ++b) alphabet.push_back(byte_token_text(static_cast<uint8_t>(b)));
   BpeTrainer trainer(static_cast<size_t>(n_vocab) - specials.size(), std::move(alphabet), "\xC4\xA0");  // Ġ
@@ -244,7 +273,9 @@ Vocab build_vocab(Arch arch, int n_vocab) {
     v.add_bos = true;
     v.has_add_eos = true;
   } else {
-    v.pre = "qwen2";
+    // Qwen3 "qwen2", Qwen3.5 "qwen35" (ARCHITECTURES.md 2.4, 5.6): no BOS added, <|endoftext|> the GGUF's BOS
+    // and padding, <|im_end|> its EOS.
+    v.pre = qwen35 ? "qwen35" : "qwen2";
     v.bos_id = id_of("<|endoftext|>");
     v.eos_id = id_of("<|im_end|>");
     v.pad_id = id_of("<|endoftext|>");

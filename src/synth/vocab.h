@@ -36,8 +36,8 @@ struct Vocab {
   std::string chat_template;
 };
 
-// The special tokens of the architecture's vocabulary, in id order (lfm2moe: ids 0.., qwen3moe: the last
-// ids).
+// The special tokens of the architecture's vocabulary, in id order (lfm2moe: ids 0.., qwen3moe and qwen35moe:
+// the last ids).
 const std::vector<SpecialToken>& special_tokens(Arch arch);
 // Smallest vocabulary make-model can build: the special tokens and the 256 byte tokens.
 int min_vocab_size(Arch arch);
@@ -64,5 +64,8 @@ std::string byte_token_text(uint8_t b);  // GPT-2 byte map: the UTF-8 text of th
 // treating every non-ASCII code point as a letter: close enough to train merges on.
 std::vector<std::string> pretokenize(std::string_view text, int max_digits);
 std::vector<std::string_view> builtin_corpus();  // corpus.cpp
+// More text for qwen35moe only (corpus.cpp): words with combining marks (Devanagari, Thai, Bengali, Tamil,
+// decomposed Latin accents), which the Qwen3.5 pre-tokenizer keeps whole.
+std::string_view combining_marks_corpus();
 
 }  // namespace df::synth

@@ -16,16 +16,18 @@ class Matcher {
   Matcher(const std::vector<char32_t>& cps, const std::vector<uint16_t>& classes)
       : cps_(cps), cls_(classes), n_(cps.size()) {}
 
-  size_t llama3_like(size_t i, size_t max_digits) const {
+  // The Llama-3 / Qwen2 family. `word` is what a word is made of: \p{L}, or for Qwen3.5 [\p{L}\p{M}] (the
+  // punctuation class then leaves marks out too).
+  size_t llama3_like(size_t i, size_t max_digits, uint16_t word = kLetter) const {
     if (size_t len = contraction_at(i)) return i + len;
-    // [^\r\n\p{L}\p{N}]?\p{L}+
-    if (!has(i, kCrLf | kNumber) && (has(i, kLetter) || (i + 1 < n_ && has(i + 1, kLetter)))) {
+    // [^\r\n\p{L}\p{N}]?\p{L}+, or [^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+ (a leading mark is part of the run then)
+    if (!has(i, kCrLf | kNumber) && (has(i, word) || (i + 1 < n_ && has(i + 1, word)))) {
       size_t j = i + 1;
-      while (j < n_ && has(j, kLetter)) ++j;
+      while (j < n_ && has(j, word)) ++j;
       return j;
     }
     if (has(i, kNumber)) return digits(i, max_digits);
-    if (size_t j = punctuation(i, /*slash_in_tail=*/false)) return j;
+    if (size_t j = punctuation(i, /*slash_in_tail=*/false, kWhitespace | word | kNumber)) return j;
     return whitespace(i, n_);
   }
 
@@ -57,7 +59,7 @@ class Matcher {
       return k + contraction_at(k);  // second alternative: U+ W* C? (W* is empty: cps_[k] is no letter)
     }
     if (has(i, kNumber)) return digits(i, 3);
-    if (size_t e = punctuation(i, /*slash_in_tail=*/true)) return e;
+    if (size_t e = punctuation(i, /*slash_in_tail=*/true, kWhitespace | kLetter | kNumber)) return e;
     return whitespace(i, n_);
   }
 
@@ -94,7 +96,6 @@ class Matcher {
   bool has(size_t i, uint16_t mask) const { return (cls_[i] & mask) != 0; }
   bool upper(size_t i) const { return has(i, kLetter) && !has(i, kAsciiLower); }
   bool lower(size_t i) const { return has(i, kLetter) && !has(i, kAsciiUpper); }
-  bool other(size_t i) const { return !has(i, kWhitespace | kLetter | kNumber); }
 
   static char32_t ascii_lower(char32_t c) { return (c >= 'A' && c <= 'Z') ? c + ('a' - 'A') : c; }
 
@@ -115,8 +116,10 @@ class Matcher {
     return j;
   }
 
-  // ` ?[^\s\p{L}\p{N}]+[\r\n]*` (with '/' in the tail class for GPT-4o): the match end, or 0 if none.
-  size_t punctuation(size_t i, bool slash_in_tail) const {
+  // ` ?[^\s\p{L}\p{N}]+[\r\n]*` (with '/' in the tail class for GPT-4o; `not_other` is the negated class,
+  // which for Qwen3.5 also holds \p{M}): the match end, or 0 if none.
+  size_t punctuation(size_t i, bool slash_in_tail, uint16_t not_other) const {
+    const auto other = [&](size_t k) { return !has(k, not_other); };
     size_t j = i;
     if (cps_[i] == ' ' && i + 1 < n_ && other(i + 1)) j = i + 1;
     if (!other(j)) return 0;
@@ -217,6 +220,9 @@ void pretokenize(PreTokenizer kind, std::string_view text, std::vector<std::stri
       break;
     case PreTokenizer::kQwen2:
       each_match([&](size_t i) { return m.llama3_like(i, 1); });
+      break;
+    case PreTokenizer::kQwen35:
+      each_match([&](size_t i) { return m.llama3_like(i, 1, kLetter | kMark); });
       break;
     case PreTokenizer::kGpt4o:
       each_match([&](size_t i) { return m.gpt4o(i); });

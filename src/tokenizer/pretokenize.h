@@ -14,6 +14,10 @@ enum class PreTokenizer {
   kLlama3,
   // As kLlama3 but \p{N} (one digit per piece).
   kQwen2,
+  // Qwen3.5: as kQwen2, but combining marks continue a word and are no punctuation:
+  // (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|
+  //  ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  kQwen35,
   // The GPT-4o / o200k pattern in llama.cpp's spelling: "upper" = a letter that is not a-z, "lower" = a
   // letter
   // that is not A-Z (so a non-ASCII letter counts as both, and marks are not letters):

@@ -35,6 +35,7 @@ constexpr std::array kPreSpecs{
     PreSpec{"hunyuan", PreTokenizer::kQwen2, false, false, false},
     PreSpec{"stablelm2", PreTokenizer::kQwen2, false, false, true},
     PreSpec{"megrez", PreTokenizer::kQwen2, false, false, true},
+    PreSpec{"qwen35", PreTokenizer::kQwen35, false, false, false},
     PreSpec{"gpt-4o", PreTokenizer::kGpt4o, false, false, false},
     PreSpec{"llama4", PreTokenizer::kGpt4o, false, false, false},
     PreSpec{"minimax-m2", PreTokenizer::kGpt4o, false, false, false},
