@@ -163,17 +163,10 @@ void Gemma4Model::run_moe(State& st, const SequenceBatch& batch, const Layer& l,
   backend::Backend& be = *backend_;
   const int64_t T = batch.T, H = cfg_.n_embd;
   const int K = cfg_.n_expert_used, moe = l.moe_index;
-  const int n_moe = static_cast<int>(expert_layout_.layers.size());
-  prefetch_next_layers(
-      be, *experts_, m, moe, n_moe, prefetch_lookahead_, T, K, cfg_.n_expert, [&](int target) {
-        const Layer& g =
-            layers_[static_cast<size_t>(expert_layout_.layers[static_cast<size_t>(target)].model_layer)];
-        route(st, g, ws.x.view(), T,
-              {m.guess_xn.view(), m.guess_logits.view(), m.guess_ids.view(), m.guess_weights.view()});
-      });
   // moe_sum holds the router's input until the experts' sum replaces it.
-  route(st, l, ws.x.view(), T,
-        {st.moe_sum.view(), m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
+  route_with_read_ahead(m, moe, T, st.moe_sum.view(), [&](int target, const RoutingOut& out) {
+    route(st, layers_[static_cast<size_t>(moe_model_layer(target))], ws.x.view(), T, out);
+  });
   be.rms_norm(ws.x.view(), T, H, l.pre_norm_2, cfg_.eps, ws.xn.view());
   ExpertBiases scales;
   scales.down_scale = l.down_scale;
@@ -183,8 +176,7 @@ void Gemma4Model::run_moe(State& st, const SequenceBatch& batch, const Layer& l,
   be.fill_zero(st.moe_sum.view());
   add_expert_outputs(be, m, st.moe_sum.view(), T, K, H);
   be.rms_norm(st.moe_sum.view(), T, H, l.post_norm_2, cfg_.eps, st.moe_sum.view());
-  report_routing(be, routing_sink_, moe, batch, K, m);
-  capture_routing(be, capture, moe, T, K, m);
+  report_moe(m, moe, batch, capture);
 }
 
 }  // namespace df::models

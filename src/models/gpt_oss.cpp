@@ -116,21 +116,15 @@ void GptOssModel::run_moe(State& st, const SequenceBatch& batch, int il, Forward
 
   // Every layer is a MoE layer, so the MoE index is the model layer; the guesses use the post-attention
   // state.
-  prefetch_next_layers(
-      *backend_, *experts_, m, il, cfg_.n_layer, prefetch_lookahead_, T, cfg_.n_expert_used, cfg_.n_expert,
-      [&](int target) {
-        route(st, layers_[static_cast<size_t>(target)], ws.x.view(), T,
-              {m.guess_xn.view(), m.guess_logits.view(), m.guess_ids.view(), m.guess_weights.view()});
-      });
+  route_with_read_ahead(m, il, T, ws.xn.view(), [&](int target, const RoutingOut& out) {
+    route(st, layers_[static_cast<size_t>(target)], ws.x.view(), T, out);
+  });
   const Layer& l = layers_[static_cast<size_t>(il)];
-  route(st, l, ws.x.view(), T,
-        {ws.xn.view(), m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
   const ExpertBiases biases{l.gate_bias, l.up_bias, l.down_bias};
   compute_experts(*backend_, *experts_, il, m, st.wave,
                   {kOaiSwiglu, biases, cfg_.n_expert_used, cfg_.n_expert, H, cfg_.n_ff_exp}, ws.xn.view(), T);
   add_expert_outputs(*backend_, m, ws.x.view(), T, cfg_.n_expert_used, H);
-  report_routing(*backend_, routing_sink_, il, batch, cfg_.n_expert_used, m);
-  capture_routing(*backend_, capture, il, T, cfg_.n_expert_used, m);
+  report_moe(m, il, batch, capture);
 }
 
 }  // namespace df::models

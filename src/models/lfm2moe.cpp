@@ -124,23 +124,16 @@ void Lfm2MoeModel::run_moe(State& st, const SequenceBatch& batch, const Layer& l
   MoeBuffers& m = st.moe;
   const int64_t T = batch.T;
   const int K = cfg_.n_expert_used, moe = l.moe_index;
-  const int n_moe = static_cast<int>(expert_layout_.layers.size());
   // The guesses use the post-operator state, before this layer's FFN.
-  prefetch_next_layers(
-      *backend_, *experts_, m, moe, n_moe, prefetch_lookahead_, T, K, cfg_.n_expert, [&](int target) {
-        const Layer& g =
-            layers_[static_cast<size_t>(expert_layout_.layers[static_cast<size_t>(target)].model_layer)];
-        route(st, g, T,
-              {m.guess_xn.view(), m.guess_logits.view(), m.guess_ids.view(), m.guess_weights.view()});
-      });
-  route(st, l, T, {st.trunk.xn.view(), m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
+  route_with_read_ahead(m, moe, T, st.trunk.xn.view(), [&](int target, const RoutingOut& out) {
+    route(st, layers_[static_cast<size_t>(moe_model_layer(target))], T, out);
+  });
   const backend::ActivationParams swiglu;
   const ExpertBiases none;
   compute_experts(*backend_, *experts_, moe, m, st.wave,
                   {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp}, st.trunk.xn.view(), T);
   add_expert_outputs(*backend_, m, st.trunk.x.view(), T, K, cfg_.n_embd);
-  report_routing(*backend_, routing_sink_, moe, batch, K, m);
-  capture_routing(*backend_, capture, moe, T, K, m);
+  report_moe(m, moe, batch, capture);
 }
 
 }  // namespace df::models

@@ -13,6 +13,7 @@
 #include "models/expert_provider.h"
 #include "models/model.h"
 #include "models/model_common.h"
+#include "models/moe_block.h"
 #include "models/sequence_state.h"
 #include "models/state_size.h"
 #include "models/tensor_binding.h"
@@ -67,6 +68,27 @@ class MoeModelBase : public Model {
   // The loader's steps once the layers are bound: the dense weights' storage taken from w, act_row (which
   // holds the layers' matrices) widened by the head and the routed experts, and the expert provider made.
   void finish_load(const gguf::File& file, const LoadOptions& options, WeightLoader& w, ActRowBytes& act_row);
+  // A MoE layer's routing with its read-ahead: route_moe(target, out) routes the batch with MoE layer
+  // target's router into `out`. First the guesses for the next prefetch_lookahead_ MoE layers (into the guess
+  // buffers, seen only by the expert provider), then MoE layer `moe` itself into m's routing buffers, its
+  // normed input into xn.
+  template <class RouteMoe>
+  void route_with_read_ahead(MoeBuffers& m, int moe, int64_t T, backend::Buf<float> xn,
+                             RouteMoe&& route_moe) {
+    prefetch_next_layers(*backend_, *experts_, m, moe, static_cast<int>(expert_layout_.layers.size()),
+                         prefetch_lookahead_, T, info_.n_expert_used, info_.n_expert, [&](int target) {
+                           route_moe(target, RoutingOut{m.guess_xn.view(), m.guess_logits.view(),
+                                                        m.guess_ids.view(), m.guess_weights.view()});
+                         });
+    route_moe(moe, RoutingOut{xn, m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
+  }
+  // MoE layer moe's routing told to the routing sink and written into the capture.
+  void report_moe(MoeBuffers& m, int moe, const SequenceBatch& batch, ForwardCapture* capture) {
+    report_routing(*backend_, routing_sink_, moe, batch, info_.n_expert_used, m);
+    capture_routing(*backend_, capture, moe, batch.T, info_.n_expert_used, m);
+  }
+  // The model layer of MoE layer `moe`.
+  int moe_model_layer(int moe) const { return expert_layout_.layers[static_cast<size_t>(moe)].model_layer; }
 
   ModelInfo info_;
   int prefetch_lookahead_ = 1;

@@ -162,16 +162,10 @@ void Qwen35MoeModel::run_moe(State& st, const SequenceBatch& batch, const Layer&
   TrunkBuffers& ws = st.trunk;
   const int64_t T = batch.T, H = cfg_.n_embd;
   const int K = cfg_.n_expert_used, moe = l.moe_index;
-  const int n_moe = static_cast<int>(expert_layout_.layers.size());
   // The guesses use the post-mixer state, before this layer's FFN.
-  prefetch_next_layers(
-      *backend_, *experts_, m, moe, n_moe, prefetch_lookahead_, T, K, cfg_.n_expert, [&](int target) {
-        const Layer& g =
-            layers_[static_cast<size_t>(expert_layout_.layers[static_cast<size_t>(target)].model_layer)];
-        route(st, g, T,
-              {m.guess_xn.view(), m.guess_logits.view(), m.guess_ids.view(), m.guess_weights.view()});
-      });
-  route(st, l, T, {ws.xn.view(), m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
+  route_with_read_ahead(m, moe, T, ws.xn.view(), [&](int target, const RoutingOut& out) {
+    route(st, layers_[static_cast<size_t>(moe_model_layer(target))], T, out);
+  });
   const backend::ActivationParams swiglu;
   const ExpertBiases none;
   compute_experts(*backend_, *experts_, moe, m, st.wave, {swiglu, none, K, cfg_.n_expert, H, cfg_.n_ff_exp},
@@ -189,9 +183,7 @@ void Qwen35MoeModel::run_moe(State& st, const SequenceBatch& batch, const Layer&
   backend_->mul_sigmoid(ws.mix.view(), st.shared_gate.view(), T, H, 1);
   add_expert_outputs(*backend_, m, ws.mix.view(), T, K, H);
   backend_->add(ws.x.view(), ws.mix.view(), T * H);
-
-  report_routing(*backend_, routing_sink_, moe, batch, K, m);
-  capture_routing(*backend_, capture, moe, T, K, m);
+  report_moe(m, moe, batch, capture);
 }
 
 }  // namespace df::models

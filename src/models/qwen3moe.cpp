@@ -60,20 +60,14 @@ void Qwen3MoeModel::run_moe(State& st, const SequenceBatch& batch, int il, Forwa
   MoeBuffers& m = st.moe;
   const int64_t T = batch.T;
   const int K = cfg_.n_expert_used;
-  prefetch_next_layers(
-      *backend_, *experts_, m, il, cfg_.n_layer, prefetch_lookahead_, T, K, cfg_.n_expert, [&](int target) {
-        route(st, target, T,
-              {m.guess_xn.view(), m.guess_logits.view(), m.guess_ids.view(), m.guess_weights.view()});
-      });
-  route(st, il, T,
-        {st.trunk.xn.view(), m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
+  route_with_read_ahead(m, il, T, st.trunk.xn.view(),
+                        [&](int target, const RoutingOut& out) { route(st, target, T, out); });
   const backend::ActivationParams swiglu;
   const ExpertBiases none;
   compute_experts(*backend_, *experts_, il, m, st.wave,
                   {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp}, st.trunk.xn.view(), T);
   add_expert_outputs(*backend_, m, st.trunk.x.view(), T, K, cfg_.n_embd);
-  report_routing(*backend_, routing_sink_, il, batch, K, m);
-  capture_routing(*backend_, capture, il, T, K, m);
+  report_moe(m, il, batch, capture);
 }
 
 }  // namespace df::models
