@@ -81,16 +81,7 @@ void HyV3Model::run_moe(State& st, const SequenceBatch& batch, const Layer& l, F
   compute_experts(*backend_, *experts_, moe, m, st.wave, {swiglu, none, K, cfg_.n_expert, H, cfg_.n_ff_exp},
                   ws.xn.view(), T);
 
-  // llama.cpp adds the routed sum and the shared expert first, then the residual: x + (moe + shared). The
-  // shared output goes to mix and the routed sum is added onto it (f32 addition commutes), then into x.
-  backend::FfnTask shared;
-  shared.gate = l.shared_gate;
-  shared.up = l.shared_up;
-  shared.down = l.shared_down;
-  shared.n_rows = T;
-  backend_->ffn(std::span(&shared, 1), swiglu, ws.xn.view(), T, ws.mix.view());
-  add_expert_outputs(*backend_, m, ws.mix.view(), T, K, H);
-  backend_->add(ws.x.view(), ws.mix.view(), T * H);
+  add_routed_and_shared(*backend_, ws, m, SharedExpert{l.shared_gate, l.shared_up, l.shared_down}, T, K, H);
   report_moe(m, moe, batch, capture);
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "gguf/gguf.h"
+#include "models/moe_block.h"
 #include "models/weight_loader.h"
 #include "util/error.h"
 
@@ -94,6 +95,22 @@ void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const Seq
   attend_segments(be, batch, il, ap, a.n_head * hd, a.n_head_kv * hd);
   if (a.wgate) be.mul_sigmoid(b.att.view(), a.gate, T, a.n_head * hd, a.n_head * hd);
   be.matmul(a.wo, b.att.view(), T, b.mix.view(), b.scratch.view());
+}
+
+void add_routed_and_shared(backend::Backend& be, TrunkBuffers& b, MoeBuffers& m, const SharedExpert& s,
+                           int64_t T, int k, int64_t n_embd) {
+  backend::FfnTask shared;
+  shared.gate = s.gate;
+  shared.up = s.up;
+  shared.down = s.down;
+  shared.n_rows = T;
+  be.ffn(std::span(&shared, 1), backend::ActivationParams{}, b.xn.view(), T, b.mix.view());
+  if (s.gate_inp) {
+    be.matmul(*s.gate_inp, b.xn.view(), T, s.gate_out, b.scratch.view());
+    be.mul_sigmoid(b.mix.view(), s.gate_out, T, n_embd, 1);
+  }
+  add_expert_outputs(be, m, b.mix.view(), T, k, n_embd);
+  be.add(b.x.view(), b.mix.view(), T * n_embd);
 }
 
 void ActRowBytes::widen(GgmlType t, int64_t n_in) {

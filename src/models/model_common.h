@@ -120,6 +120,19 @@ struct QkNormAttention {
 };
 void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const SequenceBatch& batch, int il);
 
+// The always-on shared expert beside the routed ones (hy_v3, qwen35moe): its SwiGLU FFN of b.xn, scaled per
+// token by sigmoid(gate_inp · b.xn) when gate_inp is given (qwen35moe; gate_out holds the T gate logits).
+struct SharedExpert {
+  const backend::Weight &gate, &up, &down;
+  const backend::Weight* gate_inp = nullptr;
+  backend::Buf<float> gate_out{};
+};
+// x += routed + shared, summed as llama.cpp sums them (the routed sum and the shared output first, then the
+// residual): the shared output into b.mix, the routed experts' weighted sum (m.expert_out) added onto it (f32
+// addition commutes), then b.mix into b.x.
+void add_routed_and_shared(backend::Backend& be, TrunkBuffers& b, MoeBuffers& m, const SharedExpert& s,
+                           int64_t T, int k, int64_t n_embd);
+
 // The widest activation row any matmul quantizes: the scratch one token needs, sized once at load.
 class ActRowBytes {
  public:

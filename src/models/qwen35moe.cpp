@@ -171,18 +171,11 @@ void Qwen35MoeModel::run_moe(State& st, const SequenceBatch& batch, const Layer&
   compute_experts(*backend_, *experts_, moe, m, st.wave, {swiglu, none, K, cfg_.n_expert, H, cfg_.n_ff_exp},
                   ws.xn.view(), T);
 
-  // llama.cpp: moe + shared · sigmoid(gate · xn), then the residual. The gated shared output goes to mix
-  // and the routed sum is added onto it (f32 addition commutes), then mix into x.
-  backend::FfnTask shared;
-  shared.gate = l.shared_gate;
-  shared.up = l.shared_up;
-  shared.down = l.shared_down;
-  shared.n_rows = T;
-  backend_->ffn(std::span(&shared, 1), swiglu, ws.xn.view(), T, ws.mix.view());
-  matmul(st, l.shared_gate_inp, ws.xn.view(), T, st.shared_gate.view());
-  backend_->mul_sigmoid(ws.mix.view(), st.shared_gate.view(), T, H, 1);
-  add_expert_outputs(*backend_, m, ws.mix.view(), T, K, H);
-  backend_->add(ws.x.view(), ws.mix.view(), T * H);
+  // llama.cpp: moe + shared · sigmoid(gate · xn), then the residual.
+  add_routed_and_shared(
+      *backend_, ws, m,
+      SharedExpert{l.shared_gate, l.shared_up, l.shared_down, &l.shared_gate_inp, st.shared_gate.view()}, T,
+      K, H);
   report_moe(m, moe, batch, capture);
 }
 
