@@ -62,8 +62,7 @@ Gemma4Model::Gemma4Model(const gguf::File& file, const LoadOptions& options)
   }
   layers_.resize(static_cast<size_t>(cfg_.n_layer));
   if (!bind_tensors(bind, layered, layers_, layer_target)) output_ = tok_embd_;  // tied head
-  for (size_t i = 0; i < expert_layout_.layers.size(); ++i)
-    layers_[static_cast<size_t>(expert_layout_.layers[i].model_layer)].moe_index = static_cast<int>(i);
+  number_moe_layers(layers_);
   for (Layer& l : layers_) {
     if (l.out_scale_buf) backend_->download(&l.out_scale, l.out_scale_buf, 1);
     if (l.down_scale) {

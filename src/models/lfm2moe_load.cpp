@@ -45,8 +45,7 @@ Lfm2MoeModel::Lfm2MoeModel(const gguf::File& file, const LoadOptions& options)
   layers_.resize(static_cast<size_t>(cfg_.n_layer));
   if (!bind_tensors(bind, lfm2moe_tensors(cfg_), layers_, layer_target))
     output_ = tok_embd_;  // no output.weight: the head is token_embd
-  for (size_t i = 0; i < expert_layout_.layers.size(); ++i)
-    layers_[static_cast<size_t>(expert_layout_.layers[i].model_layer)].moe_index = static_cast<int>(i);
+  number_moe_layers(layers_);
 
   // Activation scratch is sized once for the widest row any matmul quantizes.
   ActRowBytes act_row(*backend_);

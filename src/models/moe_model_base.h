@@ -87,6 +87,13 @@ class MoeModelBase : public Model {
     report_routing(*backend_, routing_sink_, moe, batch, info_.n_expert_used, m);
     capture_routing(*backend_, capture, moe, batch.T, info_.n_expert_used, m);
   }
+  // Each layer's index among the MoE layers (Layer::moe_index, -1 where the layer has no routed experts),
+  // from the bound layout.
+  template <class Layer>
+  void number_moe_layers(std::vector<Layer>& layers) const {
+    for (size_t i = 0; i < expert_layout_.layers.size(); ++i)
+      layers[static_cast<size_t>(expert_layout_.layers[i].model_layer)].moe_index = static_cast<int>(i);
+  }
   // The model layer of MoE layer `moe`.
   int moe_model_layer(int moe) const { return expert_layout_.layers[static_cast<size_t>(moe)].model_layer; }
 
