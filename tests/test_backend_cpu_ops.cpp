@@ -247,6 +247,21 @@ TEST(RmsNorm, MatchesFloat64ReferenceWithAndWithoutWeight) {
   }
 }
 
+// Rows go to threads whole, so a prefill chunk's norms are the one-thread bits (and in place too).
+TEST(RmsNorm, RowsSplitOverThreadsGiveTheOneThreadBits) {
+  HostCpuBackend one(1), four(4);
+  const int64_t rows = 70, n = 2048;
+  const auto x = random_floats(static_cast<size_t>(rows * n), 7, 3.0f);
+  const auto w = random_floats(static_cast<size_t>(n), 8);
+  std::vector<float> y1(x.size()), y4(x.size());
+  one.rms_norm(x.data(), rows, n, w.data(), 1e-6f, y1.data());
+  four.rms_norm(x.data(), rows, n, w.data(), 1e-6f, y4.data());
+  EXPECT_EQ(y1, y4);
+  std::vector<float> in_place = x;
+  four.rms_norm(in_place.data(), rows, n, w.data(), 1e-6f, in_place.data());
+  EXPECT_EQ(in_place, y1);
+}
+
 TEST(Rope, NeoxMatchesFloat64ReferenceAndLeavesUnrotatedDims) {
   HostCpuBackend be(1);
   const int n_head = 3, head_dim = 64;
@@ -402,6 +417,46 @@ TEST(ShortConv, MatchesFloat64ReferenceAndCarriesItsState) {
   }
 }
 
+// The conv's float operations, one channel and token at a time in the obvious order: the sum starts at 0
+// and takes w_j · h_j for the L - 1 history values oldest first, then w_last · (b·x), and c multiplies it.
+// The backend vectorises along channels and splits them over threads; it must give exactly these bits.
+void short_conv_reference(const std::vector<float>& bcx, int64_t T, int64_t n, const std::vector<float>& w,
+                          int L, std::vector<float>& state, std::vector<float>& y) {
+  for (int64_t ch = 0; ch < n; ++ch) {
+    std::vector<float> hist;
+    for (int j = 0; j < L - 1; ++j) hist.push_back(state[size_t(j * n + ch)]);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = bcx.data() + t * 3 * n;
+      const float z = row[ch] * row[2 * n + ch];
+      float sum = 0.0f;
+      for (int j = 0; j < L - 1; ++j) sum += w[size_t(ch * L + j)] * hist[size_t(j)];
+      sum += w[size_t(ch * L + L - 1)] * z;
+      y[size_t(t * n + ch)] = row[n + ch] * sum;
+      hist.erase(hist.begin());
+      hist.push_back(z);
+    }
+    for (int j = 0; j < L - 1; ++j) state[size_t(j * n + ch)] = hist[size_t(j)];
+  }
+}
+
+TEST(ShortConv, BitIdenticalToTheScalarOrderForAnyThreadsAndChunks) {
+  for (int threads : {1, 3, 4}) {
+    HostCpuBackend be(threads);
+    for (int L : {2, 3, 5})
+      for (int64_t n : {int64_t{7}, int64_t{64}, int64_t{2048}})
+        for (int64_t T : {int64_t{1}, int64_t{2}, int64_t{70}}) {
+          const auto bcx = random_floats(size_t(T * 3 * n), 31);
+          const auto w = random_floats(size_t(n * L), 32);
+          auto state = random_floats(size_t((L - 1) * n), 33), ref_state = state;
+          std::vector<float> y(size_t(T * n)), ref(y.size());
+          be.short_conv(bcx.data(), T, n, w.data(), L, state.data(), y.data());
+          short_conv_reference(bcx, T, n, w, L, ref_state, ref);
+          ASSERT_EQ(y, ref) << "threads " << threads << " L " << L << " n " << n << " T " << T;
+          ASSERT_EQ(state, ref_state) << "threads " << threads << " L " << L << " n " << n << " T " << T;
+        }
+  }
+}
+
 // ---- elementwise, routing ----
 
 // scale and mul_rows are one float product per value (ggml_scale, ggml_mul broadcasting a row); softcap is
@@ -520,29 +575,31 @@ TEST(Route, SoftmaxTiesScaleAndClamp) {
 }
 
 TEST(MoeCombine, AddsTheWeightedSumInSlotOrderToTheResidual) {
-  HostCpuBackend be(1);
-  const int rows = 3, K = 4;
-  const int64_t n = 33;
-  const auto e = random_floats(size_t(rows * K * n), 51);
-  const auto w = random_floats(size_t(rows * K), 52);
-  const auto x0 = random_floats(size_t(rows * n), 53);
-  std::vector<float> x = x0;
-  be.moe_combine_add(e.data(), w.data(), rows, K, n, x.data());
-  for (int r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < n; ++i) {
-      // The sum is formed first, in slot order, then added: float for float what the kernel must do.
-      float sum = e[size_t(r * K * n + i)] * w[size_t(r * K)];
-      double ref = 0, mag = 0;
-      for (int j = 0; j < K; ++j) {
-        const double t = double(w[size_t(r * K + j)]) * e[size_t((r * K + j) * n + i)];
-        ref += t;
-        mag += std::abs(t);
-        if (j > 0) sum = sum + e[size_t((r * K + j) * n + i)] * w[size_t(r * K + j)];
+  for (const auto& [threads, n] :
+       {std::pair{1, int64_t{33}}, std::pair{4, int64_t{33}}, std::pair{4, int64_t{600}}}) {
+    HostCpuBackend be(threads);
+    const int rows = 3, K = 4;
+    const auto e = random_floats(size_t(rows * K * n), 51);
+    const auto w = random_floats(size_t(rows * K), 52);
+    const auto x0 = random_floats(size_t(rows * n), 53);
+    std::vector<float> x = x0;
+    be.moe_combine_add(e.data(), w.data(), rows, K, n, x.data());
+    for (int r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < n; ++i) {
+        // The sum is formed first, in slot order, then added: float for float what the kernel must do.
+        float sum = e[size_t(r * K * n + i)] * w[size_t(r * K)];
+        double ref = 0, mag = 0;
+        for (int j = 0; j < K; ++j) {
+          const double t = double(w[size_t(r * K + j)]) * e[size_t((r * K + j) * n + i)];
+          ref += t;
+          mag += std::abs(t);
+          if (j > 0) sum = sum + e[size_t((r * K + j) * n + i)] * w[size_t(r * K + j)];
+        }
+        const size_t at = size_t(r * n + i);
+        ASSERT_EQ(x[at], x0[at] + sum);
+        ASSERT_NEAR(x[at], x0[at] + ref, 1e-6 * (mag + std::abs(x0[at])) + 1e-9);
       }
-      const size_t at = size_t(r * n + i);
-      ASSERT_EQ(x[at], x0[at] + sum);
-      ASSERT_NEAR(x[at], x0[at] + ref, 1e-6 * (mag + std::abs(x0[at])) + 1e-9);
-    }
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cpu/gemm_tiling.h"
 #include "backend/cpu/thread_pool.h"
 #include "util/error.h"
 
@@ -91,6 +92,35 @@ TEST(ThreadPool, RethrowsAnExceptionFromATaskAndStaysUsable) {
   int64_t total = 0;
   pool.parallel_for(10, 100, [&](int64_t b, int64_t e) { total += e - b; });
   EXPECT_EQ(total, 10);
+}
+
+// A product's tasks cover every (weight row, token) once, in row blocks that start at multiples of the
+// alignment; a tapered product with one token tile ends in shorter blocks than it starts with, and covers
+// the same rows.
+TEST(Tiling, TasksCoverEveryRowAndTokenOnceTaperedOrNot) {
+  for (bool taper : {false, true})
+    for (int64_t n_out : {int64_t{16}, int64_t{100}, int64_t{1536}, int64_t{2048}, int64_t{65536}})
+      for (int64_t rows : {int64_t{1}, int64_t{3}, int64_t{64}, int64_t{200}})
+        for (int64_t align : {int64_t{4}, int64_t{16}, int64_t{32}}) {
+          const int64_t target = std::max<int64_t>(1, n_out * rows * 2048 / 64);
+          const detail::Tiling t = detail::tile_product(n_out, rows, 2048, 1152, target, align, taper);
+          std::vector<int> seen(static_cast<size_t>(n_out * rows), 0);
+          int64_t first_len = 0, last_len = 0;
+          for (int64_t task = 0; task < t.tasks(); ++task) {
+            const int64_t r0 = t.row_begin(task), r1 = t.row_end(task);
+            ASSERT_EQ(r0 % align, 0) << "task " << task;
+            ASSERT_LT(r0, r1);
+            if (task == 0) first_len = r1 - r0;
+            last_len = r1 - r0;
+            for (int64_t r = r0; r < r1; ++r)
+              for (int64_t c = t.token_begin(task); c < t.token_end(task); ++c) ++seen[size_t(c * n_out + r)];
+          }
+          for (size_t i = 0; i < seen.size(); ++i)
+            ASSERT_EQ(seen[i], 1) << "n_out " << n_out << " rows " << rows << " taper " << taper;
+          if (taper && rows == 1 && n_out >= 1536 && align == 4) {
+            EXPECT_LT(last_len, first_len) << n_out;
+          }
+        }
 }
 
 }  // namespace

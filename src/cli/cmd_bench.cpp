@@ -144,6 +144,8 @@ void bench(const BenchFlags& f) {
     nlohmann::json j;
     j["model"] = f.model.display_name();
     j["arch"] = info.arch;
+    j["n_expert"] = info.n_expert;
+    j["n_expert_used"] = info.n_expert_used;
     j["threads"] = threads;
     j["n_prompt"] = f.n_prompt;
     j["n_decode"] = f.n_decode;

@@ -33,6 +33,7 @@ constexpr int64_t kMinParallelAttention = int64_t{1} << 15;
 
 void CpuBackend::kv_store(const KvCacheView& kv, Buf<const float> k_buf, Buf<const float> v_buf, int64_t rows,
                           int pos0) {
+  const auto timer = timed({"kv_store"});
   if (pos0 < 0 || pos0 + rows > kv.n_ctx)
     fail("kv cache: positions {}..{} do not fit in a context of {}", pos0, pos0 + rows - 1, kv.n_ctx);
   const int64_t row = static_cast<int64_t>(kv.n_head_kv) * kv.head_dim;
@@ -58,6 +59,7 @@ size_t CpuBackend::attention_scratch_floats_for(int n_ctx, int head_dim, int n_t
 
 void CpuBackend::attention(const KvCacheView& kv, Buf<const float> q_buf, int64_t rows, int pos0,
                            const AttentionParams& p, Buf<float> out_buf, Buf<float> scratch_buf) {
+  const auto timer = timed({"attention", nullptr, 0, 0, rows});
   if (rows <= 0) return;
   const int n_head = p.n_head;
   const size_t q_values = static_cast<size_t>(rows * n_head * kv.head_dim);

@@ -19,21 +19,25 @@ CpuBackend::CpuBackend(int n_threads, kernels::SimdLevel level) : pool_(n_thread
   if (!kernels::simd_level_supported(level))
     fail("cpu backend: SIMD level {} is not supported by this CPU (the best it supports is {})",
          kernels::simd_level_name(level), kernels::simd_level_name(kernels::best_simd_level()));
+  pool_.count_busy_time(profile_.on());
 }
 
 void CpuBackend::swiglu(Buf<const float> gate_buf, Buf<const float> up_buf, int64_t n, Buf<float> y_buf) {
+  const auto timer = timed({"swiglu"});
   const float *gate = detail::raw(gate_buf.first(n)), *up = detail::raw(up_buf.first(n));
   float* y = detail::raw(y_buf.first(n));
   for (int64_t i = 0; i < n; ++i) y[i] = detail::silu_mul(gate[i], up[i]);
 }
 
 void CpuBackend::add(Buf<float> x_buf, Buf<const float> y_buf, int64_t n) {
+  const auto timer = timed({"add"});
   float* x = detail::raw(x_buf.first(n));
   const float* y = detail::raw(y_buf.first(n));
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
 void CpuBackend::add_bias_rows(Buf<float> x_buf, Buf<const float> bias_buf, int64_t rows, int64_t n) {
+  const auto timer = timed({"add_bias_rows"});
   float* x = detail::raw(x_buf.first(rows * n));
   const float* bias = detail::raw(bias_buf.first(n));
   for (int64_t r = 0; r < rows; ++r)
@@ -43,12 +47,14 @@ void CpuBackend::add_bias_rows(Buf<float> x_buf, Buf<const float> bias_buf, int6
 // ggml_compute_forward_scale_f32 (ggml-cpu ops.cpp, bias 0): ggml_vec_scale_f32, y[i] *= v (SIMD
 // products, one rounding each, so the same bits as this loop).
 void CpuBackend::scale(Buf<float> x_buf, int64_t n, float s) {
+  const auto timer = timed({"scale"});
   float* x = detail::raw(x_buf.first(static_cast<size_t>(n)));
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 // ggml_compute_forward_mul_f32 with a one-row src1: ggml_vec_mul_f32 per row, z[i] = x[i] * y[i].
 void CpuBackend::mul_rows(Buf<float> x_buf, Buf<const float> w_buf, int64_t rows, int64_t n) {
+  const auto timer = timed({"mul_rows"});
   float* x = detail::raw(x_buf.first(static_cast<size_t>(rows * n)));
   const float* w = detail::raw(w_buf.first(static_cast<size_t>(n)));
   for (int64_t r = 0; r < rows; ++r)
@@ -62,6 +68,7 @@ constexpr int64_t kSoftcapGrain = int64_t{1} << 14;  // values per task (a tanhf
 // llama.cpp's final softcapping (gemma4.cpp): ggml_scale(1.0f / cap), ggml_tanh (ggml-cpu unary-ops.cpp
 // op_tanh: tanhf), ggml_scale(cap): three roundings, in that order.
 void CpuBackend::softcap(Buf<float> x_buf, int64_t n, float cap) {
+  const auto timer = timed({"softcap"});
   float* x = detail::raw(x_buf.first(static_cast<size_t>(n)));
   const float r = 1.0f / cap;
   pool_.parallel_for(n, kSoftcapGrain, [&](int64_t b, int64_t e) {

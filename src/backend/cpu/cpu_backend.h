@@ -10,6 +10,8 @@
 // The grouped ops (matmul_many, ffn) run several products as one parallel job: a decode step's matrices are
 // small (a MoE expert of a 1-2B-active model is a few hundred KB), so splitting each product over the
 // threads separately would spend more on waking and waiting than on computing.
+#include <atomic>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "backend/buffer_access.h"
 #include "backend/cpu/kernels/cpu_features.h"
 #include "backend/cpu/thread_pool.h"
+#include "util/op_profile.h"
 
 namespace df::backend {
 
@@ -115,12 +118,22 @@ class CpuBackend : public Backend {
   void free_memory(void* data, size_t bytes) noexcept override;
 
  private:
+  // Times the op in scope when DF_CPU_PROFILE is set (util/op_profile.h), with what the pool's threads did.
+  auto timed(const OpKey& key) {
+    return OpTimer(
+        profile_, [] {}, [this] { return pool_.times(); }, pool_.size(), key);
+  }
+
+  OpProfile profile_{"DF_CPU_PROFILE", "cpu op profile"};
   ThreadPool pool_;
   kernels::SimdLevel level_;
   // Grown on demand by the grouped ops, never shrunk, so that a warm decode loop allocates nothing.
   std::vector<uint8_t> act_scratch_;
   std::vector<float> thread_scratch_;
   std::vector<int64_t> task_offsets_;
+  // ffn(): per FFN, how many of its gate/up tasks have finished (grown on demand, never shrunk).
+  std::unique_ptr<std::atomic<int64_t>[]> ffn_ready_;
+  size_t ffn_ready_capacity_ = 0;
   // routed_ffn's grouping by expert.
   std::vector<int32_t> routed_count_, routed_in_, routed_out_;
   std::vector<FfnTask> routed_tasks_;

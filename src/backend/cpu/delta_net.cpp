@@ -40,6 +40,7 @@ void l2_normalize(const float* x, int64_t n, float eps, float* y) {
 void CpuBackend::delta_net_conv(Buf<const float> u_buf, int64_t rows, int64_t channels,
                                 Buf<const float> conv_w_buf, int taps, Buf<float> state_buf,
                                 Buf<float> y_buf) {
+  const auto timer = timed({"delta_net_conv", nullptr, 0, 0, rows});
   if (taps < 2 || taps > kMaxConvTaps)
     fail("delta-net conv: {} taps is out of range (2..{})", taps, kMaxConvTaps);
   const int64_t hist_len = taps - 1;
@@ -80,6 +81,7 @@ void CpuBackend::delta_net_conv(Buf<const float> u_buf, int64_t rows, int64_t ch
 void CpuBackend::gated_delta_net(const DeltaNetParams& p, Buf<const float> qkv_buf,
                                  Buf<const float> alpha_buf, Buf<const float> beta_buf, int64_t rows,
                                  Buf<float> state_buf, Buf<float> out_buf) {
+  const auto timer = timed({"gated_delta_net", nullptr, 0, 0, rows});
   const int64_t nk = p.n_k_heads, nv = p.n_v_heads, d = p.head_dim;
   if (d < 1 || d > kMaxHeadDim) fail("gated delta-net: head size {} is out of range (1..{})", d, kMaxHeadDim);
   if (nk < 1 || nv < 1 || nv % nk != 0)
@@ -115,6 +117,7 @@ void CpuBackend::gated_delta_net(const DeltaNetParams& p, Buf<const float> qkv_b
 
 void CpuBackend::mul_sigmoid(Buf<float> x_buf, Buf<const float> gate_buf, int64_t rows, int64_t n,
                              int64_t gate_n) {
+  const auto timer = timed({"mul_sigmoid"});
   if (gate_n != 1 && gate_n != n) fail("mul_sigmoid: a gate of {} values per row of {}", gate_n, n);
   float* x = detail::raw(x_buf.first(static_cast<size_t>(rows * n)));
   const float* gate = detail::raw(gate_buf.first(static_cast<size_t>(rows * gate_n)));

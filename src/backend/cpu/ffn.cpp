@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm_tiling.h"
@@ -21,6 +22,10 @@ namespace df::backend {
 namespace {
 
 using detail::Tiling;
+
+// A down task whose FFN's gate/up tasks are still running spins this many times, then yields its core (the
+// task it waits for may belong to a thread that is not running).
+constexpr int kSpinsBeforeYield = 1 << 12;
 
 // Index of the group [offsets[i], offsets[i + 1]) holding `at` (offsets ascending, n + 1 of them).
 size_t group_of(const int64_t* offsets, size_t n, int64_t at) {
@@ -90,6 +95,9 @@ void check_shapes(std::span<const FfnTask> ffns, int64_t x_rows) {
 
 void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x_buf,
                      int64_t x_rows, Buf<float> out_buf) {
+  const auto timer =
+      timed({"ffn", ffns.empty() ? nullptr : ggml_type_name(ffns[0].gate.type).data(),
+             ffns.empty() ? 0 : ffns[0].gate.n_out, ffns.empty() ? 0 : ffns[0].gate.n_in, x_rows});
   if (ffns.empty()) return;
   check_shapes(ffns, x_rows);
   const FfnTask& first = ffns[0];
@@ -127,16 +135,20 @@ void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act,
   if (entries == 0) return;
 
   const int threads = pool_.size();
-  const int64_t gate_up_target = detail::task_macs(entries * n_ff * 2 * n_in, threads);
-  const int64_t down_target = detail::task_macs(entries * n_out * n_ff, threads);
+  const auto n_ffns = static_cast<int64_t>(ffns.size());
+  const int64_t gate_up_target =
+      detail::task_macs(entries * n_ff * 2 * n_in, pool_,
+                        n_ffns * n_ff * static_cast<int64_t>(first.gate.row_bytes() + first.up.row_bytes()));
+  const int64_t down_target = detail::task_macs(
+      entries * n_out * n_ff, pool_, n_ffns * n_out * static_cast<int64_t>(first.down.row_bytes()));
   const auto gate_up_tiling = [&](size_t f) {
     return detail::tile_product(
         n_ff, ffns[f].n_rows, 2 * n_in, first.gate.row_bytes() + first.up.row_bytes(), gate_up_target,
-        std::max({h_block, detail::row_align(first.gate), detail::row_align(first.up)}));
+        std::max({h_block, detail::row_align(first.gate), detail::row_align(first.up)}), f + 1 == n);
   };
   const auto down_tiling = [&](size_t f) {
     return detail::tile_product(n_out, ffns[f].n_rows, n_ff, first.down.row_bytes(), down_target,
-                                detail::row_align(first.down));
+                                detail::row_align(first.down), f + 1 == n);
   };
   gate_up_at[0] = down_at[0] = 0;
   size_t per_thread = 0;
@@ -170,7 +182,7 @@ void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act,
                      });
 
   // 2. Gate and up, SwiGLU, quantized down input.
-  pool_.run_tasks(gate_up_at[n], [&](int thread, int64_t task) {
+  const auto gate_up_task = [&](int thread, int64_t task) {
     const size_t f = group_of(gate_up_at, n, task);
     const FfnTask& ffn = ffns[f];
     const Tiling t = gate_up_tiling(f);
@@ -206,10 +218,10 @@ void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act,
     const size_t segment = static_cast<size_t>(r0 / h_format.block_size) * h_format.type_size;
     for (int64_t c = 0; c < cols; ++c)
       quantize_h(g + c * len, qh + static_cast<size_t>(entry0 + c) * qh_row + segment, len);
-  });
+  };
 
   // 3. Down, scattered to the output rows.
-  pool_.run_tasks(down_at[n], [&](int thread, int64_t task) {
+  const auto down_task = [&](int thread, int64_t task) {
     const size_t f = group_of(down_at, n, task);
     const FfnTask& ffn = ffns[f];
     const Tiling t = down_tiling(f);
@@ -239,6 +251,35 @@ void CpuBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act,
         dst[j] = v;
       }
     }
+  };
+
+  // Both as one job: the gate/up tasks first, then the down tasks, each of which waits until every gate/up
+  // task of its FFN has finished (a counter per FFN). Tasks are claimed in index order, so by the time a
+  // down task is claimed every gate/up task is running or done and the wait ends; the threads that finish
+  // the gate/up tasks of the first FFNs early go on to their down tasks instead of waiting for the job's
+  // slowest gate/up task (one job boundary fewer per call, and its tail overlapped).
+  const int64_t gate_up_tasks = gate_up_at[n];
+  if (ffn_ready_capacity_ < n) {
+    ffn_ready_ = std::make_unique<std::atomic<int64_t>[]>(n);
+    ffn_ready_capacity_ = n;
+  }
+  for (size_t f = 0; f < n; ++f) ffn_ready_[f].store(0, std::memory_order_relaxed);
+  pool_.run_tasks(gate_up_tasks + down_at[n], [&](int thread, int64_t task) {
+    if (task < gate_up_tasks) {
+      // Counted even when the task throws, so that no down task waits forever (the error reaches the caller).
+      struct Done {
+        std::atomic<int64_t>& ready;
+        ~Done() { ready.fetch_add(1, std::memory_order_release); }
+      } done{ffn_ready_[group_of(gate_up_at, n, task)]};
+      gate_up_task(thread, task);
+      return;
+    }
+    const int64_t local = task - gate_up_tasks;
+    const size_t f = group_of(down_at, n, local);
+    const int64_t need = gate_up_at[f + 1] - gate_up_at[f];
+    for (int spins = 0; ffn_ready_[f].load(std::memory_order_acquire) < need; ++spins)
+      if (spins >= kSpinsBeforeYield) std::this_thread::yield();
+    down_task(thread, local);
   });
 }
 

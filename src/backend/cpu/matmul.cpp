@@ -44,6 +44,7 @@ size_t CpuBackend::matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) 
 
 void CpuBackend::matmul(const Weight& w, Buf<const float> x_buf, int64_t rows, Buf<float> y_buf,
                         Buf<uint8_t> scratch_buf) {
+  const auto timer = timed({"matmul", ggml_type_name(w.type).data(), w.n_out, w.n_in, rows});
   if (rows <= 0 || w.n_out <= 0) return;
   const size_t need = matmul_scratch_bytes(w.type, w.n_in, rows);
   const std::span<uint8_t> scratch(detail::raw(scratch_buf), scratch_buf.size());
@@ -57,13 +58,15 @@ void CpuBackend::matmul(const Weight& w, Buf<const float> x_buf, int64_t rows, B
   const size_t act_row = ggml_row_bytes(k.activation, w.n_in);
   quantize_rows(pool_, kernels::activation_quantizer(k.activation, level_), x, rows, w.n_in, scratch.data(),
                 act_row);
-  const Tiling t =
-      detail::tile_product(w.n_out, rows, w.n_in, w.row_bytes(),
-                           detail::task_macs(w.n_out * rows * w.n_in, pool_.size()), detail::row_align(w));
+  const Tiling t = detail::tile_product(
+      w.n_out, rows, w.n_in, w.row_bytes(),
+      detail::task_macs(w.n_out * rows * w.n_in, pool_, w.n_out * static_cast<int64_t>(w.row_bytes())),
+      detail::row_align(w), /*taper=*/true);
   pool_.run_tasks(t.tasks(), [&](int, int64_t task) { run_tile(k, w, t, task, scratch.data(), act_row, y); });
 }
 
 void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
+  const auto timer = timed({"matmul_many", nullptr, 0, 0, rows});
   if (tasks.size() > kMaxMatmulTasks)
     fail("cpu backend: matmul_many takes at most {} products, got {}", kMaxMatmulTasks, tasks.size());
   if (rows <= 0 || tasks.empty()) return;
@@ -76,7 +79,7 @@ void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
   };
   std::array<Product, kMaxMatmulTasks> p;
   size_t bytes = 0;
-  int64_t total_macs = 0;
+  int64_t total_macs = 0, total_bytes = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Weight& w = tasks[i].w;
     if (!quant::has_vec_dot(w.type))
@@ -100,6 +103,7 @@ void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
       bytes += p[i].act_row * static_cast<size_t>(rows);
     }
     total_macs += w.n_out * rows * w.n_in;
+    total_bytes += w.n_out * static_cast<int64_t>(w.row_bytes());
   }
   if (act_scratch_.size() < bytes) act_scratch_.resize(bytes);
   uint8_t* qx = act_scratch_.data();
@@ -108,11 +112,11 @@ void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
       quantize_rows(pool_, kernels::activation_quantizer(p[i].k->activation, level_), detail::raw(tasks[i].x),
                     rows, tasks[i].w.n_in, qx + p[i].act_offset, p[i].act_row);
 
-  const int64_t target = detail::task_macs(total_macs, pool_.size());
+  const int64_t target = detail::task_macs(total_macs, pool_, total_bytes);
   int64_t n_tasks = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     p[i].tiling = detail::tile_product(tasks[i].w.n_out, rows, tasks[i].w.n_in, tasks[i].w.row_bytes(),
-                                       target, detail::row_align(tasks[i].w));
+                                       target, detail::row_align(tasks[i].w), i + 1 == tasks.size());
     p[i].first_task = n_tasks;
     n_tasks += p[i].tiling.tasks();
   }
@@ -125,6 +129,7 @@ void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
 }
 
 void CpuBackend::get_rows(const Weight& table, Buf<const int32_t> ids_buf, int64_t n, Buf<float> out_buf) {
+  const auto timer = timed({"get_rows"});
   const std::span<const int32_t> ids(detail::raw(ids_buf.first(static_cast<size_t>(n))),
                                      static_cast<size_t>(n));
   float* out = detail::raw(out_buf.first(static_cast<size_t>(n * table.n_in)));

@@ -10,26 +10,37 @@
 #include "util/error.h"
 
 namespace df::backend {
+namespace {
+
+// Values of RMS norm below which the call stays on the calling thread (a few rows of a prefill chunk).
+constexpr int64_t kMinParallelNormValues = int64_t{1} << 14;
+
+}  // namespace
 
 void CpuBackend::rms_norm(Buf<const float> x_buf, int64_t rows, int64_t n, Buf<const float> weight_buf,
                           float eps, Buf<float> y_buf) {
+  const auto timer = timed({"rms_norm", nullptr, 0, 0, rows});
   const float* x = detail::raw(x_buf.first(static_cast<size_t>(rows * n)));
   float* y = detail::raw(y_buf.first(static_cast<size_t>(rows * n)));
   const float* weight = weight_buf ? detail::raw(weight_buf.first(static_cast<size_t>(n))) : nullptr;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * n;
-    float* yr = y + r * n;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
-    const float mean = static_cast<float>(sum / static_cast<double>(n));
-    const float scale = 1.0f / std::sqrt(mean + eps);
-    // Two roundings, as ggml's rms_norm then mul.
-    if (weight) {
-      for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * scale) * weight[i];
-    } else {
-      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale;
-    }
-  }
+  // Rows in parallel; a row's sum stays one sequential double accumulation, ggml's order.
+  pool_.parallel_for(rows, std::max<int64_t>(1, kMinParallelNormValues / std::max<int64_t>(n, 1)),
+                     [&](int64_t r0, int64_t r1) {
+                       for (int64_t r = r0; r < r1; ++r) {
+                         const float* xr = x + r * n;
+                         float* yr = y + r * n;
+                         double sum = 0.0;
+                         for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
+                         const float mean = static_cast<float>(sum / static_cast<double>(n));
+                         const float scale = 1.0f / std::sqrt(mean + eps);
+                         // Two roundings, as ggml's rms_norm then mul.
+                         if (weight) {
+                           for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * scale) * weight[i];
+                         } else {
+                           for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * scale;
+                         }
+                       }
+                     });
 }
 
 namespace {
@@ -53,6 +64,7 @@ constexpr int64_t kMinParallelRopeValues = 1 << 14;
 // exactly (the magnitude multiplies by 1.0f).
 void CpuBackend::rope(Buf<float> x_buf, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos_buf,
                       const RopeParams& p) {
+  const auto timer = timed({"rope"});
   const int n = p.n_rot, half = n / 2;
   float* x = detail::raw(x_buf.first(static_cast<size_t>(rows * n_head * head_dim)));
   const int32_t* pos = detail::raw(pos_buf.first(static_cast<size_t>(rows)));

@@ -13,6 +13,9 @@
 namespace df::backend {
 namespace {
 
+// moe_combine_add's task: this many columns of one row (whole cache lines of its k expert rows).
+constexpr int64_t kCombineColumns = 256;
+
 // SOFTMAX_WEIGHT (gpt-oss): the k largest raw logits in descending order (lowest id first on an exact tie),
 // weights = softmax over those k logits (max subtracted, exp sum in double), neither renormalised nor
 // scaled. No selection bias: gpt-oss's router bias is part of the logits (the model adds it, as llama.cpp's
@@ -50,6 +53,7 @@ void route_softmax_weight(const RouterParams& p, const float* logits, int64_t ro
 
 void CpuBackend::route(const RouterParams& p, Buf<const float> logits_buf, int64_t rows, Buf<int32_t> ids_buf,
                        Buf<float> weights_buf) {
+  const auto timer = timed({"route"});
   constexpr int kMaxExperts = 4096;
   if (p.n_expert <= 0 || p.n_expert > kMaxExperts || p.k <= 0 || p.k > p.n_expert)
     fail("router: cannot choose {} of {} experts (at most {})", p.k, p.n_expert, kMaxExperts);
@@ -106,19 +110,26 @@ void CpuBackend::route(const RouterParams& p, Buf<const float> logits_buf, int64
 
 void CpuBackend::moe_combine_add(Buf<const float> expert_out_buf, Buf<const float> weights_buf, int64_t rows,
                                  int k, int64_t n, Buf<float> x_buf) {
+  const auto timer = timed({"moe_combine_add"});
   const float* expert_out = detail::raw(expert_out_buf.first(static_cast<size_t>(rows * k * n)));
   const float* weights = detail::raw(weights_buf.first(static_cast<size_t>(rows * k)));
   float* x = detail::raw(x_buf.first(static_cast<size_t>(rows * n)));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* w = weights + r * k;
-    const float* e = expert_out + r * k * n;
-    float* xr = x + r * n;
-    for (int64_t i = 0; i < n; ++i) {
-      float o = e[i] * w[0];
-      for (int j = 1; j < k; ++j) o = o + e[j * n + i] * w[j];
-      xr[i] = xr[i] + o;
+  // Column chunks of every row as tasks: even one token's combine reads k rows that the ffn's tasks wrote
+  // on every core, and pulling those cache lines over in parallel is most of its cost.
+  const int64_t chunks = detail::ceil_div(n, kCombineColumns);
+  pool_.parallel_for(rows * chunks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      const int64_t r = c / chunks, i0 = c % chunks * kCombineColumns, i1 = std::min(n, i0 + kCombineColumns);
+      const float* w = weights + r * k;
+      const float* eo = expert_out + r * k * n;
+      float* xr = x + r * n;
+      for (int64_t i = i0; i < i1; ++i) {
+        float o = eo[i] * w[0];
+        for (int j = 1; j < k; ++j) o = o + eo[j * n + i] * w[j];
+        xr[i] = xr[i] + o;
+      }
     }
-  }
+  });
 }
 
 }  // namespace df::backend

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <utility>
 
 #include "util/error.h"
@@ -61,6 +62,12 @@ bool spin_until(Done&& done, std::chrono::microseconds budget) {
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
+  if (const char* v = std::getenv("DF_CPU_TASKS_PER_THREAD"); v && *v) {
+    const int t = std::atoi(v);
+    if (t < 1 || t > 64) fail("DF_CPU_TASKS_PER_THREAD={} is not a count of 1 to 64", v);
+    tasks_per_thread_ = t;
+  }
+  thread_times_.resize(static_cast<size_t>(n_threads_));
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
@@ -73,8 +80,19 @@ ThreadPool::~ThreadPool() {
 }
 
 int64_t ThreadPool::slice_length(int64_t n, int64_t grain) const {
-  const int64_t slices = static_cast<int64_t>(n_threads_) * kTasksPerThread;
+  const int64_t slices = static_cast<int64_t>(n_threads_) * tasks_per_thread_;
   return std::max<int64_t>({1, grain, (n + slices - 1) / slices});
+}
+
+double ThreadPool::busy_clock() const {
+  if (!count_busy_) return 0;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+PoolTimes ThreadPool::times() const {
+  PoolTimes t = times_;
+  for (const ThreadTimes& b : thread_times_) t.busy += b.busy;
+  return t;
 }
 
 void ThreadPool::work(int thread, uint32_t generation) noexcept {
@@ -88,11 +106,22 @@ void ThreadPool::work(int thread, uint32_t generation) noexcept {
     } while (!ticket_.compare_exchange_weak(t, t - 1, std::memory_order_acq_rel, std::memory_order_acquire));
     const uint32_t n = n_tasks_.load(std::memory_order_relaxed);
     const int64_t task = static_cast<int64_t>(n - static_cast<uint32_t>(t));
+    const double t0 = busy_clock();
     try {
       call_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), thread, task);
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mu_);
       if (!error_) error_ = std::current_exception();
+    }
+    if (count_busy_) {
+      ThreadTimes& tt = thread_times_[static_cast<size_t>(thread)];
+      const double t1 = busy_clock();
+      tt.busy += t1 - t0;
+      if (tt.generation != generation) {
+        tt.generation = generation;
+        tt.first = t0;
+      }
+      tt.last = t1;
     }
     // After this increment the job may be over and its fields reused; n was read before it.
     if (done_.fetch_add(1, std::memory_order_seq_cst) + 1 == n &&
@@ -130,6 +159,7 @@ void ThreadPool::run(Call call, void* ctx, int64_t n_tasks) {
     fail("thread pool: a job of {} tasks is more than one job can count", n_tasks);
   const auto n = static_cast<uint32_t>(n_tasks);
   const uint32_t generation = ++generation_;
+  const double posted_at = busy_clock();
   // Every task of the previous job has finished (its done_ increment was the last thing it did), so no
   // worker touches these until it claims a task of the ticket published below.
   call_.store(call, std::memory_order_relaxed);
@@ -143,6 +173,17 @@ void ThreadPool::run(Call call, void* ctx, int64_t n_tasks) {
 
   work(0, generation);
   wait_until_done(n);
+  if (count_busy_) {
+    const double end = busy_clock();
+    for (const ThreadTimes& tt : thread_times_) {
+      if (tt.generation == generation) {
+        times_.start += tt.first - posted_at;
+        times_.tail += end - tt.last;
+      } else {
+        times_.absent += end - posted_at;
+      }
+    }
+  }
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 

@@ -19,6 +19,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "util/op_profile.h"
+
 namespace df::backend {
 
 class ThreadPool {
@@ -40,7 +42,9 @@ class ThreadPool {
   void run_tasks(int64_t n_tasks, Fn&& fn) {
     if (n_tasks <= 0) return;
     if (n_tasks == 1 || n_threads_ == 1) {
+      const double t0 = busy_clock();
       for (int64_t t = 0; t < n_tasks; ++t) fn(0, t);
+      if (count_busy_) times_.busy += busy_clock() - t0;
       return;
     }
     using F = std::remove_reference_t<Fn>;
@@ -66,11 +70,22 @@ class ThreadPool {
     parallel_parts(n, grain, [&fn](int, int64_t b, int64_t e) { fn(b, e); });
   }
 
-  // Tasks per thread that the split functions aim for: enough to even out a preempted thread, few enough
-  // that claiming a task (one contended atomic) stays negligible.
+  // Tasks per thread that the split functions aim for: enough to even out a preempted thread and the tail of
+  // a job (threads that finish their last task early wait for the others), few enough that claiming a task
+  // (one contended atomic) stays negligible. DF_CPU_TASKS_PER_THREAD overrides it (1..64), for tuning.
   static constexpr int kTasksPerThread = 4;
+  int tasks_per_thread() const { return tasks_per_thread_; }
+
+  // For profiles: while on, the threads time their tasks and the caller times each job, so that a job's
+  // threads x wall time can be split into work, start-up, tail and absence (PoolTimes). Off by default (no
+  // clock reads). Set before the first job.
+  void count_busy_time(bool on) { count_busy_ = on; }
+  // Thread-seconds since counting began; call between jobs.
+  PoolTimes times() const;
 
  private:
+  // Seconds on a steady clock when counting busy time, else 0 (no clock read).
+  double busy_clock() const;
   using Call = void (*)(void*, int, int64_t);
   int64_t slice_length(int64_t n, int64_t grain) const;
   void run(Call call, void* ctx, int64_t n_tasks);
@@ -81,6 +96,7 @@ class ThreadPool {
   void wait_until_done(uint32_t n_tasks);
 
   int n_threads_ = 1;
+  int tasks_per_thread_ = kTasksPerThread;
   std::vector<std::thread> workers_;
   uint32_t generation_ = 0;  // the caller's count of posted jobs
 
@@ -102,6 +118,16 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   std::mutex error_mu_;
   std::exception_ptr error_;
+
+  bool count_busy_ = false;
+  // One per thread, each written only by its thread before the done_ increment that the caller waits for.
+  struct alignas(64) ThreadTimes {
+    double busy = 0;             // seconds in tasks, all jobs
+    uint32_t generation = 0;     // the last job this thread ran a task of
+    double first = 0, last = 0;  // that job: its first task's start, its last task's end
+  };
+  std::vector<ThreadTimes> thread_times_;
+  PoolTimes times_;  // the caller's sums over finished jobs (and busy time of inline jobs)
 };
 
 }  // namespace df::backend

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/op_profile.h"
 #include "backend/cuda/step_graph.h"
+#include "util/op_profile.h"
 
 namespace df::backend {
 
@@ -133,9 +133,9 @@ class CudaBackend final : public Backend {
                     Buf<float> out, int64_t out_rows_total, uint8_t* table, size_t items_off, size_t task_off,
                     size_t map_off, int64_t entries, int64_t n_items, int max_cols, bool row_map_ready);
   // Times the op in scope when DF_CUDA_PROFILE is set (op_profile.h).
-  auto timed(const cuda::OpKey& key) {
-    return cuda::OpTimer(
-        profile_, [this] { synchronize(); }, key);
+  auto timed(const OpKey& key) {
+    return OpTimer(
+        profile_, [this] { synchronize(); }, [] { return PoolTimes{}; }, 0, key);
   }
 
   int device_ = 0;
@@ -155,7 +155,7 @@ class CudaBackend final : public Backend {
   void* error_word_host_ = nullptr;
   void* error_word_device_ = nullptr;
   Scratch act_scratch_, ffn_scratch_, desc_scratch_, attn_scratch_, routed_scratch_;
-  cuda::OpProfile profile_;
+  OpProfile profile_{"DF_CUDA_PROFILE", "cuda op profile (each op synchronised)"};
   cuda::StepGraphs graph_;
   size_t in_use_ = 0, peak_ = 0;  // device memory this backend holds (allocation granules)
   uint64_t generation_ = 0;       // allocations and frees so far (a recorded graph holds addresses)
