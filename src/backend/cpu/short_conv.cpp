@@ -27,6 +27,7 @@ void CpuBackend::short_conv(Buf<const float> bcx_buf, int64_t rows, int64_t n, B
   float* state = detail::raw(state_buf.first(static_cast<size_t>((l_cache - 1) * n)));
   float* y = detail::raw(y_buf.first(static_cast<size_t>(rows * n)));
   const int hist_len = l_cache - 1;
+  if (rows <= 0 || n <= 0) return;
   // Channels are independent: a block of channels per task, and within it every loop runs along the channels
   // (contiguous in bcx, state and y), so it vectorises. Each output is the reference's float sequence
   // 0 + w0·h0 + w1·h1 + ... + w_last·z, then c times that; tap j of token t is the (t + j)-th value of
