@@ -4,6 +4,7 @@
 // JSON fields, which scripts read, and a damaged store through `run`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -142,9 +143,17 @@ TEST(CliBench, JsonReportsWhatRanWithConsistentFigures) {
                               "prefetch_recall", "load_seconds", "repeats", "cold", "model"})
       EXPECT_TRUE(b.contains(field)) << field;
   }
-  auto r = run_cli_split("bench -m " + tiny + " --resident -p 8 -n 4 --json");
+  auto r = run_cli_split("bench -m " + tiny + " --resident -p 8 -n 4 -r 3 --json");
   ASSERT_EQ(r.status, 0) << r.err;
   const json b = bench_json(r.out);
+  // Each repetition's rates, and the headline figures are their token-weighted totals (between their min and
+  // max).
+  ASSERT_EQ(b["decode_tps_each"].size(), 3u);
+  ASSERT_EQ(b["prefill_tps_each"].size(), 3u);
+  const auto each = b["decode_tps_each"].get<std::vector<double>>();
+  EXPECT_GE(b["decode_tps"].get<double>(), *std::min_element(each.begin(), each.end()) * (1 - 1e-9));
+  EXPECT_LE(b["decode_tps"].get<double>(), *std::max_element(each.begin(), each.end()) * (1 + 1e-9));
+  EXPECT_NE(r.out.find("repetitions  prefill"), std::string::npos) << r.out;
   EXPECT_EQ(b["streaming"], false);
   EXPECT_EQ(b["io"], "none");
   EXPECT_EQ(b["hit_rate"], 1.0);

@@ -1,6 +1,7 @@
 // `diskformer bench`: a fixed prompt and decode length, timed, with the expert cache's telemetry and the peak
 // RSS; --json ends with one JSON object on the last line (for scripts and docs/PERF.md).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -71,6 +72,8 @@ void bench(const BenchFlags& f) {
       prompts[s][i] = static_cast<int32_t>((i * 7919 + 13 + s * 104729) % static_cast<size_t>(info.n_vocab));
 
   double prefill_s = 0, decode_s = 0;
+  // Each repetition's rates too: on a machine with every core busy the spread between them is a finding.
+  std::vector<double> prefill_each, decode_each;
   stream::TelemetrySnapshot prefill_tel, decode_tel;
   stream::TelemetrySnapshot prefill_device_tel, decode_device_tel;  // the device tier, when there is one
   uint64_t kv_bytes = 0;
@@ -84,7 +87,9 @@ void bench(const BenchFlags& f) {
     if (m.tiers) m.tiers->reset_telemetry();
     auto t0 = clock::now();
     for (size_t s = 0; s < n_seq; ++s) sessions[s]->prefill(prompts[s]);
-    prefill_s += std::chrono::duration<double>(clock::now() - t0).count();
+    const double prefill_rep_s = std::chrono::duration<double>(clock::now() - t0).count();
+    prefill_s += prefill_rep_s;
+    prefill_each.push_back(static_cast<double>(f.n_prompt) * f.parallel / prefill_rep_s);
     if (m.cache) {
       prefill_tel = m.cache->telemetry();
       m.cache->reset_telemetry();
@@ -98,7 +103,9 @@ void bench(const BenchFlags& f) {
       for (auto& session : sessions) batch.add_token(*session, Sampler::argmax(session->logits()));  // greedy
       batch.run();
     }
-    decode_s += std::chrono::duration<double>(clock::now() - t1).count();
+    const double decode_rep_s = std::chrono::duration<double>(clock::now() - t1).count();
+    decode_s += decode_rep_s;
+    decode_each.push_back(static_cast<double>(f.n_decode) * f.parallel / decode_rep_s);
     if (m.cache) decode_tel = m.cache->telemetry();
     if (m.tiers) decode_device_tel = m.tiers->telemetry();
     kv_bytes = 0;
@@ -125,6 +132,9 @@ void bench(const BenchFlags& f) {
   if (f.parallel == 1) {
     fmt::print("prefill      {} tokens: {:.2f} tok/s\n", f.n_prompt, prefill_tps);
     fmt::print("decode       {} tokens: {:.2f} tok/s ({} threads)\n", f.n_decode, decode_tps, threads);
+    if (f.repeats > 1)
+      fmt::print("repetitions  prefill {:.2f} tok/s, decode {:.2f} tok/s\n", fmt::join(prefill_each, " / "),
+                 fmt::join(decode_each, " / "));
   } else {
     fmt::print("prefill      {} sequences x {} tokens, one after another: {:.2f} tok/s\n", f.parallel,
                f.n_prompt, prefill_tps);
@@ -153,6 +163,8 @@ void bench(const BenchFlags& f) {
     j["repeats"] = f.repeats;
     j["prefill_tps"] = prefill_tps;
     j["decode_tps"] = decode_tps;
+    j["prefill_tps_each"] = prefill_each;
+    j["decode_tps_each"] = decode_each;
     j["load_seconds"] = load_s;
     j["streaming"] = m.cache != nullptr;
     j["expert_cache_bytes"] = cache_bytes;
