@@ -121,12 +121,7 @@ void Gemma4Model::run_layer(State& st, const SequenceBatch& batch, int il, Forwa
 
   // The dense GeGLU branch into mix; on MoE layers normed, then the expert branch added.
   be.rms_norm(ws.x.view(), T, H, l.ffn_norm, cfg_.eps, ws.xn.view());
-  backend::FfnTask dense;
-  dense.gate = l.ffn_gate;
-  dense.up = l.ffn_up;
-  dense.down = l.ffn_down;
-  dense.n_rows = T;
-  be.ffn(std::span(&dense, 1), kGeglu, ws.xn.view(), T, ws.mix.view());
+  dense_ffn(be, l.ffn_gate, l.ffn_up, l.ffn_down, kGeglu, ws.xn.view(), T, ws.mix.view());
   if (l.moe_index >= 0) {
     be.rms_norm(ws.mix.view(), T, H, l.post_norm_1, cfg_.eps, ws.mix.view());
     run_moe(st, batch, l, capture);

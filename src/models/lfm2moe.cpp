@@ -101,12 +101,8 @@ void Lfm2MoeModel::run_layer(State& st, const SequenceBatch& batch, int il, Forw
 
   if (l.moe_index < 0) {
     be.rms_norm(ws.x.view(), T, H, l.ffn_norm, cfg_.eps, ws.xn.view());
-    backend::FfnTask dense;
-    dense.gate = l.ffn_gate;
-    dense.up = l.ffn_up;
-    dense.down = l.ffn_down;
-    dense.n_rows = T;
-    backend_->ffn(std::span(&dense, 1), backend::ActivationParams{}, ws.xn.view(), T, ws.mix.view());
+    dense_ffn(be, l.ffn_gate, l.ffn_up, l.ffn_down, backend::ActivationParams{}, ws.xn.view(), T,
+              ws.mix.view());
     be.add(ws.x.view(), ws.mix.view(), T * H);
   } else {
     run_moe(st, batch, l, capture);

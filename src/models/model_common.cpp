@@ -97,14 +97,20 @@ void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const Seq
   be.matmul(a.wo, b.att.view(), T, b.mix.view(), b.scratch.view());
 }
 
+void dense_ffn(backend::Backend& be, const backend::Weight& gate, const backend::Weight& up,
+               const backend::Weight& down, const backend::ActivationParams& act, backend::Buf<const float> x,
+               int64_t T, backend::Buf<float> out) {
+  backend::FfnTask task;
+  task.gate = gate;
+  task.up = up;
+  task.down = down;
+  task.n_rows = T;
+  be.ffn(std::span(&task, 1), act, x, T, out);
+}
+
 void add_routed_and_shared(backend::Backend& be, TrunkBuffers& b, MoeBuffers& m, const SharedExpert& s,
                            int64_t T, int k, int64_t n_embd) {
-  backend::FfnTask shared;
-  shared.gate = s.gate;
-  shared.up = s.up;
-  shared.down = s.down;
-  shared.n_rows = T;
-  be.ffn(std::span(&shared, 1), backend::ActivationParams{}, b.xn.view(), T, b.mix.view());
+  dense_ffn(be, s.gate, s.up, s.down, backend::ActivationParams{}, b.xn.view(), T, b.mix.view());
   if (s.gate_inp) {
     be.matmul(*s.gate_inp, b.xn.view(), T, s.gate_out, b.scratch.view());
     be.mul_sigmoid(b.mix.view(), s.gate_out, T, n_embd, 1);

@@ -120,6 +120,12 @@ struct QkNormAttention {
 };
 void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const SequenceBatch& batch, int il);
 
+// One gated FFN over all T rows of x into out (the dense FFN layers, gemma4's dense branch, a shared expert):
+// a single backend ffn() task.
+void dense_ffn(backend::Backend& be, const backend::Weight& gate, const backend::Weight& up,
+               const backend::Weight& down, const backend::ActivationParams& act, backend::Buf<const float> x,
+               int64_t T, backend::Buf<float> out);
+
 // The always-on shared expert beside the routed ones (hy_v3, qwen35moe): its SwiGLU FFN of b.xn, scaled per
 // token by sigmoid(gate_inp · b.xn) when gate_inp is given (qwen35moe; gate_out holds the T gate logits).
 struct SharedExpert {
