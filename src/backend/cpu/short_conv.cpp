@@ -12,7 +12,6 @@ namespace {
 // multiply-adds, so that a decode step's conv (one token) stays on the calling thread.
 constexpr int64_t kMinChannelsPerTask = 64;
 constexpr int64_t kMinWorkPerTask = int64_t{1} << 14;
-int64_t round_up_channels(int64_t c) { return (c + 15) / 16 * 16; }
 
 }  // namespace
 
@@ -34,7 +33,7 @@ void CpuBackend::short_conv(Buf<const float> bcx_buf, int64_t rows, int64_t n, B
   // [state rows | z of the batch's tokens], z = b ⊙ x (recomputed where read: the same product each time).
   const int64_t per_channel = rows * l_cache;
   const int64_t grain =
-      round_up_channels(std::max<int64_t>(kMinChannelsPerTask, kMinWorkPerTask / per_channel));
+      detail::round_up(std::max<int64_t>(kMinChannelsPerTask, kMinWorkPerTask / per_channel), 16);
   pool_.parallel_for(n, grain, [&](int64_t c0, int64_t c1) {
     for (int64_t t = 0; t < rows; ++t) {
       const float* row = bcx + t * 3 * n;
