@@ -586,6 +586,76 @@ TEST(CudaOps, RoutingChoosesTheSameExpertsWithTheSameWeights) {
   }
 }
 
+// norm_route (one launch on CUDA for decode-sized batches: its blocks count themselves, the last one routes)
+// gives the bits of rms_norm, matmul and route called in turn, on every row count, width and gating, called
+// again and again (the count must be back at zero after each launch); and the CPU's choices.
+TEST(CudaOps, NormRouteIsTheThreeOpsBitForBit) {
+  NEED_GPU();
+  struct Case {
+    int64_t rows, n;
+    int E;
+    Gating g;
+    bool bias;
+  };
+  const Case cases[] = {{1, 2048, 64, Gating::Sigmoid, true},        {1, 256, 16, Gating::Softmax, false},
+                        {3, 1024, 64, Gating::SoftmaxWeight, false}, {8, 2048, 32, Gating::Softmax, true},
+                        {5, 4096, 8, Gating::Sigmoid, false},        {9, 2048, 64, Gating::Sigmoid, true},
+                        {2, 4100, 16, Gating::Softmax, false}};
+  for (const Case& c : cases) {
+    const int k = 4;
+    const auto x = random_floats(static_cast<size_t>(c.rows * c.n), 71 + static_cast<uint32_t>(c.n), 1.0f);
+    const auto norm = random_floats(static_cast<size_t>(c.n), 72, 1.0f);
+    const auto router = random_floats(static_cast<size_t>(c.n) * c.E, 73, 0.05f);
+    const auto sel = random_floats(static_cast<size_t>(c.E), 74, 0.01f);
+    const std::vector<uint8_t> router_bytes(reinterpret_cast<const uint8_t*>(router.data()),
+                                            reinterpret_cast<const uint8_t*>(router.data() + router.size()));
+    struct Result {
+      std::vector<float> xn, logits, w;
+      std::vector<int32_t> ids;
+    };
+    auto run = [&](Backend& b, bool fused) {
+      UploadedWeights w = upload(b, GgmlType::F32, router_bytes, c.n, c.E);
+      DeviceBuffer dx = put(b, x), dnorm = put(b, norm), dsel = put(b, sel);
+      DeviceBuffer dxn = b.alloc_array<float>(c.rows * c.n, "xn"),
+                   dl = b.alloc_array<float>(c.rows * c.E, "l");
+      DeviceBuffer di = b.alloc_array<int32_t>(c.rows * k, "ids"), dw = b.alloc_array<float>(c.rows * k, "w");
+      DeviceBuffer scratch =
+          b.alloc(std::max<size_t>(b.matmul_scratch_bytes(GgmlType::F32, c.n, c.rows), 1), "scratch");
+      RouterParams p;
+      p.gating = c.g;
+      p.n_expert = c.E;
+      p.k = k;
+      if (c.bias) p.selection_bias = dsel.as<const float>();
+      std::vector<Result> out;
+      for (int rep = 0; rep < 3; ++rep) {
+        if (fused) {
+          b.norm_route(p, dx.as<const float>(), c.rows, c.n, dnorm.as<const float>(), 1e-5f, w.first,
+                       scratch.as<uint8_t>(), dxn.as<float>(), dl.as<float>(), di.as<int32_t>(),
+                       dw.as<float>());
+        } else {
+          b.rms_norm(dx.as<const float>(), c.rows, c.n, dnorm.as<const float>(), 1e-5f, dxn.as<float>());
+          b.matmul(w.first, dxn.as<const float>(), c.rows, dl.as<float>(), scratch.as<uint8_t>());
+          b.route(p, dl.as<const float>(), c.rows, di.as<int32_t>(), dw.as<float>());
+        }
+        out.push_back({get<float>(b, dxn, c.rows * c.n), get<float>(b, dl, c.rows * c.E),
+                       get<float>(b, dw, c.rows * k), get<int32_t>(b, di, c.rows * k)});
+      }
+      return out;
+    };
+    const auto fused = run(gpu, true), apart = run(gpu, false), on_cpu = run(cpu, true);
+    const std::string what = "rows " + std::to_string(c.rows) + " n " + std::to_string(c.n);
+    for (int rep = 0; rep < 3; ++rep) {
+      EXPECT_EQ(fused[rep].xn, apart[0].xn) << what;
+      EXPECT_EQ(fused[rep].logits, apart[0].logits) << what;
+      EXPECT_EQ(fused[rep].ids, apart[0].ids) << what;
+      EXPECT_EQ(fused[rep].w, apart[0].w) << what;
+    }
+    EXPECT_EQ(fused[0].ids, on_cpu[0].ids) << what;
+    EXPECT_LT(rel_l2(fused[0].logits, on_cpu[0].logits), 1e-5) << what;
+    EXPECT_LT(rel_l2(fused[0].w, on_cpu[0].w), 1e-5) << what;
+  }
+}
+
 TEST(CudaOps, ShortConvAndElementwiseOpsMatchTheCpu) {
   NEED_GPU();
   const int64_t n = 200;

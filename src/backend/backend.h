@@ -356,6 +356,12 @@ class Backend {
   // (descending score, lowest id first on exact ties) and their weights (rows × k), as build_moe_ffn does.
   virtual void route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,
                      Buf<float> weights) = 0;
+  // A MoE layer's routing as one op: xn = rms_norm(x) ⊙ norm (rows of n values), logits = router · xn, then
+  // route(p, logits) into ids and weights, each result the bits of those three ops called in turn (a backend
+  // may run them as one pass: a decode step's routing is three tiny launches on a GPU). scratch as matmul's.
+  virtual void norm_route(const RouterParams& p, Buf<const float> x, int64_t rows, int64_t n,
+                          Buf<const float> norm, float eps, const Weight& router, Buf<uint8_t> scratch,
+                          Buf<float> xn, Buf<float> logits, Buf<int32_t> ids, Buf<float> weights) = 0;
   // x[r] += Σ_j weights[r][j] · expert_out[r][j], the sum formed in slot order before it is added
   // (expert_out = rows × k × n): the MoE output combined into the residual stream in one pass.
   virtual void moe_combine_add(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k,

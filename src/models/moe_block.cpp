@@ -94,9 +94,8 @@ size_t guessed_experts(MoeBuffers& b, int64_t T, int k, int n_expert) {
 
 void route_normed(backend::Backend& be, const RouterInputs& r, backend::Buf<const float> x, int64_t T,
                   int64_t n_embd, backend::Buf<uint8_t> scratch, const RoutingOut& out) {
-  be.rms_norm(x, T, n_embd, r.ffn_norm, r.eps, out.xn);
-  be.matmul(r.router, out.xn, T, out.logits, scratch);
-  be.route(r.params, out.logits, T, out.ids, out.weights);
+  be.norm_route(r.params, x, T, n_embd, r.ffn_norm, r.eps, r.router, scratch, out.xn, out.logits, out.ids,
+                out.weights);
 }
 
 // The experts go in waves: acquire the wave's experts in order, run them as one backend ffn() (on the CPU

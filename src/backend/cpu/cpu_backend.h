@@ -111,6 +111,9 @@ class CpuBackend : public Backend {
 
   void route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,
              Buf<float> weights) override;
+  void norm_route(const RouterParams& p, Buf<const float> x, int64_t rows, int64_t n, Buf<const float> norm,
+                  float eps, const Weight& router, Buf<uint8_t> scratch, Buf<float> xn, Buf<float> logits,
+                  Buf<int32_t> ids, Buf<float> weights) override;
   void moe_combine_add(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k, int64_t n,
                        Buf<float> x) override;
 

@@ -51,6 +51,14 @@ void route_softmax_weight(const RouterParams& p, const float* logits, int64_t ro
 
 }  // namespace
 
+void CpuBackend::norm_route(const RouterParams& p, Buf<const float> x, int64_t rows, int64_t n,
+                            Buf<const float> norm, float eps, const Weight& router, Buf<uint8_t> scratch,
+                            Buf<float> xn, Buf<float> logits, Buf<int32_t> ids, Buf<float> weights) {
+  rms_norm(x, rows, n, norm, eps, xn);
+  matmul(router, xn, rows, logits, scratch);
+  route(p, logits, rows, ids, weights);
+}
+
 void CpuBackend::route(const RouterParams& p, Buf<const float> logits_buf, int64_t rows, Buf<int32_t> ids_buf,
                        Buf<float> weights_buf) {
   const auto timer = timed({"route"});

@@ -1,15 +1,17 @@
-// The f16 KV cache and llama.cpp's non-flash attention (the CPU backend's attention.cpp): one block of 4
-// warps per (query row, head). Scores: a thread per key, the f16 × f16 products (exact in float) summed in
-// double; softmax over the visible keys with the sink in max and denominator (double sum); P rounded to
-// f16; P·V: threads over (key group, dim), double sums, the groups added in order. Scores live in backend
-// scratch (rows × n_head × n_ctx floats per launch; the host splits long prefills into chunks).
+// The f16 KV cache and llama.cpp's non-flash attention (the CPU backend's attention.cpp): one block of 16
+// warps per (query row, head), so that a decode step's few blocks (one per head) still keep hundreds of keys
+// in flight. Scores: a thread per key, the f16 × f16 products (exact in float) summed in double; softmax over
+// the visible keys with the sink in max and denominator (double sum); P rounded to f16; P·V: a warp per
+// output dim at a time, its lanes over the keys (coalesced reads of the transposed V), each lane's double
+// sum then the warp's tree. Scores live in backend scratch (rows × n_head × n_ctx floats per launch; the
+// host splits long prefills into chunks).
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace df::backend::cuda {
 namespace {
 
-constexpr int kAttnWarps = 4;
+constexpr int kAttnWarps = 16;
 
 __global__ void kv_store_kernel(uint16_t* k_cache, uint16_t* v_cache, int n_ctx, int64_t row, const float* k,
                                 const float* v, int pos0, const int32_t* pos0_device) {
@@ -45,7 +47,7 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
     attention_kernel(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int pos0,
                      const int32_t* pos0_device, AttnArgs a, float* out, float* scores) {
   pdl_begin();
-  extern __shared__ float s_q[];  // head_dim values of q rounded to f16, then head_dim partial-sum slots
+  extern __shared__ float s_q[];  // head_dim values of q rounded to f16
   __shared__ float red_f[kAttnWarps];
   __shared__ double red_d[kAttnWarps];
   const int h = blockIdx.x;
@@ -92,44 +94,22 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
   for (int64_t j = threadIdx.x; j < n_kv; j += blockDim.x) sc[j] = round_f16(sc[j] * inv);
   __syncthreads();
 
-  // P·V: thread (group g, dim d) sums the keys g, g + groups, ... of its dim (a row of the transposed V) in
-  // double; the groups' sums are then added in group order.
+  // P·V: warp w sums dims w, w + kAttnWarps, ...: lane l the keys l, l + 32, ... of the dim's row of the
+  // transposed V in double, then the warp's tree of the lanes' sums.
   float* o = out + (r * a.n_head + h) * hd;
-  const int threads = static_cast<int>(blockDim.x);
-  const int groups = hd <= threads ? threads / hd : 1;
-  double* part = reinterpret_cast<double*>(s_q + ((hd + 1) / 2) * 2);  // groups × min(hd, threads) doubles
-  const int g = static_cast<int>(threadIdx.x) / (hd <= threads ? hd : threads);
-  for (int d0 = 0; d0 < hd; d0 += threads) {
-    const int d = d0 + static_cast<int>(threadIdx.x) % (hd <= threads ? hd : threads);
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  for (int d = static_cast<int>(threadIdx.x) / kWarp; d < hd; d += kAttnWarps) {
+    const uint16_t* vr = v_cache + (static_cast<int64_t>(kh) * hd + d) * a.n_ctx + first;
     double s = 0.0;
-    if (g < groups && d < hd) {
-      const uint16_t* vr = v_cache + (static_cast<int64_t>(kh) * hd + d) * a.n_ctx + first;
-      for (int64_t j = g; j < n_kv; j += groups)
-        s += static_cast<double>(__fmul_rn(sc[j], f16_to_f32(vr[j])));
-    }
-    if (groups == 1) {
-      if (g == 0 && d < hd) o[d] = static_cast<float>(s);
-      continue;
-    }
-    if (g < groups) part[g * hd + d] = s;
-    __syncthreads();
-    if (g == 0) {
-      double t = part[d];
-      for (int k = 1; k < groups; ++k) t += part[k * hd + d];
-      o[d] = static_cast<float>(t);
-    }
-    __syncthreads();
+    for (int64_t j = lane; j < n_kv; j += kWarp)
+      s += static_cast<double>(__fmul_rn(sc[j], f16_to_f32(vr[j])));
+    s = warp_sum(s);
+    if (lane == 0) o[d] = static_cast<float>(s);
   }
 }
 
-// s_q (head_dim floats, padded to 8 bytes), then the P·V partial sums: (threads / head_dim) × head_dim
-// doubles when head_dim <= the block's threads (else none: one group).
-size_t attention_smem_bytes(int hd) {
-  const size_t q_bytes = static_cast<size_t>((hd + 1) / 2) * 2 * sizeof(float);
-  const int threads = kAttnWarps * kWarp;
-  const size_t groups = hd <= threads ? static_cast<size_t>(threads / hd) : 1;
-  return q_bytes + (groups > 1 ? groups * static_cast<size_t>(hd) * sizeof(double) : 0);
-}
+// s_q: head_dim floats.
+size_t attention_smem_bytes(int hd) { return static_cast<size_t>(hd) * sizeof(float); }
 
 }  // namespace
 

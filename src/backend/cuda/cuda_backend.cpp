@@ -89,7 +89,8 @@ CudaBackend::CudaBackend(int device_index)
 CudaBackend::~CudaBackend() {
   (void)cudaSetDevice(device_);
   if (stream_) (void)cudaStreamSynchronize(as_stream(stream_));
-  for (Scratch* s : {&act_scratch_, &ffn_scratch_, &desc_scratch_, &attn_scratch_})
+  for (Scratch* s :
+       {&act_scratch_, &ffn_scratch_, &desc_scratch_, &attn_scratch_, &routed_scratch_, &route_counter_})
     if (s->ptr) (void)cudaFree(s->ptr);
   for (StagingSlot& slot : staging_) {
     if (slot.event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(slot.event));

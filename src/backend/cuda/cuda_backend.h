@@ -97,6 +97,9 @@ class CudaBackend final : public Backend {
 
   void route(const RouterParams& p, Buf<const float> logits, int64_t rows, Buf<int32_t> ids,
              Buf<float> weights) override;
+  void norm_route(const RouterParams& p, Buf<const float> x, int64_t rows, int64_t n, Buf<const float> norm,
+                  float eps, const Weight& router, Buf<uint8_t> scratch, Buf<float> xn, Buf<float> logits,
+                  Buf<int32_t> ids, Buf<float> weights) override;
   void moe_combine_add(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k, int64_t n,
                        Buf<float> x) override;
 
@@ -155,6 +158,7 @@ class CudaBackend final : public Backend {
   void* error_word_host_ = nullptr;
   void* error_word_device_ = nullptr;
   Scratch act_scratch_, ffn_scratch_, desc_scratch_, attn_scratch_, routed_scratch_;
+  Scratch route_counter_;  // norm_route's count of finished blocks (zero between launches)
   OpProfile profile_{"DF_CUDA_PROFILE", "cuda op profile (each op synchronised)"};
   cuda::StepGraphs graph_;
   size_t in_use_ = 0, peak_ = 0;  // device memory this backend holds (allocation granules)

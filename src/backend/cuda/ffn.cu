@@ -32,22 +32,17 @@ __global__ void ffn_row_map_kernel(const int32_t* entry_task, const FfnDesc* des
   row_map[e] = row;
 }
 
-__global__ void routed_tables_kernel(ExpertStacks st, const int32_t* ids, int64_t entries, int k,
-                                     FfnDesc* descs, FfnItem* items, int32_t* entry_task, int32_t* row_map,
-                                     int32_t* rows, DeviceError* err) {
-  pdl_begin();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= entries) return;
-  int32_t e = ids[i];
+// The descriptor of routed entry i = t · k + j (expert ids[i], one row: x row t, out row i), as
+// launch_routed_tables documents it; its row lists are left to the caller. An id out of range is recorded
+// and read as 0.
+__device__ __forceinline__ FfnDesc routed_desc(const ExpertStacks& st, int32_t e, int64_t i,
+                                               DeviceError* err) {
   if (e < 0 || e >= st.n_expert) {
     record(err, kErrExpertId, e, st.n_expert);
     e = 0;
   }
   const size_t ue = static_cast<size_t>(e);
   const size_t us = st.slot_of ? static_cast<size_t>(st.slot_of[e]) : ue;
-  rows[2 * i] = static_cast<int32_t>(i / k);  // x row: the token
-  row_map[i] = static_cast<int32_t>(i / k);   // the same, for the input's gather (no row-map launch)
-  rows[2 * i + 1] = static_cast<int32_t>(i);  // out row: the entry
   FfnDesc d;
   d.gate = st.gate + us * st.gate_stride;
   d.up = st.up + us * st.up_stride;
@@ -55,14 +50,44 @@ __global__ void routed_tables_kernel(ExpertStacks st, const int32_t* ids, int64_
   d.gate_bias = st.gate_bias ? st.gate_bias + ue * st.n_ff : nullptr;
   d.up_bias = st.up_bias ? st.up_bias + ue * st.n_ff : nullptr;
   d.down_bias = st.down_bias ? st.down_bias + ue * st.n_out : nullptr;
-  d.in_rows = rows + 2 * i;
-  d.out_rows = rows + 2 * i + 1;
+  d.in_rows = nullptr;
+  d.out_rows = nullptr;
   d.out_scale = st.down_scale ? st.down_scale[ue] : 1.0f;
   d.entry0 = static_cast<int32_t>(i);
   d.n_rows = 1;
+  return d;
+}
+
+__global__ void routed_tables_kernel(ExpertStacks st, const int32_t* ids, int64_t entries, int k,
+                                     FfnDesc* descs, FfnItem* items, int32_t* entry_task, int32_t* row_map,
+                                     int32_t* rows, DeviceError* err) {
+  pdl_begin();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= entries) return;
+  rows[2 * i] = static_cast<int32_t>(i / k);  // x row: the token
+  row_map[i] = static_cast<int32_t>(i / k);   // the same, for the input's gather (no row-map launch)
+  rows[2 * i + 1] = static_cast<int32_t>(i);  // out row: the entry
+  FfnDesc d = routed_desc(st, ids[i], i, err);
+  d.in_rows = rows + 2 * i;
+  d.out_rows = rows + 2 * i + 1;
   descs[i] = d;
   items[i] = FfnItem{static_cast<int32_t>(i), 0, 1};
   entry_task[i] = static_cast<int32_t>(i);
+}
+
+// A block's work item and its task's descriptor: from the tables, or (kRouted) routed entry blockIdx.y
+// itself, read from the routing ids (no table launch before the FFN's).
+template <bool kRouted>
+__device__ __forceinline__ void block_work(const FfnDesc* descs, const FfnItem* items, const RoutedSource& rs,
+                                           FfnItem& it, FfnDesc& d) {
+  if constexpr (kRouted) {
+    const int64_t i = blockIdx.y;
+    it = FfnItem{static_cast<int32_t>(i), 0, 1};
+    d = routed_desc(rs.st, rs.ids[i], i, rs.err);
+  } else {
+    it = items[blockIdx.y];
+    d = descs[it.task];
+  }
 }
 
 // The activations as the CPU's ffn.cpp evaluates them (same operations, same order; GeGLU is ggml's
@@ -93,42 +118,53 @@ __device__ __forceinline__ float activate(const FfnShape& s, float g, float u) {
 // kMode 0: gate and up of the same type, fused (they share the quantized input: qg); 1: gate only,
 // activation against up's products in u_buf; 2: up only, products (+ bias) to u_buf. A warp computes
 // kRowsPerWarp output rows: in mode 0 their gate and up rows, 2 * kRowsPerWarp weight rows in flight.
-// kQuantize (mode 0 only): the block quantizes its entries' input rows x_raw + row_map[entry] * n_in into
-// shared memory first, in place of qg.
-template <class T, int NC, int kMode, bool kQuantize>
+// kQuantize (mode 0 only): the block quantizes its entries' input rows x_raw + row_map[entry] * n_in
+// (kRouted: the entry's token, entry / k) into shared memory, in place of qg, while the first weight chunks
+// load.
+template <class T, int NC, int kMode, bool kQuantize, bool kRouted>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     ffn_gate_up_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qg,
                        size_t qg_stride, const uint8_t* qu, size_t qu_stride, float* h, float* u_buf,
-                       const float* x_raw, const int32_t* row_map) {
+                       const float* x_raw, const int32_t* row_map, RoutedSource rs) {
   pdl_begin();
   static_assert(!kQuantize || kMode == 0, "in-kernel quantization serves the fused gate/up kernel");
+  static_assert(!kRouted || (kQuantize && NC == 1), "routed entries are single rows quantized in the kernel");
   constexpr int kPerRow = kMode == 0 ? 2 : 1, R = kRowsPerWarp * kPerRow;
   __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][R * smem_slot<T>()];
   extern __shared__ __align__(16) uint8_t act_smem[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp) * kRowsPerWarp;
-  const FfnItem it = items[blockIdx.y];
-  const FfnDesc& d = descs[it.task];
+  FfnItem it;
+  FfnDesc d;
+  block_work<kRouted>(descs, items, rs, it, d);
   const int64_t e0 = d.entry0 + it.local0;
   const uint8_t* act = kMode == 2 ? qu + e0 * qu_stride : qg + e0 * qg_stride;
   size_t act_stride = kMode == 2 ? qu_stride : qg_stride;
   if constexpr (kQuantize) {
     act_stride = act_row_stride(GgmlType::Q8_0, s.n_in);
-    block_quantize_q8_0([&](int c) { return x_raw + static_cast<int64_t>(row_map[e0 + c]) * s.n_in; },
-                        it.cols, s.n_in, act_smem, act_stride);
-    __syncthreads();
     act = act_smem;
   }
-  if (o0 >= s.n_ff) return;
+  // A warp past the last row reads the last row (and writes nothing): the prologue's block
+  // synchronisation needs every warp.
   const uint8_t* rows[R];
 #pragma unroll
   for (int j = 0; j < kRowsPerWarp; ++j) {
-    const int64_t o = o0 + j < s.n_ff ? o0 + j : o0;
+    const int64_t o = o0 + j < s.n_ff ? o0 + j : s.n_ff - 1;
     if (kMode != 2) rows[j * kPerRow] = d.gate + o * s.gate_row_bytes;
     if (kMode != 1) rows[j * kPerRow + kPerRow - 1] = d.up + o * s.up_row_bytes;
   }
   typename T::Acc acc[R][NC];
-  rows_dot<T, NC, R>(rows, s.n_in, act, act_stride, it.cols, smem[warp], acc);
+  rows_dot<T, NC, R>(rows, s.n_in, act, act_stride, it.cols, smem[warp], acc, [&] {
+    if constexpr (kQuantize) {
+      block_quantize_q8_0(
+          [&](int c) {
+            const int64_t row = kRouted ? (e0 + c) / rs.k : static_cast<int64_t>(row_map[e0 + c]);
+            return x_raw + row * s.n_in;
+          },
+          it.cols, s.n_in, act_smem, act_stride);
+      __syncthreads();
+    }
+  });
   if (lane != 0) return;
 #pragma unroll
   for (int j = 0; j < kRowsPerWarp; ++j) {
@@ -158,43 +194,48 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   }
 }
 
-// kQuantize: the block quantizes its entries' rows of h_raw (n_ff floats apart) first, in place of qh.
-template <class T, int NC, bool kQuantize>
+// kQuantize: the block quantizes its entries' rows of h_raw (n_ff floats apart) into shared memory, in place
+// of qh, while the first weight chunks load. kRouted: the output row is the entry.
+template <class T, int NC, bool kQuantize, bool kRouted>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     ffn_down_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qh,
                     size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err,
-                    const float* h_raw) {
+                    const float* h_raw, RoutedSource rs) {
   pdl_begin();
+  static_assert(!kRouted || (kQuantize && NC == 1), "routed entries are single rows quantized in the kernel");
   __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kRowsPerWarp * smem_slot<T>()];
   extern __shared__ __align__(16) uint8_t act_smem[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp) * kRowsPerWarp;
-  const FfnItem it = items[blockIdx.y];
-  const FfnDesc& d = descs[it.task];
+  FfnItem it;
+  FfnDesc d;
+  block_work<kRouted>(descs, items, rs, it, d);
   const int64_t e0 = d.entry0 + it.local0;
   const uint8_t* act = qh + e0 * qh_stride;
   if constexpr (kQuantize) {
     qh_stride = act_row_stride(GgmlType::Q8_0, s.n_ff);
-    block_quantize_q8_0([&](int c) { return h_raw + (e0 + c) * s.n_ff; }, it.cols, s.n_ff, act_smem,
-                        qh_stride);
-    __syncthreads();
     act = act_smem;
   }
-  if (o0 >= s.n_out) return;
-  const uint8_t* rows[kRowsPerWarp];
+  const uint8_t* rows[kRowsPerWarp];  // past the last row: the last row again, as in the gate/up kernel
 #pragma unroll
   for (int j = 0; j < kRowsPerWarp; ++j)
-    rows[j] = d.down + (o0 + j < s.n_out ? o0 + j : o0) * s.down_row_bytes;
+    rows[j] = d.down + (o0 + j < s.n_out ? o0 + j : s.n_out - 1) * s.down_row_bytes;
   typename T::Acc acc[kRowsPerWarp][NC];
-  rows_dot<T, NC, kRowsPerWarp>(rows, s.n_ff, act, qh_stride, it.cols, smem[warp], acc);
+  rows_dot<T, NC, kRowsPerWarp>(rows, s.n_ff, act, qh_stride, it.cols, smem[warp], acc, [&] {
+    if constexpr (kQuantize) {
+      block_quantize_q8_0([&](int c) { return h_raw + (e0 + c) * s.n_ff; }, it.cols, s.n_ff, act_smem,
+                          qh_stride);
+      __syncthreads();
+    }
+  });
   if (lane != 0) return;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
     if (c >= it.cols) break;
     const int32_t local = it.local0 + c;
-    const int32_t row = d.out_rows ? d.out_rows[local] : local;
+    const int64_t row = kRouted ? e0 + c : d.out_rows ? d.out_rows[local] : local;
     if (row < 0 || row >= out_rows_total) {
-      record(err, kErrFfnOutRow, row, static_cast<int32_t>(out_rows_total));
+      record(err, kErrFfnOutRow, static_cast<int32_t>(row), static_cast<int32_t>(out_rows_total));
       continue;
     }
 #pragma unroll
@@ -313,21 +354,22 @@ void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* 
     if (s.gate_type == s.up_type) {
       with_weight_traits(s.gate_type, [&]<class T>() {
         if (x_raw)
-          launch_kernel(ffn_gate_up_kernel<T, NC, 0, true>, grid, threads, quant_smem, stream, s, descs,
-                        items, qg, qg_stride, qu, qu_stride, h, nullptr, x_raw, row_map);
+          launch_kernel(ffn_gate_up_kernel<T, NC, 0, true, false>, grid, threads, quant_smem, stream, s,
+                        descs, items, qg, qg_stride, qu, qu_stride, h, nullptr, x_raw, row_map,
+                        RoutedSource{});
         else
-          launch_kernel(ffn_gate_up_kernel<T, NC, 0, false>, grid, threads, 0, stream, s, descs, items, qg,
-                        qg_stride, qu, qu_stride, h, nullptr, nullptr, nullptr);
+          launch_kernel(ffn_gate_up_kernel<T, NC, 0, false, false>, grid, threads, 0, stream, s, descs, items,
+                        qg, qg_stride, qu, qu_stride, h, nullptr, nullptr, nullptr, RoutedSource{});
       });
     } else {
       with_weight_traits(s.up_type, [&]<class T>() {
-        launch_kernel(ffn_gate_up_kernel<T, NC, 2, false>, grid, threads, 0, stream, s, descs, items, qg,
-                      qg_stride, qu, qu_stride, h, u_scratch, nullptr, nullptr);
+        launch_kernel(ffn_gate_up_kernel<T, NC, 2, false, false>, grid, threads, 0, stream, s, descs, items,
+                      qg, qg_stride, qu, qu_stride, h, u_scratch, nullptr, nullptr, RoutedSource{});
       });
       check_launch("ffn up kernel");
       with_weight_traits(s.gate_type, [&]<class T>() {
-        launch_kernel(ffn_gate_up_kernel<T, NC, 1, false>, grid, threads, 0, stream, s, descs, items, qg,
-                      qg_stride, qu, qu_stride, h, u_scratch, nullptr, nullptr);
+        launch_kernel(ffn_gate_up_kernel<T, NC, 1, false, false>, grid, threads, 0, stream, s, descs, items,
+                      qg, qg_stride, qu, qu_stride, h, u_scratch, nullptr, nullptr, RoutedSource{});
       });
     }
   });
@@ -356,11 +398,11 @@ void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* ite
   with_col_tile(col_tile(s.max_cols), [&]<int NC>() {
     with_weight_traits(s.down_type, [&]<class T>() {
       if (h_raw)
-        launch_kernel(ffn_down_kernel<T, NC, true>, grid, kWarpsPerBlock * kWarp, quant_smem, stream, s,
-                      descs, items, qh, qh_stride, out, out_rows_total, err, h_raw);
+        launch_kernel(ffn_down_kernel<T, NC, true, false>, grid, kWarpsPerBlock * kWarp, quant_smem, stream,
+                      s, descs, items, qh, qh_stride, out, out_rows_total, err, h_raw, RoutedSource{});
       else
-        launch_kernel(ffn_down_kernel<T, NC, false>, grid, kWarpsPerBlock * kWarp, 0, stream, s, descs, items,
-                      qh, qh_stride, out, out_rows_total, err, nullptr);
+        launch_kernel(ffn_down_kernel<T, NC, false, false>, grid, kWarpsPerBlock * kWarp, 0, stream, s, descs,
+                      items, qh, qh_stride, out, out_rows_total, err, nullptr, RoutedSource{});
     });
   });
   check_launch("ffn down kernel");
@@ -373,6 +415,34 @@ void launch_routed_tables(const ExpertStacks& st, const int32_t* ids, int64_t en
   const int threads = 128;
   launch_kernel(routed_tables_kernel, static_cast<unsigned>((entries + threads - 1) / threads), threads, 0,
                 stream, st, ids, entries, k, descs, items, entry_task, row_map, rows, err);
+}
+
+bool routed_ffn_direct(const FfnShape& s, const float* x, const float* h) {
+  return s.gate_type == s.up_type && in_kernel_quantize(s.gate_type, x, s.n_in, s.n_in, 1) &&
+         in_kernel_quantize(s.down_type, h, s.n_ff, s.n_ff, 1);
+}
+
+void launch_routed_ffn(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x, float* h,
+                       float* out, cudaStream_t stream) {
+  if (entries <= 0 || s.n_ff <= 0 || s.n_out <= 0) return;
+  constexpr int64_t kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
+  const unsigned threads = kWarpsPerBlock * kWarp;
+  const dim3 grid_gu(static_cast<unsigned>((s.n_ff + kRowsPerBlock - 1) / kRowsPerBlock),
+                     static_cast<unsigned>(entries));
+  with_weight_traits(s.gate_type, [&]<class T>() {
+    launch_kernel(ffn_gate_up_kernel<T, 1, 0, true, true>, grid_gu, threads,
+                  act_row_stride(GgmlType::Q8_0, s.n_in), stream, s, nullptr, nullptr, nullptr, 0, nullptr, 0,
+                  h, nullptr, x, nullptr, rs);
+  });
+  check_launch("routed ffn gate/up kernel");
+  const dim3 grid_down(static_cast<unsigned>((s.n_out + kRowsPerBlock - 1) / kRowsPerBlock),
+                       static_cast<unsigned>(entries));
+  with_weight_traits(s.down_type, [&]<class T>() {
+    launch_kernel(ffn_down_kernel<T, 1, true, true>, grid_down, threads,
+                  act_row_stride(GgmlType::Q8_0, s.n_ff), stream, s, nullptr, nullptr, nullptr, 0, out,
+                  entries, rs.err, h, rs);
+  });
+  check_launch("routed ffn down kernel");
 }
 
 }  // namespace df::backend::cuda

@@ -77,6 +77,8 @@ bool in_kernel_quantize(GgmlType w_type, const float* x, int64_t x_stride, int64
 // ---- Matrix products. y[c * y_stride + o] = W[o] · act row c, for o < n_out, c < cols (act rows act_stride
 // apart, quantized by launch_quantize to the weight's activation format). With x_raw (in_kernel_quantize
 // holds for it, rows n_in floats apart), the kernel quantizes those float rows itself and act is not read.
+// The decode kernels start reading W before the previous kernel of the stream has finished
+// (device_common.cuh, pdl_wait): W must be memory that no kernel writes (weights uploaded by copies).
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,
                    const uint8_t* act, size_t act_stride, int64_t cols, float* y, int64_t y_stride,
                    const float* x_raw, cudaStream_t stream);
@@ -159,6 +161,19 @@ struct ExpertStacks {
 void launch_routed_tables(const ExpertStacks& st, const int32_t* ids, int64_t entries, int k, FfnDesc* descs,
                           FfnItem* items, int32_t* entry_task, int32_t* row_map, int32_t* rows,
                           DeviceError* err, cudaStream_t stream);
+// The same routed entries without the tables: the gate/up and down kernels read each entry's expert from
+// the ids themselves (one launch fewer). Only where routed_ffn_direct holds: gate and up of one type, both
+// products quantizing their input in the kernel. h: entries x n_ff floats between the two launches; out:
+// entries x n_out.
+struct RoutedSource {
+  ExpertStacks st;
+  const int32_t* ids;
+  int k;
+  DeviceError* err;
+};
+bool routed_ffn_direct(const FfnShape& s, const float* x, const float* h);
+void launch_routed_ffn(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x, float* h,
+                       float* out, cudaStream_t stream);
 
 // ---- Expert records: n_out Q4_0 rows (n_out a multiple of 16) from Q4_0x16 groups (quant/q4_0x16.h), the
 // bytes the host's quant::unpack_q4_0x16 writes.
@@ -204,6 +219,26 @@ struct RouteArgs {
 };
 void launch_route(const RouteArgs& a, const float* logits, int64_t rows, int32_t* ids, float* weights,
                   cudaStream_t stream);
+// norm_route as one launch (routing.cu): for up to kNormRouteMaxRows rows of n values (n a multiple of 4, at
+// most 4096) with an F32 router, where the rows and the route's scratch fit kNormRouteMaxSmem bytes of
+// shared memory (norm_route_fused). counter: a zeroed word of device memory, left zeroed.
+constexpr int kNormRouteMaxRows = 8;
+constexpr size_t kNormRouteMaxSmem = 48 << 10;
+struct NormRouteArgs {
+  const float* x;
+  int64_t rows, n;
+  const float* norm;
+  float eps;
+  const float* router;  // n_expert rows of n floats
+  float* xn;
+  float* logits;
+  int32_t* ids;
+  float* weights;
+  RouteArgs route;
+  unsigned* counter;
+};
+bool norm_route_fused(int64_t rows, int64_t n, int n_expert, int k);
+void launch_norm_route(const NormRouteArgs& a, cudaStream_t stream);
 void launch_moe_combine_add(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
                             float* x, cudaStream_t stream);
 

@@ -9,11 +9,13 @@
 namespace df::backend::cuda {
 namespace {
 
+// The weights are read before the kernel waits for its predecessor (pdl_begin in rows_dot's prologue): the
+// first chunk of every row is on its way while the previous kernel finishes and while this one quantizes its
+// input. So `w` must be memory no kernel writes (uploaded weights; every matmul weight is one).
 template <class T, int NC, bool kQuantize>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in, const uint8_t* act,
                   size_t act_stride, int64_t cols, float* y, int64_t y_stride, const float* x_raw) {
-  pdl_begin();
   __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kRowsPerWarp * smem_slot<T>()];
   extern __shared__ __align__(16) uint8_t act_smem[];  // kQuantize: this tile's quantized input rows
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -23,16 +25,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   const uint8_t* tile_act = act + c0 * act_stride;
   if constexpr (kQuantize) {
     act_stride = act_row_stride(GgmlType::Q8_0, n_in);
-    block_quantize_q8_0([&](int c) { return x_raw + (c0 + c) * n_in; }, nc, n_in, act_smem, act_stride);
-    __syncthreads();
     tile_act = act_smem;
   }
-  if (o0 >= n_out) return;  // the whole warp leaves
+  // A warp past the last row reads the last row (and writes nothing): the prologue's block
+  // synchronisation needs every warp.
   const uint8_t* rows[kRowsPerWarp];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) rows[r] = w + (o0 + r < n_out ? o0 + r : o0) * row_bytes;
+  for (int r = 0; r < kRowsPerWarp; ++r) rows[r] = w + (o0 + r < n_out ? o0 + r : n_out - 1) * row_bytes;
   typename T::Acc acc[kRowsPerWarp][NC];
-  rows_dot<T, NC, kRowsPerWarp>(rows, n_in, tile_act, act_stride, nc, smem[warp], acc);
+  rows_dot<T, NC, kRowsPerWarp>(rows, n_in, tile_act, act_stride, nc, smem[warp], acc, [&] {
+    pdl_begin();
+    if constexpr (kQuantize) {
+      block_quantize_q8_0([&](int c) { return x_raw + (c0 + c) * n_in; }, nc, n_in, act_smem, act_stride);
+      __syncthreads();
+    }
+  });
   if (lane == 0)
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
@@ -44,22 +51,37 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
 // F32 weights (routers: a few dozen rows of a few thousand values, too few rows to occupy the GPU one warp
 // per row): a block per output row, each thread a strided share of the row's 4-value units with the float
 // products summed in double, then the threads' sums added as a fixed tree.
-constexpr int kF32Threads = 256;
+constexpr int kF32Threads = 256, kF32Prefetch = 2;
 template <int NC>
 __global__ void __launch_bounds__(kF32Threads)
     matmul_f32_kernel(const float* w, size_t row_floats, int64_t n_in, const uint8_t* act, size_t act_stride,
                       int64_t cols, float* y, int64_t y_stride) {
-  pdl_begin();
   __shared__ double partial[NC][kF32Threads / kWarp];
   const int64_t o = blockIdx.x;
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * NC;
   const int nc = static_cast<int>(cols - c0 < NC ? cols - c0 : NC);
   const float4* wr = reinterpret_cast<const float4*>(w + o * row_floats);
+  // The thread's first kF32Prefetch units of the weight row are loaded before the wait for the previous
+  // kernel (weights: no kernel writes them), the rest in the loop.
+  float4 early[kF32Prefetch];
+#pragma unroll
+  for (int i = 0; i < kF32Prefetch; ++i) {
+    const int64_t u = threadIdx.x + static_cast<int64_t>(i) * kF32Threads;
+    if (u < n_in / 4) early[i] = wr[u];
+  }
+  pdl_begin();
   double acc[NC];
 #pragma unroll
   for (int c = 0; c < NC; ++c) acc[c] = 0.0;
-  for (int64_t u = threadIdx.x; u < n_in / 4; u += kF32Threads) {
-    const float4 wv = wr[u];
+  for (int64_t u = threadIdx.x, i = 0; u < n_in / 4; u += kF32Threads, ++i) {
+    float4 wv;
+    if (i < kF32Prefetch) {
+#pragma unroll
+      for (int j = 0; j < kF32Prefetch; ++j)
+        if (j == i) wv = early[j];
+    } else {
+      wv = wr[u];
+    }
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
       if (c >= nc) break;

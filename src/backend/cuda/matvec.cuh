@@ -344,15 +344,24 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // fits the GPU in one wave and each warp keeps two rows' bytes in flight.
 constexpr int kRowsPerWarp = 2;
 
+struct NoPrologue {
+  __device__ void operator()() const {}
+};
+
 // One warp: acc[r][c] (this lane's share) = W row r · activation row c, for the R weight rows `wrows` and
 // c < cols (<= NC). `act` is the first activation row, rows act_stride apart; smem the warp's
 // R * smem_slot<T>() bytes. Every chunk of all R rows is copied to shared memory before any is read, so the
 // warp waits for memory once per chunk, not once per row. Each row's sum is formed in the same order
 // whatever R is. Every lane of the warp must call it (it synchronises the warp).
-template <class T, int NC, int R>
+//
+// prologue() runs once, after the first chunk's copies are issued and before they are waited for, and before
+// `act` is read: what a kernel does there (wait for its predecessor, quantize its input into shared memory)
+// overlaps the weights' trip from memory. A prologue that synchronises the block must be met by every warp
+// of it, so such kernels give warps without rows of their own a valid row to read.
+template <class T, int NC, int R, class Prologue = NoPrologue>
 __device__ __forceinline__ void rows_dot(const uint8_t* const (&wrows)[R], int64_t n_in, const uint8_t* act,
                                          size_t act_stride, int cols, uint8_t* smem,
-                                         typename T::Acc (&acc)[R][NC]) {
+                                         typename T::Acc (&acc)[R][NC], Prologue prologue = {}) {
   static_assert(T::kChunkBlocks * T::kBlockBytes <= kChunkBytesMax, "chunk larger than the staging buffer");
   const int lane = threadIdx.x % kWarp;
   const int64_t nb = n_in / T::kBlockValues;
@@ -374,6 +383,7 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&wrows)[R], int64
       uint4* dst = reinterpret_cast<uint4*>(smem + r * smem_slot<T>());
       for (int i = lane; i < n16; i += kWarp) cp_async16(dst + i, a0 + i);
     }
+    if (cb == 0) prologue();
     cp_async_wait_all();
     __syncwarp();
     const int units = blocks * T::kParts;
@@ -388,6 +398,7 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&wrows)[R], int64
       }
     }
   }
+  if (nb == 0) prologue();
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll

@@ -1,11 +1,10 @@
 // RMS norm and RoPE with ggml's CPU numerics (the CPU backend's norm_rope.cpp, operation for operation).
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/norm_row.cuh"
 
 namespace df::backend::cuda {
 namespace {
-
-constexpr int kNormThreads = 256;
 
 // One block per row. The sum of squares (float squares, double sum) is reduced as a tree rather than in
 // index order; its float mean is the CPU's except in the rare case where the double sums differ in the
@@ -35,76 +34,22 @@ __global__ void rms_norm_kernel(const float* x, int64_t n, const float* weight, 
   }
 }
 
-// The same with the row in registers, for rows of up to kNormThreads * kNormPerThread values: the row is
-// read from memory once and the weight load overlaps the reduction.
-constexpr int kNormPerThread = 16;
+// The same with the row in registers, for rows of up to kNormThreads * kNormPerThread values (norm_row.cuh).
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_regs_kernel(const float* x, int64_t n, const float* weight, float eps, float* y) {
   pdl_begin();
-  __shared__ double partial[kNormThreads / kWarp];
-  __shared__ float s_scale;
-  const float* xr = x + blockIdx.x * n;
   float* yr = y + blockIdx.x * n;
-  float v[kNormPerThread], w[kNormPerThread];
-  double sum = 0.0;
-#pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * kNormThreads;
-    v[j] = i < n ? xr[i] : 0.0f;
-    w[j] = weight && i < n ? weight[i] : 1.0f;
-  }
-#pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) sum += static_cast<double>(__fmul_rn(v[j], v[j]));
-  sum = warp_sum(sum);
-  if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0.0;
-    for (int k = 0; k < kNormThreads / kWarp; ++k) t += partial[k];
-    const float mean = static_cast<float>(t / static_cast<double>(n));
-    s_scale = 1.0f / sqrtf(mean + eps);
-  }
-  __syncthreads();
-  const float scale = s_scale;
-#pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * kNormThreads;
-    if (i < n) {
-      const float r = v[j] * scale;
-      yr[i] = weight ? r * w[j] : r;
-    }
-  }
+  block_norm_row(x + blockIdx.x * n, n, weight, eps, [&](int64_t i, float v) { yr[i] = v; });
 }
 
-// Short rows (per-head norms: head_dim values): one warp per row, the row in registers.
-constexpr int kNormWarpMax = 16 * kWarp;
+// Short rows (per-head norms: head_dim values): one warp per row (norm_row.cuh).
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_warp_kernel(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y) {
   pdl_begin();
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kNormThreads / kWarp) + threadIdx.x / kWarp;
   if (r >= rows) return;  // the whole warp leaves
-  const int lane = threadIdx.x % kWarp;
-  const float* xr = x + r * n;
   float* yr = y + r * n;
-  float v[kNormWarpMax / kWarp];
-  double sum = 0.0;
-#pragma unroll
-  for (int j = 0; j < kNormWarpMax / kWarp; ++j) {
-    const int64_t i = lane + static_cast<int64_t>(j) * kWarp;
-    v[j] = i < n ? xr[i] : 0.0f;
-    sum += static_cast<double>(__fmul_rn(v[j], v[j]));
-  }
-  sum = warp_sum(sum);
-  const float mean = static_cast<float>(sum / static_cast<double>(n));
-  const float scale = 1.0f / sqrtf(mean + eps);
-#pragma unroll
-  for (int j = 0; j < kNormWarpMax / kWarp; ++j) {
-    const int64_t i = lane + static_cast<int64_t>(j) * kWarp;
-    if (i < n) {
-      const float t = v[j] * scale;
-      yr[i] = weight ? t * weight[i] : t;
-    }
-  }
+  warp_norm_row(x + r * n, n, weight, eps, [&](int64_t i, float v) { yr[i] = v; });
 }
 
 constexpr int kMaxPairs = 512;

@@ -30,6 +30,17 @@ const T* raw_or_null(Buf<T> b) {
   return b ? BA::raw(b) : nullptr;
 }
 
+cuda::RouteArgs route_args(const RouterParams& p) {
+  cuda::RouteArgs a{};
+  a.gating = static_cast<int>(p.gating);
+  a.n_expert = p.n_expert;
+  a.k = p.k;
+  a.selection_bias = raw_or_null(p.selection_bias);
+  a.normalize = p.normalize ? 1 : 0;
+  a.scale = p.scale;
+  return a;
+}
+
 float yarn_corr_dim(int n_dims, int n_ctx_orig, float beta, float base) {
   return static_cast<float>(n_dims) *
          std::log(static_cast<float>(n_ctx_orig) / (beta * 2.0f * std::numbers::pi_v<float>)) /
@@ -307,14 +318,51 @@ void CudaBackend::route(const RouterParams& p, Buf<const float> logits, int64_t 
   need(weights, rows * p.k, "route weights");
   if (p.selection_bias) need(p.selection_bias, p.n_expert, "route selection bias");
   if (graph_.skip("route", BA::raw(ids), rows, p.k)) return;
-  cuda::RouteArgs a{};
-  a.gating = static_cast<int>(p.gating);
-  a.n_expert = p.n_expert;
-  a.k = p.k;
-  a.selection_bias = raw_or_null(p.selection_bias);
-  a.normalize = p.normalize ? 1 : 0;
-  a.scale = p.scale;
-  cuda::launch_route(a, BA::raw(logits), rows, BA::raw(ids), BA::raw(weights), as_stream(stream_));
+  cuda::launch_route(route_args(p), BA::raw(logits), rows, BA::raw(ids), BA::raw(weights),
+                     as_stream(stream_));
+}
+
+void CudaBackend::norm_route(const RouterParams& p, Buf<const float> x, int64_t rows, int64_t n,
+                             Buf<const float> norm, float eps, const Weight& router, Buf<uint8_t> scratch,
+                             Buf<float> xn, Buf<float> logits, Buf<int32_t> ids, Buf<float> weights) {
+  // One launch for decode-sized batches with an F32 router (the lfm2moe, qwen3moe, hy_v3 and qwen35moe
+  // files); anything else, and every bad argument, goes through the three ops and their checks.
+  if (router.type != GgmlType::F32 || router.packed() || !router.data || router.n_in != n ||
+      router.n_out != p.n_expert || p.k <= 0 || p.k > p.n_expert ||
+      !cuda::norm_route_fused(rows, n, p.n_expert, p.k)) {
+    rms_norm(x, rows, n, norm, eps, xn);
+    matmul(router, xn, rows, logits, scratch);
+    route(p, logits, rows, ids, weights);
+    return;
+  }
+  const auto timer = timed({"norm_route", "f32", p.n_expert, n, rows});
+  need(x, rows * n, "norm_route input");
+  need(xn, rows * n, "norm_route normed output");
+  if (norm) need(norm, n, "norm_route norm weight");
+  need(logits, rows * p.n_expert, "norm_route logits");
+  need(ids, rows * p.k, "norm_route ids");
+  need(weights, rows * p.k, "norm_route weights");
+  if (p.selection_bias) need(p.selection_bias, p.n_expert, "norm_route selection bias");
+  if (graph_.skip("norm_route", BA::raw(ids), rows, p.k)) return;
+  if (!route_counter_.ptr) {
+    grow(route_counter_, sizeof(unsigned), "norm_route counter");
+    cuda::check_cuda(cudaMemsetAsync(route_counter_.ptr, 0, sizeof(unsigned), as_stream(stream_)),
+                     "cudaMemsetAsync");
+  }
+  cuda::NormRouteArgs a{};
+  a.x = BA::raw(x);
+  a.rows = rows;
+  a.n = n;
+  a.norm = raw_or_null(norm);
+  a.eps = eps;
+  a.router = static_cast<const float*>(router.data);
+  a.xn = BA::raw(xn);
+  a.logits = BA::raw(logits);
+  a.ids = BA::raw(ids);
+  a.weights = BA::raw(weights);
+  a.route = route_args(p);
+  a.counter = static_cast<unsigned*>(route_counter_.ptr);
+  cuda::launch_norm_route(a, as_stream(stream_));
 }
 
 void CudaBackend::moe_combine_add(Buf<const float> expert_out, Buf<const float> weights, int64_t rows, int k,

@@ -247,6 +247,28 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
                static_cast<int64_t>(items.size()), max_cols, false);
 }
 
+namespace {
+cuda::FfnShape ffn_shape(const FfnTask& a, const ActivationParams& act, int max_cols) {
+  cuda::FfnShape shape{};
+  shape.gate_type = a.gate.type;
+  shape.up_type = a.up.type;
+  shape.down_type = a.down.type;
+  shape.n_in = a.gate.n_in;
+  shape.n_ff = a.gate.n_out;
+  shape.n_out = a.down.n_out;
+  shape.gate_row_bytes = a.gate.row_bytes();
+  shape.up_row_bytes = a.up.row_bytes();
+  shape.down_row_bytes = a.down.row_bytes();
+  shape.act = act.kind == Activation::SwiGLU  ? cuda::FfnAct::SwiGLU
+              : act.kind == Activation::GeGLU ? cuda::FfnAct::GeGLU
+                                              : cuda::FfnAct::OaiSwiGLU;
+  shape.alpha = act.alpha;
+  shape.limit = act.limit;
+  shape.max_cols = max_cols;
+  return shape;
+}
+}  // namespace
+
 // The four launches of a grouped FFN over device task tables (descs | items | entry_task | row map at the
 // given offsets of `table`), whoever built them: ffn() stages them from the host, routed_ffn() builds them
 // on the device (with the row map: row_map_ready).
@@ -254,7 +276,7 @@ void CudaBackend::ffn_launches(const FfnTask& a, const ActivationParams& act, Bu
                                int64_t x_rows, Buf<float> out, int64_t out_rows_total, uint8_t* table,
                                size_t items_off, size_t task_off, size_t map_off, int64_t entries,
                                int64_t n_items, int max_cols, bool row_map_ready) {
-  const int64_t n_in = a.gate.n_in, n_ff = a.gate.n_out, n_out = a.down.n_out;
+  const int64_t n_in = a.gate.n_in, n_ff = a.gate.n_out;
   const GgmlType act_g = quant::vec_dot_type(a.gate.type), act_u = quant::vec_dot_type(a.up.type),
                  act_h = quant::vec_dot_type(a.down.type);
   const bool shared_input = act_g == act_u;
@@ -293,22 +315,7 @@ void CudaBackend::ffn_launches(const FfnTask& a, const ActivationParams& act, Bu
                                      err, s);
   }
   if (!shared_input) cuda::launch_quantize(act_u, BA::raw(x), n_in, d_map, entries, n_in, qu, s);
-  cuda::FfnShape shape{};
-  shape.gate_type = a.gate.type;
-  shape.up_type = a.up.type;
-  shape.down_type = a.down.type;
-  shape.n_in = n_in;
-  shape.n_ff = n_ff;
-  shape.n_out = n_out;
-  shape.gate_row_bytes = a.gate.row_bytes();
-  shape.up_row_bytes = a.up.row_bytes();
-  shape.down_row_bytes = a.down.row_bytes();
-  shape.act = act.kind == Activation::SwiGLU  ? cuda::FfnAct::SwiGLU
-              : act.kind == Activation::GeGLU ? cuda::FfnAct::GeGLU
-                                              : cuda::FfnAct::OaiSwiGLU;
-  shape.alpha = act.alpha;
-  shape.limit = act.limit;
-  shape.max_cols = max_cols;
+  const cuda::FfnShape shape = ffn_shape(a, act, max_cols);
   cuda::launch_ffn_gate_up(shape, d_descs, d_items, n_items, qg, sg, qu, su, h, u_scratch, entries,
                            quantize_x ? BA::raw(x) : nullptr, d_map, s);
   if (!quantize_h) cuda::launch_quantize(act_h, h, n_ff, nullptr, entries, n_ff, qh, s);
@@ -342,14 +349,7 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
   if (ex.down_scale) need(ex.down_scale, ex.n_expert, "routed_ffn expert output scales");
   if (ex.slot_of) need(ex.slot_of, ex.n_expert, "routed_ffn expert slot map");
   if (graph_.skip("routed_ffn", BA::raw(out), entries, n_out)) return;
-  // Tables: descs | items | entry_task | row map, then the (in, out) row pairs the descs point into.
   const size_t E = static_cast<size_t>(entries);
-  const size_t items_off = (E * sizeof(cuda::FfnDesc) + 15) / 16 * 16;
-  const size_t task_off = (items_off + E * sizeof(cuda::FfnItem) + 15) / 16 * 16;
-  const size_t map_off = (task_off + E * sizeof(int32_t) + 15) / 16 * 16;
-  const size_t rows_off = (map_off + E * sizeof(int32_t) + 15) / 16 * 16;
-  auto* table =
-      static_cast<uint8_t*>(grow(routed_scratch_, rows_off + 2 * E * sizeof(int32_t), "routed ffn tables"));
   cuda::ExpertStacks st{};
   st.gate = static_cast<const uint8_t*>(ex.gate.first.data);
   st.up = static_cast<const uint8_t*>(ex.up.first.data);
@@ -365,11 +365,28 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
   st.n_expert = ex.n_expert;
   st.n_ff = n_ff;
   st.n_out = n_out;
-  cuda::launch_routed_tables(
-      st, BA::raw(ids), entries, k, reinterpret_cast<cuda::FfnDesc*>(table),
-      reinterpret_cast<cuda::FfnItem*>(table + items_off), reinterpret_cast<int32_t*>(table + task_off),
-      reinterpret_cast<int32_t*>(table + map_off), reinterpret_cast<int32_t*>(table + rows_off),
-      static_cast<cuda::DeviceError*>(error_word_device_), as_stream(stream_));
+  auto* err = static_cast<cuda::DeviceError*>(error_word_device_);
+  const cuda::FfnShape shape = ffn_shape(a, act, 1);
+  // Decode of the common types: no tables; the FFN kernels read the experts from the ids.
+  auto* h =
+      static_cast<float*>(grow(ffn_scratch_, E * static_cast<size_t>(n_ff) * sizeof(float), "ffn scratch"));
+  if (cuda::routed_ffn_direct(shape, BA::raw(x), h)) {
+    cuda::launch_routed_ffn(shape, cuda::RoutedSource{st, BA::raw(ids), k, err}, entries, BA::raw(x), h,
+                            BA::raw(out), as_stream(stream_));
+    return;
+  }
+  // Tables: descs | items | entry_task | row map, then the (in, out) row pairs the descs point into.
+  const size_t items_off = (E * sizeof(cuda::FfnDesc) + 15) / 16 * 16;
+  const size_t task_off = (items_off + E * sizeof(cuda::FfnItem) + 15) / 16 * 16;
+  const size_t map_off = (task_off + E * sizeof(int32_t) + 15) / 16 * 16;
+  const size_t rows_off = (map_off + E * sizeof(int32_t) + 15) / 16 * 16;
+  auto* table =
+      static_cast<uint8_t*>(grow(routed_scratch_, rows_off + 2 * E * sizeof(int32_t), "routed ffn tables"));
+  cuda::launch_routed_tables(st, BA::raw(ids), entries, k, reinterpret_cast<cuda::FfnDesc*>(table),
+                             reinterpret_cast<cuda::FfnItem*>(table + items_off),
+                             reinterpret_cast<int32_t*>(table + task_off),
+                             reinterpret_cast<int32_t*>(table + map_off),
+                             reinterpret_cast<int32_t*>(table + rows_off), err, as_stream(stream_));
   ffn_launches(a, act, x, T, out, entries, table, items_off, task_off, map_off, entries, entries, 1, true);
 }
 

@@ -3,23 +3,26 @@
 // sequential double sums on lane 0, as the CPU orders them.
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/norm_row.cuh"
 
 namespace df::backend::cuda {
 namespace {
 
 constexpr int kGatingSoftmax = 1, kGatingSigmoid = 2, kGatingSoftmaxWeight = 3;
 
-__global__ void route_kernel(RouteArgs a, const float* logits, int32_t* ids, float* weights) {
-  pdl_begin();
-  extern __shared__ float s[];  // probs[E], score[E], taken[E] (as floats)
-  const int E = a.n_expert, k = a.k, lane = threadIdx.x;
+// One token row's choice by one warp: l its n_expert logits, id and w its k results, s route_smem_bytes of
+// the warp's shared memory (16-byte aligned). The choices are kept there and written out once at the end (a
+// chain of global stores and loads on one lane is what made this slow). Every lane of the warp must call it.
+__device__ __host__ constexpr size_t route_smem_bytes(int64_t E, int64_t k) {
+  return (static_cast<size_t>(2 * E + 2 * k) * sizeof(float) + static_cast<size_t>(E) + 15) / 16 * 16;
+}
+__device__ void warp_route_row(const RouteArgs& a, const float* l, int32_t* id, float* w, float* s) {
+  const int E = a.n_expert, k = a.k, lane = threadIdx.x % kWarp;
   float* probs = s;
   float* score = s + E;
-  float* taken = s + 2 * E;
-  const float* l = logits + static_cast<int64_t>(blockIdx.x) * E;
-  int32_t* id = ids + static_cast<int64_t>(blockIdx.x) * k;
-  float* w = weights + static_cast<int64_t>(blockIdx.x) * k;
-
+  float* pick_w = s + 2 * E;
+  int32_t* pick_id = reinterpret_cast<int32_t*>(pick_w + k);
+  uint8_t* taken = reinterpret_cast<uint8_t*>(pick_id + k);
   if (a.gating == kGatingSigmoid) {
     for (int e = lane; e < E; e += kWarp) probs[e] = 1.0f / (1.0f + expf(-l[e]));
   } else if (a.gating == kGatingSoftmax) {
@@ -40,14 +43,14 @@ __global__ void route_kernel(RouteArgs a, const float* logits, int32_t* ids, flo
   for (int e = lane; e < E; e += kWarp) {
     score[e] =
         a.gating != kGatingSoftmaxWeight && a.selection_bias ? probs[e] + a.selection_bias[e] : probs[e];
-    taken[e] = 0.0f;
+    taken[e] = 0;
   }
   __syncwarp();
   for (int j = 0; j < k; ++j) {
     int best = -1;
     float best_s = 0.0f;
     for (int e = lane; e < E; e += kWarp)
-      if (taken[e] == 0.0f && (best < 0 || score[e] > best_s)) {
+      if (taken[e] == 0 && (best < 0 || score[e] > best_s)) {
         best = e;
         best_s = score[e];
       }
@@ -61,32 +64,130 @@ __global__ void route_kernel(RouteArgs a, const float* logits, int32_t* ids, flo
       }
     }
     if (lane == 0) {
-      id[j] = best;
-      w[j] = probs[best];
-      taken[best] = 1.0f;
+      pick_id[j] = best;
+      pick_w[j] = probs[best];
+      taken[best] = 1;
     }
     __syncwarp();
   }
   if (lane != 0) return;
   if (a.gating == kGatingSoftmaxWeight) {
-    const float max = w[0];
+    const float max = pick_w[0];
     double sum = 0.0;
     for (int j = 0; j < k; ++j) {
-      w[j] = expf(w[j] - max);
-      sum += static_cast<double>(w[j]);
+      pick_w[j] = expf(pick_w[j] - max);
+      sum += static_cast<double>(pick_w[j]);
     }
     const float inv = static_cast<float>(1.0 / sum);
-    for (int j = 0; j < k; ++j) w[j] *= inv;
-    return;
+    for (int j = 0; j < k; ++j) pick_w[j] *= inv;
+  } else {
+    if (a.normalize) {
+      double sum = 0.0;
+      for (int j = 0; j < k; ++j) sum += static_cast<double>(pick_w[j]);
+      const float sc = fmaxf(static_cast<float>(sum), 6.103515625e-5f);
+      for (int j = 0; j < k; ++j) pick_w[j] /= sc;
+    }
+    if (a.scale != 0.0f && a.scale != 1.0f)
+      for (int j = 0; j < k; ++j) pick_w[j] *= a.scale;
   }
-  if (a.normalize) {
-    double sum = 0.0;
-    for (int j = 0; j < k; ++j) sum += static_cast<double>(w[j]);
-    const float sc = fmaxf(static_cast<float>(sum), 6.103515625e-5f);
-    for (int j = 0; j < k; ++j) w[j] /= sc;
+  for (int j = 0; j < k; ++j) {
+    id[j] = pick_id[j];
+    w[j] = pick_w[j];
   }
-  if (a.scale != 0.0f && a.scale != 1.0f)
-    for (int j = 0; j < k; ++j) w[j] *= a.scale;
+}
+
+__global__ void route_kernel(RouteArgs a, const float* logits, int32_t* ids, float* weights) {
+  pdl_begin();
+  extern __shared__ float s[];  // warp_route_row's
+  const int64_t r = blockIdx.x;
+  warp_route_row(a, logits + r * a.n_expert, ids + r * a.k, weights + r * a.k, s);
+}
+
+// The fused router (CudaBackend::norm_route): a block per expert row of the F32 router. Each block norms the
+// token rows into its shared memory with the rms_norm kernels' code (block 0 also writes them out as xn),
+// forms its expert's logits with matmul.cu's F32 product (the same per-thread units, double sums and tree,
+// so the same bits), and the block that finishes last (a counter in device memory, which it resets) routes
+// every row with route_kernel's code. The router row's first units load before the wait for the previous
+// kernel (weights: no kernel writes them).
+constexpr int kRouterPrefetch = 2;
+__global__ void __launch_bounds__(kNormThreads) norm_route_kernel(NormRouteArgs a) {
+  extern __shared__ __align__(16) float sm[];  // rows × n normed values, then per row E logits + route's
+  __shared__ double partial[kNormRouteMaxRows][kNormThreads / kWarp];
+  __shared__ bool last;
+  const int64_t n = a.n, E = a.route.n_expert, e = blockIdx.x;
+  const int rows = a.rows, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const float4* wr = reinterpret_cast<const float4*>(a.router + e * n);
+  float4 early[kRouterPrefetch];
+#pragma unroll
+  for (int i = 0; i < kRouterPrefetch; ++i) {
+    const int64_t u = threadIdx.x + static_cast<int64_t>(i) * kNormThreads;
+    if (u < n / 4) early[i] = wr[u];
+  }
+  pdl_begin();
+  float* xs = sm;
+  if (n <= kNormWarpMax) {
+    if (warp < rows)
+      warp_norm_row(a.x + warp * n, n, a.norm, a.eps, [&](int64_t i, float v) {
+        xs[warp * n + i] = v;
+        if (e == 0) a.xn[warp * n + i] = v;
+      });
+  } else {
+    for (int c = 0; c < rows; ++c)
+      block_norm_row(a.x + c * n, n, a.norm, a.eps, [&](int64_t i, float v) {
+        xs[c * n + i] = v;
+        if (e == 0) a.xn[c * n + i] = v;
+      });
+  }
+  __syncthreads();
+  double acc[kNormRouteMaxRows];
+#pragma unroll
+  for (int c = 0; c < kNormRouteMaxRows; ++c) acc[c] = 0.0;
+  for (int64_t u = threadIdx.x, i = 0; u < n / 4; u += kNormThreads, ++i) {
+    float4 wv;
+    if (i < kRouterPrefetch) {
+#pragma unroll
+      for (int j = 0; j < kRouterPrefetch; ++j)
+        if (j == i) wv = early[j];
+    } else {
+      wv = wr[u];
+    }
+#pragma unroll
+    for (int c = 0; c < kNormRouteMaxRows; ++c) {
+      if (c >= rows) break;
+      const float4 v = reinterpret_cast<const float4*>(xs + c * n)[u];
+      acc[c] += static_cast<double>(__fmul_rn(wv.x, v.x));
+      acc[c] += static_cast<double>(__fmul_rn(wv.y, v.y));
+      acc[c] += static_cast<double>(__fmul_rn(wv.z, v.z));
+      acc[c] += static_cast<double>(__fmul_rn(wv.w, v.w));
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kNormRouteMaxRows; ++c) {
+    const double v = warp_sum(acc[c]);
+    if (lane == 0) partial[c][warp] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < rows) {
+    const int c = static_cast<int>(threadIdx.x);
+    double t = 0.0;
+    for (int k = 0; k < kNormThreads / kWarp; ++k) t += partial[c][k];
+    a.logits[c * E + e] = static_cast<float>(t);
+  }
+  __threadfence();  // this block's logits before its count
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (warp < rows) {
+    // The row's logits (read past L1), then route's scratch.
+    float* s =
+        sm + rows * n + warp * (E + static_cast<int64_t>(route_smem_bytes(E, a.route.k) / sizeof(float)));
+    for (int64_t k = lane; k < E; k += kWarp) s[k] = __ldcg(a.logits + warp * E + k);
+    __syncwarp();
+    warp_route_row(a.route, s, a.ids + warp * a.route.k, a.weights + warp * a.route.k, s + E);
+  }
+  if (threadIdx.x == 0) *a.counter = 0;
 }
 
 // x[r][i] += Σ_j weights[r][j] · expert_out[r][j][i], the sum in slot order, as the CPU forms it.
@@ -108,8 +209,8 @@ __global__ void moe_combine_add_kernel(const float* expert_out, const float* wei
 void launch_route(const RouteArgs& a, const float* logits, int64_t rows, int32_t* ids, float* weights,
                   cudaStream_t stream) {
   if (rows <= 0) return;
-  launch_kernel(route_kernel, static_cast<unsigned>(rows), kWarp,
-                static_cast<size_t>(a.n_expert) * 3 * sizeof(float), stream, a, logits, ids, weights);
+  launch_kernel(route_kernel, static_cast<unsigned>(rows), kWarp, route_smem_bytes(a.n_expert, a.k), stream,
+                a, logits, ids, weights);
   check_launch("route kernel");
 }
 
@@ -120,6 +221,23 @@ void launch_moe_combine_add(const float* expert_out, const float* weights, int64
   launch_kernel(moe_combine_add_kernel, static_cast<unsigned>((total + 255) / 256), 256, 0, stream,
                 expert_out, weights, rows, k, n, x);
   check_launch("moe_combine_add kernel");
+}
+
+size_t norm_route_smem_bytes(int64_t rows, int64_t n, int n_expert, int k) {
+  return static_cast<size_t>(rows) *
+         (static_cast<size_t>(n + n_expert) * sizeof(float) + route_smem_bytes(n_expert, k));
+}
+
+bool norm_route_fused(int64_t rows, int64_t n, int n_expert, int k) {
+  return rows >= 1 && rows <= kNormRouteMaxRows && n % 4 == 0 && n_expert % 4 == 0 &&
+         n <= int64_t{kNormThreads} * kNormPerThread &&
+         norm_route_smem_bytes(rows, n, n_expert, k) <= kNormRouteMaxSmem;
+}
+
+void launch_norm_route(const NormRouteArgs& a, cudaStream_t stream) {
+  launch_kernel(norm_route_kernel, static_cast<unsigned>(a.route.n_expert), kNormThreads,
+                norm_route_smem_bytes(a.rows, a.n, a.route.n_expert, a.route.k), stream, a);
+  check_launch("norm_route kernel");
 }
 
 }  // namespace df::backend::cuda
