@@ -23,10 +23,13 @@ case "$mode" in
     [ ${#models[@]} -gt 0 ] || models=(lfm2moe-tiny lfm2moe-tiny-f16 qwen3moe-tiny gpt-oss-tiny hy_v3-tiny)
     rm -rf .device/build .device/golden .device/lib
     mkdir -p .device/build/tests .device/golden .device/lib
-    # Every shared library but the C and C++ runtimes (the engine tests link liburing, libxxhash, ICU, ...).
-    ldd "$build/tests/test_engine_cuda_tiers" | awk '$3 ~ /^\// {print $3}' |
-      grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|ld-linux[^/]*)\.so' |
-      while read -r lib; do cp "$lib" .device/lib/; done
+    # Every shared library the chosen test binaries link but the C and C++ runtimes (the engine tests link
+    # liburing, libxxhash, ICU, ...; the model tests only libfmt: leaving ICU out makes room for a model).
+    for t in ${DF_TESTS:-test_backend_cuda_ops test_models_cuda_golden test_models_cuda_graphs test_engine_cuda_tiers}; do
+      ldd "$build/tests/$t" | awk '$3 ~ /^\// {print $3}' |
+        grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|ld-linux[^/]*)\.so' |
+        while read -r lib; do cp "$lib" .device/lib/; done
+    done
     for t in ${DF_TESTS:-test_backend_cuda_ops test_models_cuda_golden test_models_cuda_graphs test_engine_cuda_tiers}; do
       strip -o ".device/build/tests/$t" "$build/tests/$t"
       cp "$build/tests/${t}[1]_tests.cmake" ".device/build/tests/${t}_tests.cmake"
