@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA benchmark of docs/PERF.md, on a GPU machine: the HBM read ceiling, then diskformer bench with every
 # weight in VRAM (--resident --device cuda) on the make-model presets `small` and `lfm2-24b` (written to
-# $MODEL_DIR first), alternated twice, one JSON line per run in $OUT_DIR/bench.jsonl.
+# $MODEL_DIR first), after prompts of 512 and 8 tokens, alternated twice, one JSON line per run in
+# $OUT_DIR/bench.jsonl.
 #   bench/cuda/run_gpu_bench.sh [BIN_DIR=.] [MODEL_DIR=/tmp] [OUT_DIR=.]
 # BIN_DIR holds diskformer and df_cuda_bandwidth (built with nvcc: cmake finds it, DF_CUDA=ON); their shared
 # libraries (libfmt, liburing, libxxhash, libicuuc, libicudata, libcrypto) go on LD_LIBRARY_PATH when the
@@ -14,10 +15,15 @@ OUT=${3:-.}
 for preset in small lfm2-24b; do
   [ -f "$MODELS/$preset.gguf" ] || "$BIN/diskformer" make-model --preset "$preset" -o "$MODELS/$preset.gguf" -q
 done
-for rep in 1 2; do
+# Decode after a 512-token prompt and after an 8-token one: llama-bench's tg128 decodes from an empty
+# context, so the -p 8 line is the one to set beside llama.cpp's figure; the gap between the two is what
+# attention over the context costs.
+for _ in 1 2; do
   for preset in small lfm2-24b; do
-    "$BIN/diskformer" bench -m "$MODELS/$preset.gguf" --resident --device cuda -p 512 -n 128 --json 2>/dev/null |
-      tail -1 | tee -a "$OUT/bench.jsonl"
+    for prompt in 512 8; do
+      "$BIN/diskformer" bench -m "$MODELS/$preset.gguf" --resident --device cuda -p "$prompt" -n 128 --json \
+        2>/dev/null | tail -1 | tee -a "$OUT/bench.jsonl"
+    done
   done
 done
 if [ "${DF_CUDA_PROFILE:-0}" != 0 ]; then
