@@ -417,9 +417,9 @@ void launch_routed_tables(const ExpertStacks& st, const int32_t* ids, int64_t en
                 stream, st, ids, entries, k, descs, items, entry_task, row_map, rows, err);
 }
 
-bool routed_ffn_direct(const FfnShape& s, const float* x, const float* h) {
+bool routed_ffn_direct(const FfnShape& s, const float* x) {
   return s.gate_type == s.up_type && in_kernel_quantize(s.gate_type, x, s.n_in, s.n_in, 1) &&
-         in_kernel_quantize(s.down_type, h, s.n_ff, s.n_ff, 1);
+         in_kernel_quantize_shape(s.down_type, s.n_ff, s.n_ff, 1);
 }
 
 void launch_routed_ffn(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x, float* h,

@@ -73,6 +73,8 @@ void launch_quantize(GgmlType act, const float* x, int64_t x_stride, const int32
 // shared memory and each is 16-byte aligned (x and x_stride floats apart).
 constexpr size_t kInKernelQuantBytes = 8192;
 bool in_kernel_quantize(GgmlType w_type, const float* x, int64_t x_stride, int64_t n, int64_t cols);
+// The same for rows not yet allocated that will start 16-byte aligned.
+bool in_kernel_quantize_shape(GgmlType w_type, int64_t x_stride, int64_t n, int64_t cols);
 
 // ---- Matrix products. y[c * y_stride + o] = W[o] · act row c, for o < n_out, c < cols (act rows act_stride
 // apart, quantized by launch_quantize to the weight's activation format). With x_raw (in_kernel_quantize
@@ -163,15 +165,15 @@ void launch_routed_tables(const ExpertStacks& st, const int32_t* ids, int64_t en
                           DeviceError* err, cudaStream_t stream);
 // The same routed entries without the tables: the gate/up and down kernels read each entry's expert from
 // the ids themselves (one launch fewer). Only where routed_ffn_direct holds: gate and up of one type, both
-// products quantizing their input in the kernel. h: entries x n_ff floats between the two launches; out:
-// entries x n_out.
+// products quantizing their input in the kernel. h: entries x n_ff floats between the two launches, 16-byte
+// aligned; out: entries x n_out.
 struct RoutedSource {
   ExpertStacks st;
   const int32_t* ids;
   int k;
   DeviceError* err;
 };
-bool routed_ffn_direct(const FfnShape& s, const float* x, const float* h);
+bool routed_ffn_direct(const FfnShape& s, const float* x);
 void launch_routed_ffn(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x, float* h,
                        float* out, cudaStream_t stream);
 

@@ -2,6 +2,7 @@
 // (F32 weights: a block per row), grid (output rows / 8, activation rows / NC), each weight byte read from
 // HBM once. More rows with Q4_0 / Q8_0 weights: int8 tensor-core tiles (mma_tile.cuh); other types walk tiles
 // of 8 activation rows in the grid's y dimension, each re-reading the weight (from L2 when it fits).
+#include "backend/cuda/f32_dot.cuh"
 #include "backend/cuda/matvec.cuh"
 #include "backend/cuda/mma_tile.cuh"
 #include "backend/cuda/q8_block.cuh"
@@ -56,55 +57,20 @@ template <int NC>
 __global__ void __launch_bounds__(kF32Threads)
     matmul_f32_kernel(const float* w, size_t row_floats, int64_t n_in, const uint8_t* act, size_t act_stride,
                       int64_t cols, float* y, int64_t y_stride) {
-  __shared__ double partial[NC][kF32Threads / kWarp];
   const int64_t o = blockIdx.x;
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * NC;
   const int nc = static_cast<int>(cols - c0 < NC ? cols - c0 : NC);
   const float4* wr = reinterpret_cast<const float4*>(w + o * row_floats);
-  // The thread's first kF32Prefetch units of the weight row are loaded before the wait for the previous
-  // kernel (weights: no kernel writes them), the rest in the loop.
-  float4 early[kF32Prefetch];
-#pragma unroll
-  for (int i = 0; i < kF32Prefetch; ++i) {
-    const int64_t u = threadIdx.x + static_cast<int64_t>(i) * kF32Threads;
-    if (u < n_in / 4) early[i] = wr[u];
-  }
+  const auto early = f32_load_early<kF32Threads, kF32Prefetch>(wr, n_in / 4);
   pdl_begin();
   double acc[NC];
 #pragma unroll
   for (int c = 0; c < NC; ++c) acc[c] = 0.0;
-  for (int64_t u = threadIdx.x, i = 0; u < n_in / 4; u += kF32Threads, ++i) {
-    float4 wv;
-    if (i < kF32Prefetch) {
-#pragma unroll
-      for (int j = 0; j < kF32Prefetch; ++j)
-        if (j == i) wv = early[j];
-    } else {
-      wv = wr[u];
-    }
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      if (c >= nc) break;
-      const float4 a = reinterpret_cast<const float4*>(act + (c0 + c) * act_stride)[u];
-      acc[c] += static_cast<double>(__fmul_rn(wv.x, a.x));
-      acc[c] += static_cast<double>(__fmul_rn(wv.y, a.y));
-      acc[c] += static_cast<double>(__fmul_rn(wv.z, a.z));
-      acc[c] += static_cast<double>(__fmul_rn(wv.w, a.w));
-    }
-  }
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-#pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    const double v = warp_sum(acc[c]);
-    if (lane == 0) partial[c][warp] = v;
-  }
-  __syncthreads();
-  if (threadIdx.x < nc) {
-    const int c = static_cast<int>(threadIdx.x);
-    double t = 0.0;
-    for (int k = 0; k < kF32Threads / kWarp; ++k) t += partial[c][k];
-    y[(c0 + c) * y_stride + o] = static_cast<float>(t);
-  }
+  f32_rows_dot(
+      wr, n_in / 4, early, nc,
+      [&](int c) { return reinterpret_cast<const float4*>(act + (c0 + c) * act_stride); }, acc);
+  f32_block_sums<kF32Threads>(acc, nc,
+                              [&](int c, double t) { y[(c0 + c) * y_stride + o] = static_cast<float>(t); });
 }
 
 // More than 8 activation rows with Q4_0 / Q8_0 weights: int8 tensor-core tiles (mma_tile.cuh), a block of
@@ -132,10 +98,14 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
 
 bool mma_supported(GgmlType w_type) { return w_type == GgmlType::Q4_0 || w_type == GgmlType::Q8_0; }
 
-bool in_kernel_quantize(GgmlType w_type, const float* x, int64_t x_stride, int64_t n, int64_t cols) {
+bool in_kernel_quantize_shape(GgmlType w_type, int64_t x_stride, int64_t n, int64_t cols) {
   return (w_type == GgmlType::Q4_0 || w_type == GgmlType::Q8_0 || w_type == GgmlType::MXFP4) && cols >= 1 &&
-         cols <= 8 && n % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && x_stride % 4 == 0 &&
+         cols <= 8 && n % 32 == 0 && x_stride % 4 == 0 &&
          act_row_stride(GgmlType::Q8_0, n) * static_cast<size_t>(col_tile(cols)) <= kInKernelQuantBytes;
+}
+
+bool in_kernel_quantize(GgmlType w_type, const float* x, int64_t x_stride, int64_t n, int64_t cols) {
+  return reinterpret_cast<uintptr_t>(x) % 16 == 0 && in_kernel_quantize_shape(w_type, x_stride, n, cols);
 }
 
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,

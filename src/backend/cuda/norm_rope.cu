@@ -9,26 +9,15 @@ namespace {
 // One block per row. The sum of squares (float squares, double sum) is reduced as a tree rather than in
 // index order; its float mean is the CPU's except in the rare case where the double sums differ in the
 // last bit and that difference survives rounding to float.
-__global__ void rms_norm_kernel(const float* x, int64_t n, const float* weight, float eps, float* y) {
+__global__ void __launch_bounds__(kNormThreads)
+    rms_norm_kernel(const float* x, int64_t n, const float* weight, float eps, float* y) {
   pdl_begin();
-  __shared__ double partial[kNormThreads / kWarp];
-  __shared__ float s_scale;
   const float* xr = x + blockIdx.x * n;
   float* yr = y + blockIdx.x * n;
   double sum = 0.0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += static_cast<double>(__fmul_rn(xr[i], xr[i]));
-  sum = warp_sum(sum);
-  if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0.0;
-    for (int w = 0; w < kNormThreads / kWarp; ++w) t += partial[w];
-    const float mean = static_cast<float>(t / static_cast<double>(n));
-    s_scale = 1.0f / sqrtf(mean + eps);
-  }
-  __syncthreads();
-  const float scale = s_scale;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) sum += static_cast<double>(__fmul_rn(xr[i], xr[i]));
+  const float scale = block_rms_scale(sum, n, eps);
+  for (int64_t i = threadIdx.x; i < n; i += kNormThreads) {
     const float v = xr[i] * scale;
     yr[i] = weight ? v * weight[i] : v;  // two roundings, as ggml's rms_norm then mul
   }

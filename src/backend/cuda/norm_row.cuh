@@ -11,24 +11,13 @@ namespace df::backend::cuda {
 
 constexpr int kNormThreads = 256, kNormPerThread = 16, kNormWarpMax = 16 * kWarp;
 
-// Every thread of a kNormThreads block must call it (it synchronises the block). The weight load overlaps
-// the reduction.
-template <class Store>
-__device__ __forceinline__ void block_norm_row(const float* xr, int64_t n, const float* weight, float eps,
-                                               Store store) {
+// The row's scale 1/sqrt(mean + eps) from each thread's partial sum of squares: the warps' sums in a fixed
+// tree, then the block's. Every thread of a kNormThreads block must call it; it leaves the shared state
+// free again for the block's next row.
+__device__ __forceinline__ float block_rms_scale(double thread_sum, int64_t n, float eps) {
   __shared__ double partial[kNormThreads / kWarp];
   __shared__ float s_scale;
-  float v[kNormPerThread], w[kNormPerThread];
-  double sum = 0.0;
-#pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) {
-    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * kNormThreads;
-    v[j] = i < n ? xr[i] : 0.0f;
-    w[j] = weight && i < n ? weight[i] : 1.0f;
-  }
-#pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) sum += static_cast<double>(__fmul_rn(v[j], v[j]));
-  sum = warp_sum(sum);
+  const double sum = warp_sum(thread_sum);
   if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = sum;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -39,7 +28,26 @@ __device__ __forceinline__ void block_norm_row(const float* xr, int64_t n, const
   }
   __syncthreads();
   const float scale = s_scale;
-  __syncthreads();  // s_scale and partial are free again for the block's next row
+  __syncthreads();
+  return scale;
+}
+
+// Every thread of a kNormThreads block must call it (it synchronises the block). The weight load overlaps
+// the reduction.
+template <class Store>
+__device__ __forceinline__ void block_norm_row(const float* xr, int64_t n, const float* weight, float eps,
+                                               Store store) {
+  float v[kNormPerThread], w[kNormPerThread];
+  double sum = 0.0;
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * kNormThreads;
+    v[j] = i < n ? xr[i] : 0.0f;
+    w[j] = weight && i < n ? weight[i] : 1.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < kNormPerThread; ++j) sum += static_cast<double>(__fmul_rn(v[j], v[j]));
+  const float scale = block_rms_scale(sum, n, eps);
 #pragma unroll
   for (int j = 0; j < kNormPerThread; ++j) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(j) * kNormThreads;

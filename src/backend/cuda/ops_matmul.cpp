@@ -368,9 +368,10 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
   auto* err = static_cast<cuda::DeviceError*>(error_word_device_);
   const cuda::FfnShape shape = ffn_shape(a, act, 1);
   // Decode of the common types: no tables; the FFN kernels read the experts from the ids.
-  auto* h =
-      static_cast<float*>(grow(ffn_scratch_, E * static_cast<size_t>(n_ff) * sizeof(float), "ffn scratch"));
-  if (cuda::routed_ffn_direct(shape, BA::raw(x), h)) {
+  if (cuda::routed_ffn_direct(shape, BA::raw(x))) {
+    // h: the scratch's start, which the device allocator aligns to 256 bytes.
+    auto* h =
+        static_cast<float*>(grow(ffn_scratch_, E * static_cast<size_t>(n_ff) * sizeof(float), "ffn scratch"));
     cuda::launch_routed_ffn(shape, cuda::RoutedSource{st, BA::raw(ids), k, err}, entries, BA::raw(x), h,
                             BA::raw(out), as_stream(stream_));
     return;

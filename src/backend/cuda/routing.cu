@@ -2,6 +2,7 @@
 // shared memory, k passes of a warp argmax (descending score, lowest id on an exact tie), and the weights'
 // sequential double sums on lane 0, as the CPU orders them.
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/f32_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/norm_row.cuh"
 
@@ -112,17 +113,11 @@ __global__ void route_kernel(RouteArgs a, const float* logits, int32_t* ids, flo
 constexpr int kRouterPrefetch = 2;
 __global__ void __launch_bounds__(kNormThreads) norm_route_kernel(NormRouteArgs a) {
   extern __shared__ __align__(16) float sm[];  // rows × n normed values, then per row E logits + route's
-  __shared__ double partial[kNormRouteMaxRows][kNormThreads / kWarp];
   __shared__ bool last;
   const int64_t n = a.n, E = a.route.n_expert, e = blockIdx.x;
   const int rows = a.rows, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const float4* wr = reinterpret_cast<const float4*>(a.router + e * n);
-  float4 early[kRouterPrefetch];
-#pragma unroll
-  for (int i = 0; i < kRouterPrefetch; ++i) {
-    const int64_t u = threadIdx.x + static_cast<int64_t>(i) * kNormThreads;
-    if (u < n / 4) early[i] = wr[u];
-  }
+  const auto early = f32_load_early<kNormThreads, kRouterPrefetch>(wr, n / 4);
   pdl_begin();
   float* xs = sm;
   if (n <= kNormWarpMax) {
@@ -142,37 +137,10 @@ __global__ void __launch_bounds__(kNormThreads) norm_route_kernel(NormRouteArgs 
   double acc[kNormRouteMaxRows];
 #pragma unroll
   for (int c = 0; c < kNormRouteMaxRows; ++c) acc[c] = 0.0;
-  for (int64_t u = threadIdx.x, i = 0; u < n / 4; u += kNormThreads, ++i) {
-    float4 wv;
-    if (i < kRouterPrefetch) {
-#pragma unroll
-      for (int j = 0; j < kRouterPrefetch; ++j)
-        if (j == i) wv = early[j];
-    } else {
-      wv = wr[u];
-    }
-#pragma unroll
-    for (int c = 0; c < kNormRouteMaxRows; ++c) {
-      if (c >= rows) break;
-      const float4 v = reinterpret_cast<const float4*>(xs + c * n)[u];
-      acc[c] += static_cast<double>(__fmul_rn(wv.x, v.x));
-      acc[c] += static_cast<double>(__fmul_rn(wv.y, v.y));
-      acc[c] += static_cast<double>(__fmul_rn(wv.z, v.z));
-      acc[c] += static_cast<double>(__fmul_rn(wv.w, v.w));
-    }
-  }
-#pragma unroll
-  for (int c = 0; c < kNormRouteMaxRows; ++c) {
-    const double v = warp_sum(acc[c]);
-    if (lane == 0) partial[c][warp] = v;
-  }
-  __syncthreads();
-  if (threadIdx.x < rows) {
-    const int c = static_cast<int>(threadIdx.x);
-    double t = 0.0;
-    for (int k = 0; k < kNormThreads / kWarp; ++k) t += partial[c][k];
-    a.logits[c * E + e] = static_cast<float>(t);
-  }
+  f32_rows_dot(
+      wr, n / 4, early, rows, [&](int c) { return reinterpret_cast<const float4*>(xs + c * n); }, acc);
+  f32_block_sums<kNormThreads>(acc, rows,
+                               [&](int c, double t) { a.logits[c * E + e] = static_cast<float>(t); });
   __threadfence();  // this block's logits before its count
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
