@@ -7,6 +7,9 @@
 # BIN_DIR holds diskformer and df_cuda_bandwidth (built with nvcc: cmake finds it, DF_CUDA=ON); their shared
 # libraries (libfmt, liburing, libxxhash, libicuuc, libicudata, libcrypto) go on LD_LIBRARY_PATH when the
 # machine lacks them. DF_CUDA_PROFILE=1 adds a per-op time table (each op synchronised) to a last run.
+# LLAMA_BENCH=path/to/llama-bench (llama.cpp's CUDA build, bench/cuda/README.md) alternates llama.cpp with
+# diskformer in each round on the lfm2-24b file: pp512 and tg128, flash attention off and on, JSON lines in
+# $OUT_DIR/llama.jsonl.
 set -euo pipefail
 BIN=${1:-.}
 MODELS=${2:-/tmp}
@@ -19,6 +22,10 @@ done
 # context, so the -p 8 line is the one to set beside llama.cpp's figure; the gap between the two is what
 # attention over the context costs.
 for _ in 1 2; do
+  if [ -n "${LLAMA_BENCH:-}" ]; then
+    "$LLAMA_BENCH" -m "$MODELS/lfm2-24b.gguf" -ngl 99 -p 512 -n 128 -fa 0,1 -r 3 -o jsonl 2>/dev/null |
+      tee -a "$OUT/llama.jsonl"
+  fi
   for preset in small lfm2-24b; do
     for prompt in 512 8; do
       "$BIN/diskformer" bench -m "$MODELS/$preset.gguf" --resident --device cuda -p "$prompt" -n 128 --json \
