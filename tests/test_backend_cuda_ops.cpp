@@ -239,32 +239,47 @@ TEST(CudaOps, GroupedFfnMatchesTheCpu) {
 
 // routed_ffn (the decode path with every expert resident: tables built on the device from the ids) against
 // the CPU's, and its error for an id out of range.
+struct RoutedSetup {
+  UploadedWeights gate, up, down;
+  DeviceBuffer dx, did, gb, ub, db, ds;
+  RoutedExperts ex;
+  ActivationParams act;
+};
+std::unique_ptr<RoutedSetup> routed_setup(Backend& b, const FfnCase& c, int64_t n_in, int64_t n_ff,
+                                          int64_t n_out, int E, const std::vector<float>& x,
+                                          const std::vector<int32_t>& ids,
+                                          const std::vector<float>& down_scale) {
+  auto r = std::make_unique<RoutedSetup>();
+  r->gate = upload(b, c.gate, weight_bytes(c.gate, n_in, n_ff * E, 11), n_in, n_ff, E);
+  r->up = upload(b, c.up, weight_bytes(c.up, n_in, n_ff * E, 12), n_in, n_ff, E);
+  r->down = upload(b, c.down, weight_bytes(c.down, n_ff, n_out * E, 13), n_ff, n_out, E);
+  r->dx = put(b, x);
+  r->did = put(b, ids);
+  r->gb = put(b, random_floats(static_cast<size_t>(E * n_ff), 21, 0.1f));
+  r->ub = put(b, random_floats(static_cast<size_t>(E * n_ff), 22, 0.1f));
+  r->db = put(b, random_floats(static_cast<size_t>(E * n_out), 23, 0.1f));
+  r->ds = put(b, down_scale);
+  RoutedExperts& ex = r->ex;
+  ex.gate = {r->gate.first, r->gate.slab_bytes};
+  ex.up = {r->up.first, r->up.slab_bytes};
+  ex.down = {r->down.first, r->down.slab_bytes};
+  ex.n_expert = E;
+  if (c.biases) {
+    ex.gate_bias = r->gb.as<const float>();
+    ex.up_bias = r->ub.as<const float>();
+    ex.down_bias = r->db.as<const float>();
+  }
+  if (!down_scale.empty()) ex.down_scale = r->ds.as<const float>();
+  r->act.kind = c.act;
+  return r;
+}
+
 std::vector<float> run_routed(Backend& b, const FfnCase& c, int64_t n_in, int64_t n_ff, int64_t n_out, int E,
                               const std::vector<float>& x, int64_t T, int k, const std::vector<int32_t>& ids,
                               const std::vector<float>& down_scale = {}) {
-  UploadedWeights gate = upload(b, c.gate, weight_bytes(c.gate, n_in, n_ff * E, 11), n_in, n_ff, E);
-  UploadedWeights up = upload(b, c.up, weight_bytes(c.up, n_in, n_ff * E, 12), n_in, n_ff, E);
-  UploadedWeights down = upload(b, c.down, weight_bytes(c.down, n_ff, n_out * E, 13), n_ff, n_out, E);
-  DeviceBuffer dx = put(b, x), did = put(b, ids);
-  DeviceBuffer gb = put(b, random_floats(static_cast<size_t>(E * n_ff), 21, 0.1f));
-  DeviceBuffer ub = put(b, random_floats(static_cast<size_t>(E * n_ff), 22, 0.1f));
-  DeviceBuffer db = put(b, random_floats(static_cast<size_t>(E * n_out), 23, 0.1f));
-  DeviceBuffer ds = put(b, down_scale);
-  RoutedExperts ex;
-  ex.gate = {gate.first, gate.slab_bytes};
-  ex.up = {up.first, up.slab_bytes};
-  ex.down = {down.first, down.slab_bytes};
-  ex.n_expert = E;
-  if (c.biases) {
-    ex.gate_bias = gb.as<const float>();
-    ex.up_bias = ub.as<const float>();
-    ex.down_bias = db.as<const float>();
-  }
-  if (!down_scale.empty()) ex.down_scale = ds.as<const float>();
+  const auto r = routed_setup(b, c, n_in, n_ff, n_out, E, x, ids, down_scale);
   DeviceBuffer out = b.alloc_array<float>(static_cast<size_t>(T * k * n_out), "out");
-  ActivationParams act;
-  act.kind = c.act;
-  b.routed_ffn(ex, act, did.as<const int32_t>(), T, k, dx.as<const float>(), out.as<float>());
+  b.routed_ffn(r->ex, r->act, r->did.as<const int32_t>(), T, k, r->dx.as<const float>(), out.as<float>());
   return get<float>(b, out, static_cast<size_t>(T * k * n_out));
 }
 
@@ -288,6 +303,57 @@ TEST(CudaOps, RoutedFfnMatchesTheCpu) {
   bad[5] = 9;
   df::testing::expect_error([&] { run_routed(gpu, cases[0], n_in, n_ff, n_out, E, x, T, k, bad); },
                             {"expert id 9 is out of range (8 experts)"});
+}
+
+// routed_ffn_add: the residual after it is, bit for bit, the residual after routed_ffn then moe_combine_add
+// (the decode path forms the weighted sum inside the down product for k of 2, 4, 6, 8 and the types the
+// routed kernels take; the other cases call the two ops). Rows past a warp's last (n_out not a multiple of
+// the block's rows), biases, output scales, one and several tokens.
+TEST(CudaOps, RoutedFfnAddIsRoutedFfnThenTheCombineBitForBit) {
+  NEED_GPU();
+  struct Case {
+    FfnCase c;
+    int k;
+    int64_t n_out;
+    bool scales;
+  };
+  const Case cases[] = {
+      {{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, Activation::SwiGLU, false}, 4, 256, false},
+      {{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, Activation::SwiGLU, false}, 2, 254, false},
+      {{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q8_0, Activation::GeGLU, false}, 6, 250, true},
+      {{GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::Q8_0, Activation::SwiGLU, true}, 8, 256, false},
+      {{GgmlType::MXFP4, GgmlType::MXFP4, GgmlType::MXFP4, Activation::OaiSwiGLU, true}, 4, 255, false},
+      {{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, Activation::SwiGLU, false}, 3, 256, false},
+      {{GgmlType::F16, GgmlType::F16, GgmlType::F16, Activation::GeGLU, false}, 4, 256, false},
+  };
+  const int64_t n_in = 512, n_ff = 256;
+  const int E = 8;
+  for (const Case& cs : cases) {
+    for (const int64_t T : {int64_t{1}, int64_t{3}}) {
+      const auto x = random_floats(static_cast<size_t>(T * n_in), 3);
+      std::mt19937 rng(static_cast<uint32_t>(cs.k * 10 + T));
+      std::vector<int32_t> ids(static_cast<size_t>(T * cs.k));
+      for (auto& id : ids) id = static_cast<int32_t>(rng() % E);
+      const auto weights = random_floats(ids.size(), 5, 0.5f);
+      const auto residual = random_floats(static_cast<size_t>(T * cs.n_out), 6);
+      std::vector<float> scales;
+      if (cs.scales) scales = random_floats(E, 7);
+      const auto r = routed_setup(gpu, cs.c, n_in, n_ff, cs.n_out, E, x, ids, scales);
+      DeviceBuffer out = gpu.alloc_array<float>(ids.size() * static_cast<size_t>(cs.n_out), "out");
+      DeviceBuffer w = put(gpu, weights), two_ops = put(gpu, residual), one_op = put(gpu, residual);
+      gpu.routed_ffn(r->ex, r->act, r->did.as<const int32_t>(), T, cs.k, r->dx.as<const float>(),
+                     out.as<float>());
+      gpu.moe_combine_add(out.as<const float>(), w.as<const float>(), T, cs.k, cs.n_out, two_ops.as<float>());
+      gpu.routed_ffn_add(r->ex, r->act, r->did.as<const int32_t>(), w.as<const float>(), T, cs.k,
+                         r->dx.as<const float>(), out.as<float>(), one_op.as<float>());
+      const auto want = get<float>(gpu, two_ops, residual.size());
+      const auto got = get<float>(gpu, one_op, residual.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+          << ggml_type_name(cs.c.gate) << "/" << ggml_type_name(cs.c.down) << " k " << cs.k << " T " << T
+          << " n_out " << cs.n_out;
+      EXPECT_GT(rel_l2(got, residual), 1e-3) << "nothing was added";
+    }
+  }
 }
 
 // gemma4's experts: GeGLU with a per-expert output scale (down_scale). Against the CPU; and on the GPU each

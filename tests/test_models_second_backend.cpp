@@ -125,6 +125,20 @@ class ForwardingBackend final : public backend::Backend {
     owned(out, "routed_ffn");
     inner_->routed_ffn(ex, act, ids, T, k, x, out);
   }
+  void routed_ffn_add(const backend::RoutedExperts& ex, const backend::ActivationParams& act,
+                      backend::Buf<const int32_t> ids, backend::Buf<const float> weights, int64_t T, int k,
+                      backend::Buf<const float> x, backend::Buf<float> out,
+                      backend::Buf<float> acc) override {
+    ++calls["routed_ffn_add"];
+    for (const auto* s : {&ex.gate, &ex.up, &ex.down}) owned(s->first, "routed_ffn_add");
+    owned(ex.down_scale, "routed_ffn_add");
+    owned(ids, "routed_ffn_add");
+    owned(weights, "routed_ffn_add");
+    owned(x, "routed_ffn_add");
+    owned(out, "routed_ffn_add");
+    owned(acc, "routed_ffn_add");
+    inner_->routed_ffn_add(ex, act, ids, weights, T, k, x, out, acc);
+  }
   void get_rows(const backend::Weight& table, backend::Buf<const int32_t> ids, int64_t n,
                 backend::Buf<float> out) override {
     ++calls["get_rows"];
@@ -343,9 +357,9 @@ TEST_P(SecondBackend, AForwardingBackendGivesTheSameBitsAndSeesEveryOp) {
   expected.push_back(own_router ? "route" : "norm_route");
   if (name.rfind("lfm2moe", 0) == 0) expected.push_back("short_conv");
   if (name == "gpt-oss-tiny") expected.push_back("add_bias_rows");
-  expected.push_back("routed_ffn");  // the decode steps (the prompt chunks of 16 take the grouped ffn)
-  expected.push_back("upload");      // token ids, positions, the experts' row lists
-  expected.push_back("download");    // routing ids, logits
+  expected.push_back("routed_ffn_add");  // the decode steps (the prompt chunks of 16 take the grouped ffn)
+  expected.push_back("upload");          // token ids, positions, the experts' row lists
+  expected.push_back("download");        // routing ids, logits
   for (const auto& op : expected)
     EXPECT_GT(forwarding->calls[op], 0) << op << " never went through the interface";
   for (const auto& [op, n] : forwarding->foreign)

@@ -286,6 +286,12 @@ class Backend {
   virtual int64_t batch_invariant_rows() const { return 0; }
   virtual void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
                           int64_t T, int k, Buf<const float> x, Buf<float> out) = 0;
+  // routed_ffn into out, then moe_combine_add(out, weights, T, k, n_out, acc): acc the bits of those two ops
+  // called in turn (one op so that a GPU forms each token's weighted sum inside the down product; out is
+  // scratch, which a backend may leave unwritten). acc must not overlap x or out.
+  virtual void routed_ffn_add(const RoutedExperts& experts, const ActivationParams& act,
+                              Buf<const int32_t> ids, Buf<const float> weights, int64_t T, int k,
+                              Buf<const float> x, Buf<float> out, Buf<float> acc) = 0;
   // out[i] = row ids[i] of the table for i < n, dequantized exactly (no activation rounding).
   virtual void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) = 0;
 

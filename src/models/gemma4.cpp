@@ -166,10 +166,9 @@ void Gemma4Model::run_moe(State& st, const SequenceBatch& batch, const Layer& l,
   ExpertBiases scales;
   scales.down_scale = l.down_scale;
   scales.down_scale_host = l.down_scale_host;
-  compute_experts(be, *experts_, moe, m, st.wave, {kGeglu, scales, K, cfg_.n_expert, H, cfg_.n_ff_exp},
-                  ws.xn.view(), T);
   be.fill_zero(st.moe_sum.view());
-  add_expert_outputs(be, m, st.moe_sum.view(), T, K, H);
+  add_experts(be, *experts_, moe, m, st.wave, {kGeglu, scales, K, cfg_.n_expert, H, cfg_.n_ff_exp},
+              ws.xn.view(), T, st.moe_sum.view());
   be.rms_norm(st.moe_sum.view(), T, H, l.post_norm_2, cfg_.eps, st.moe_sum.view());
   report_moe(m, moe, batch, capture);
 }

@@ -121,9 +121,9 @@ void GptOssModel::run_moe(State& st, const SequenceBatch& batch, int il, Forward
   });
   const Layer& l = layers_[static_cast<size_t>(il)];
   const ExpertBiases biases{l.gate_bias, l.up_bias, l.down_bias};
-  compute_experts(*backend_, *experts_, il, m, st.wave,
-                  {kOaiSwiglu, biases, cfg_.n_expert_used, cfg_.n_expert, H, cfg_.n_ff_exp}, ws.xn.view(), T);
-  add_expert_outputs(*backend_, m, ws.x.view(), T, cfg_.n_expert_used, H);
+  add_experts(*backend_, *experts_, il, m, st.wave,
+              {kOaiSwiglu, biases, cfg_.n_expert_used, cfg_.n_expert, H, cfg_.n_ff_exp}, ws.xn.view(), T,
+              ws.x.view());
   report_moe(m, il, batch, capture);
 }
 

@@ -74,10 +74,11 @@ void HyV3Model::run_moe(State& st, const SequenceBatch& batch, const Layer& l, F
   });
   const backend::ActivationParams swiglu;
   const ExpertBiases none;
-  compute_experts(*backend_, *experts_, moe, m, st.wave, {swiglu, none, K, cfg_.n_expert, H, cfg_.n_ff_exp},
-                  ws.xn.view(), T);
-
-  add_routed_and_shared(*backend_, ws, m, SharedExpert{l.shared_gate, l.shared_up, l.shared_down}, T, K, H);
+  // The shared output into mix, the routed experts' weighted sum added onto it, then mix into x.
+  shared_expert(*backend_, ws, SharedExpert{l.shared_gate, l.shared_up, l.shared_down}, T, H);
+  add_experts(*backend_, *experts_, moe, m, st.wave, {swiglu, none, K, cfg_.n_expert, H, cfg_.n_ff_exp},
+              ws.xn.view(), T, ws.mix.view());
+  backend_->add(ws.x.view(), ws.mix.view(), T * H);
   report_moe(m, moe, batch, capture);
 }
 

@@ -126,9 +126,9 @@ void Lfm2MoeModel::run_moe(State& st, const SequenceBatch& batch, const Layer& l
   });
   const backend::ActivationParams swiglu;
   const ExpertBiases none;
-  compute_experts(*backend_, *experts_, moe, m, st.wave,
-                  {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp}, st.trunk.xn.view(), T);
-  add_expert_outputs(*backend_, m, st.trunk.x.view(), T, K, cfg_.n_embd);
+  add_experts(*backend_, *experts_, moe, m, st.wave,
+              {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp}, st.trunk.xn.view(), T,
+              st.trunk.x.view());
   report_moe(m, moe, batch, capture);
 }
 

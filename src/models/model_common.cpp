@@ -108,15 +108,12 @@ void dense_ffn(backend::Backend& be, const backend::Weight& gate, const backend:
   be.ffn(std::span(&task, 1), act, x, T, out);
 }
 
-void add_routed_and_shared(backend::Backend& be, TrunkBuffers& b, MoeBuffers& m, const SharedExpert& s,
-                           int64_t T, int k, int64_t n_embd) {
+void shared_expert(backend::Backend& be, TrunkBuffers& b, const SharedExpert& s, int64_t T, int64_t n_embd) {
   dense_ffn(be, s.gate, s.up, s.down, backend::ActivationParams{}, b.xn.view(), T, b.mix.view());
   if (s.gate_inp) {
     be.matmul(*s.gate_inp, b.xn.view(), T, s.gate_out, b.scratch.view());
     be.mul_sigmoid(b.mix.view(), s.gate_out, T, n_embd, 1);
   }
-  add_expert_outputs(be, m, b.mix.view(), T, k, n_embd);
-  be.add(b.x.view(), b.mix.view(), T * n_embd);
 }
 
 void ActRowBytes::widen(GgmlType t, int64_t n_in) {

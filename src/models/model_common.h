@@ -133,11 +133,10 @@ struct SharedExpert {
   const backend::Weight* gate_inp = nullptr;
   backend::Buf<float> gate_out{};
 };
-// x += routed + shared, summed as llama.cpp sums them (the routed sum and the shared output first, then the
-// residual): the shared output into b.mix, the routed experts' weighted sum (m.expert_out) added onto it (f32
-// addition commutes), then b.mix into b.x.
-void add_routed_and_shared(backend::Backend& be, TrunkBuffers& b, MoeBuffers& m, const SharedExpert& s,
-                           int64_t T, int k, int64_t n_embd);
+// The shared expert's output on b.xn into b.mix (gated per token when gate_inp is given). The MoE layers
+// then add the routed experts' weighted sum onto it (add_experts) and b.mix into b.x: llama.cpp's order (the
+// routed sum and the shared output first, then the residual; f32 addition commutes).
+void shared_expert(backend::Backend& be, TrunkBuffers& b, const SharedExpert& s, int64_t T, int64_t n_embd);
 
 // The widest activation row any matmul quantizes: the scratch one token needs, sized once at load.
 class ActRowBytes {

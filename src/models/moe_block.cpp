@@ -139,8 +139,9 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
   }
 }
 
-void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b,
-                     ExpertWave& wave, const ExpertFfn& f, backend::Buf<const float> xn, int64_t T) {
+void add_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b,
+                 ExpertWave& wave, const ExpertFfn& f, backend::Buf<const float> xn, int64_t T,
+                 backend::Buf<float> x) {
   std::optional<backend::RoutedExperts> ex;
   if (T <= be.max_routed_tokens()) ex = experts.resident_stacks(moe_index);
   if (ex) {
@@ -148,7 +149,8 @@ void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_inde
     ex->up_bias = f.biases.up;
     ex->down_bias = f.biases.down;
     ex->down_scale = f.biases.down_scale;
-    be.routed_ffn(*ex, f.act, b.expert_ids.view(), T, f.k, xn, b.expert_out.view());
+    be.routed_ffn_add(*ex, f.act, b.expert_ids.view(), b.expert_weights.view(), T, f.k, xn,
+                      b.expert_out.view(), x);
     return;
   }
   const size_t n_used = fetch_groups(be, b, T, f.k, f.n_expert);
@@ -162,18 +164,15 @@ void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_inde
       ex->up_bias = f.biases.up;
       ex->down_bias = f.biases.down;
       ex->down_scale = f.biases.down_scale;
-      be.routed_ffn(*ex, f.act, b.expert_ids.view(), T, f.k, xn, b.expert_out.view());
+      be.routed_ffn_add(*ex, f.act, b.expert_ids.view(), b.expert_weights.view(), T, f.k, xn,
+                        b.expert_out.view(), x);
       experts.release_routed(moe_index, used);
       return;
     }
   }
   upload_groups(be, b, T, f.k);
   run_experts(be, experts, moe_index, b, n_used, wave, f.act, f.biases, xn, T, f.n_embd, f.n_ff);
-}
-
-void add_expert_outputs(backend::Backend& be, MoeBuffers& b, backend::Buf<float> x, int64_t T, int k,
-                        int64_t n_embd) {
-  be.moe_combine_add(b.expert_out.view(), b.expert_weights.view(), T, k, n_embd, x);
+  be.moe_combine_add(b.expert_out.view(), b.expert_weights.view(), T, f.k, f.n_embd, x);
 }
 
 void report_routing(backend::Backend& be, RoutingSink* sink, int moe_index, const SequenceBatch& batch, int k,

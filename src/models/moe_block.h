@@ -165,22 +165,20 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
                  ExpertWave& wave, const backend::ActivationParams& act, const ExpertBiases& biases,
                  backend::Buf<const float> xn, int64_t T, int64_t n_embd, int64_t n_ff);
 
-// The chosen experts' outputs into b.expert_out (row token · k + slot) for the routing in b.expert_ids:
-// on the device from the ids (Backend::routed_ffn) when the provider holds every expert in the backend's
-// memory and the batch is one the backend routes that way (a decode step: no host round trip), else the ids
-// read back, grouped by expert and run in waves (fetch_groups, upload_groups, run_experts).
+// x += each token's chosen experts (the routing in b.expert_ids) weighted by b.expert_weights, summed in slot
+// order: on the device from the ids (Backend::routed_ffn_add, b.expert_out its scratch) when the provider
+// holds every expert in the backend's memory or a device tier and the batch is one the backend routes that
+// way (a decode step: no host round trip), else the ids read back, grouped by expert and run in waves
+// (fetch_groups, upload_groups, run_experts) into b.expert_out, then Backend::moe_combine_add.
 struct ExpertFfn {
   const backend::ActivationParams& act;
   const ExpertBiases& biases;
   int k, n_expert;
   int64_t n_embd, n_ff;
 };
-void compute_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b,
-                     ExpertWave& wave, const ExpertFfn& f, backend::Buf<const float> xn, int64_t T);
-
-// x += the weighted sum of each token's k expert outputs (expert_out in (token, slot) order).
-void add_expert_outputs(backend::Backend& be, MoeBuffers& b, backend::Buf<float> x, int64_t T, int k,
-                        int64_t n_embd);
+void add_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b,
+                 ExpertWave& wave, const ExpertFfn& f, backend::Buf<const float> xn, int64_t T,
+                 backend::Buf<float> x);
 
 // Hands MoE layer moe_index's choice for each sequence of the batch (its rows at its positions) to the sink
 // (none: nothing), read back into b.expert_ids_host (no allocation: it holds a batch's ids already).

@@ -168,14 +168,15 @@ void Qwen35MoeModel::run_moe(State& st, const SequenceBatch& batch, const Layer&
   });
   const backend::ActivationParams swiglu;
   const ExpertBiases none;
-  compute_experts(*backend_, *experts_, moe, m, st.wave, {swiglu, none, K, cfg_.n_expert, H, cfg_.n_ff_exp},
-                  ws.xn.view(), T);
-
-  // llama.cpp: moe + shared · sigmoid(gate · xn), then the residual.
-  add_routed_and_shared(
-      *backend_, ws, m,
+  // llama.cpp: moe + shared · sigmoid(gate · xn), then the residual: the shared output into mix, the
+  // routed experts' weighted sum added onto it (f32 addition commutes), then mix into x.
+  shared_expert(
+      *backend_, ws,
       SharedExpert{l.shared_gate, l.shared_up, l.shared_down, &l.shared_gate_inp, st.shared_gate.view()}, T,
-      K, H);
+      H);
+  add_experts(*backend_, *experts_, moe, m, st.wave, {swiglu, none, K, cfg_.n_expert, H, cfg_.n_ff_exp},
+              ws.xn.view(), T, ws.mix.view());
+  backend_->add(ws.x.view(), ws.mix.view(), T * H);
   report_moe(m, moe, batch, capture);
 }
 

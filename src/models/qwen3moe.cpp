@@ -64,9 +64,9 @@ void Qwen3MoeModel::run_moe(State& st, const SequenceBatch& batch, int il, Forwa
                         [&](int target, const RoutingOut& out) { route(st, target, T, out); });
   const backend::ActivationParams swiglu;
   const ExpertBiases none;
-  compute_experts(*backend_, *experts_, il, m, st.wave,
-                  {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp}, st.trunk.xn.view(), T);
-  add_expert_outputs(*backend_, m, st.trunk.x.view(), T, K, cfg_.n_embd);
+  add_experts(*backend_, *experts_, il, m, st.wave,
+              {swiglu, none, K, cfg_.n_expert, cfg_.n_embd, cfg_.n_ff_exp}, st.trunk.xn.view(), T,
+              st.trunk.x.view());
   report_moe(m, il, batch, capture);
 }
 

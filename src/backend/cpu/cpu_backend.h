@@ -78,6 +78,9 @@ class CpuBackend : public Backend {
   int64_t max_routed_tokens() const override { return 0; }
   void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
                   int64_t T, int k, Buf<const float> x, Buf<float> out) override;
+  void routed_ffn_add(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
+                      Buf<const float> weights, int64_t T, int k, Buf<const float> x, Buf<float> out,
+                      Buf<float> acc) override;
 
   void rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
                 Buf<float> y) override;

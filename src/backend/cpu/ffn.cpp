@@ -333,4 +333,11 @@ void CpuBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& act
   ffn(routed_tasks_, act, x, T, out);
 }
 
+void CpuBackend::routed_ffn_add(const RoutedExperts& ex, const ActivationParams& act, Buf<const int32_t> ids,
+                                Buf<const float> weights, int64_t T, int k, Buf<const float> x,
+                                Buf<float> out, Buf<float> acc) {
+  routed_ffn(ex, act, ids, T, k, x, out);
+  moe_combine_add(out, weights, T, k, ex.down.first.n_out, acc);
+}
+
 }  // namespace df::backend

@@ -63,6 +63,9 @@ class CudaBackend final : public Backend {
   int64_t batch_invariant_rows() const override;
   void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
                   int64_t T, int k, Buf<const float> x, Buf<float> out) override;
+  void routed_ffn_add(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
+                      Buf<const float> weights, int64_t T, int k, Buf<const float> x, Buf<float> out,
+                      Buf<float> acc) override;
   void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) override;
 
   void rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,

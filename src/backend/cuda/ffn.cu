@@ -250,6 +250,49 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   }
 }
 
+// The routed down product with the MoE combine: a block per token (grid y) and kWarpsPerBlock output rows
+// (grid x), a warp per output row. The warp meets the row of each of the token's K experts with that entry's
+// own h row (rows_dot's diagonal), then lane 0 forms each entry's value as ffn_down_kernel does and their
+// weighted sum in slot order as moe_combine_add_kernel does, and adds it to acc. Shared memory (dynamic): the
+// warps' staging, then the K quantized h rows.
+template <class T, int K>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+    ffn_down_combine_kernel(FfnShape s, const float* h_raw, const float* weights, float* acc_rows,
+                            RoutedSource rs) {
+  pdl_begin();
+  extern __shared__ __align__(16) uint8_t combine_smem[];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t t = blockIdx.y;
+  const int64_t o_own = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  const int64_t o = o_own < s.n_out ? o_own : s.n_out - 1;  // past the last row: the last row, unwritten
+  FfnDesc d[K];
+  const uint8_t* rows[K];
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    d[j] = routed_desc(rs.st, rs.ids[t * K + j], t * K + j, rs.err);
+    rows[j] = d[j].down + o * s.down_row_bytes;
+  }
+  const size_t stride = act_row_stride(GgmlType::Q8_0, s.n_ff);
+  uint8_t* act = combine_smem + kWarpsPerBlock * K * smem_slot<T>();
+  typename T::Acc acc[K][1];
+  rows_dot<T, 1, K, true>(rows, s.n_ff, act, stride, 1, combine_smem + warp * K * smem_slot<T>(), acc, [&] {
+    block_quantize_q8_0([&](int c) { return h_raw + (t * K + c) * s.n_ff; }, K, s.n_ff, act, stride);
+    __syncthreads();
+  });
+  if (lane != 0 || o_own >= s.n_out) return;
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    float v = static_cast<float>(acc[j][0]);
+    if (d[j].down_bias) v += d[j].down_bias[o];
+    if (d[j].out_scale != 1.0f) v *= d[j].out_scale;
+    const float w = weights[t * K + j];
+    sum = j == 0 ? v * w : sum + v * w;
+  }
+  float* y = acc_rows + t * s.n_out + o;
+  *y = *y + sum;
+}
+
 // Items of more than 8 rows (prefill chunks; the host makes them only when gate and up share a type and
 // it and down's are mma_supported): int8 tensor-core tiles, 64 output rows × up to kFfnMmaCols entries a
 // block. The epilogues are those of the kernels above.
@@ -422,27 +465,118 @@ bool routed_ffn_direct(const FfnShape& s, const float* x) {
          in_kernel_quantize_shape(s.down_type, s.n_ff, s.n_ff, 1);
 }
 
-void launch_routed_ffn(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x, float* h,
-                       float* out, cudaStream_t stream) {
-  if (entries <= 0 || s.n_ff <= 0 || s.n_out <= 0) return;
+namespace {
+
+void launch_routed_gate_up(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
+                           float* h, cudaStream_t stream) {
   constexpr int64_t kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
-  const unsigned threads = kWarpsPerBlock * kWarp;
-  const dim3 grid_gu(static_cast<unsigned>((s.n_ff + kRowsPerBlock - 1) / kRowsPerBlock),
-                     static_cast<unsigned>(entries));
+  const dim3 grid(static_cast<unsigned>((s.n_ff + kRowsPerBlock - 1) / kRowsPerBlock),
+                  static_cast<unsigned>(entries));
   with_weight_traits(s.gate_type, [&]<class T>() {
-    launch_kernel(ffn_gate_up_kernel<T, 1, 0, true, true>, grid_gu, threads,
+    launch_kernel(ffn_gate_up_kernel<T, 1, 0, true, true>, grid, kWarpsPerBlock * kWarp,
                   act_row_stride(GgmlType::Q8_0, s.n_in), stream, s, nullptr, nullptr, nullptr, 0, nullptr, 0,
                   h, nullptr, x, nullptr, rs);
   });
   check_launch("routed ffn gate/up kernel");
+}
+
+// The types the routed kernels take (routed_ffn_direct's), as traits.
+template <class F>
+bool with_routed_traits(GgmlType t, F&& f) {
+  switch (t) {
+    case GgmlType::Q4_0:
+      f.template operator()<TQ4_0>();
+      return true;
+    case GgmlType::Q8_0:
+      f.template operator()<TQ8_0>();
+      return true;
+    case GgmlType::MXFP4:
+      f.template operator()<TMXFP4>();
+      return true;
+    default:
+      return false;
+  }
+}
+
+template <class F>
+bool with_combine_k(int k, F&& f) {
+  switch (k) {
+    case 2:
+      f.template operator()<2>();
+      return true;
+    case 4:
+      f.template operator()<4>();
+      return true;
+    case 6:
+      f.template operator()<6>();
+      return true;
+    case 8:
+      f.template operator()<8>();
+      return true;
+    default:
+      return false;
+  }
+}
+
+size_t combine_smem_bytes(const FfnShape& s, int k) {
+  size_t slot = 0;
+  with_routed_traits(s.down_type, [&]<class T>() { slot = smem_slot<T>(); });
+  return static_cast<size_t>(kWarpsPerBlock) * static_cast<size_t>(k) * slot +
+         static_cast<size_t>(k) * act_row_stride(GgmlType::Q8_0, s.n_ff);
+}
+
+}  // namespace
+
+void launch_routed_ffn(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x, float* h,
+                       float* out, cudaStream_t stream) {
+  if (entries <= 0 || s.n_ff <= 0 || s.n_out <= 0) return;
+  launch_routed_gate_up(s, rs, entries, x, h, stream);
+  constexpr int64_t kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
   const dim3 grid_down(static_cast<unsigned>((s.n_out + kRowsPerBlock - 1) / kRowsPerBlock),
                        static_cast<unsigned>(entries));
   with_weight_traits(s.down_type, [&]<class T>() {
-    launch_kernel(ffn_down_kernel<T, 1, true, true>, grid_down, threads,
+    launch_kernel(ffn_down_kernel<T, 1, true, true>, grid_down, kWarpsPerBlock * kWarp,
                   act_row_stride(GgmlType::Q8_0, s.n_ff), stream, s, nullptr, nullptr, nullptr, 0, out,
                   entries, rs.err, h, rs);
   });
   check_launch("routed ffn down kernel");
+}
+
+bool routed_ffn_combines(const FfnShape& s, const float* x, int k) {
+  if (!routed_ffn_direct(s, x) || !with_combine_k(k, [&]<int>() {})) return false;
+  // Asked once: a decode step calls this per MoE layer, graph replays too (the GPUs one process drives
+  // are of one kind).
+  static const int smem_limit = [] {
+    int device = 0, limit = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+               "cudaDeviceGetAttribute (shared memory per block)");
+    return limit;
+  }();
+  return combine_smem_bytes(s, k) <= static_cast<size_t>(smem_limit);
+}
+
+void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* x, float* h,
+                               const float* weights, float* acc, cudaStream_t stream) {
+  if (T <= 0 || s.n_ff <= 0 || s.n_out <= 0) return;
+  launch_routed_gate_up(s, rs, T * rs.k, x, h, stream);
+  const size_t smem = combine_smem_bytes(s, rs.k);
+  const dim3 grid(static_cast<unsigned>((s.n_out + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                  static_cast<unsigned>(T));
+  bool launched = false;
+  with_routed_traits(s.down_type, [&]<class T>() {
+    launched = with_combine_k(rs.k, [&]<int K>() {
+      check_cuda(cudaFuncSetAttribute(ffn_down_combine_kernel<T, K>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                 "cudaFuncSetAttribute (routed down/combine kernel)");
+      launch_kernel(ffn_down_combine_kernel<T, K>, grid, kWarpsPerBlock * kWarp, smem, stream, s, h, weights,
+                    acc, rs);
+    });
+  });
+  if (!launched)
+    check_cuda(cudaErrorInvalidValue,
+               "routed down/combine kernel (a weight type or k routed_ffn_combines refuses)");
+  check_launch("routed ffn down/combine kernel");
 }
 
 }  // namespace df::backend::cuda

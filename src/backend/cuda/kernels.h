@@ -176,6 +176,14 @@ struct RoutedSource {
 bool routed_ffn_direct(const FfnShape& s, const float* x);
 void launch_routed_ffn(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x, float* h,
                        float* out, cudaStream_t stream);
+// The same with the MoE combine in the down product (CudaBackend::routed_ffn_add): for each of the T tokens,
+// acc[t] += Σ_j weights[t·k + j] · entry t·k + j's down output (bias, scale), each entry's value formed as
+// the down kernel forms it and the sum as launch_moe_combine_add does; the entries' rows are not written.
+// Only where routed_ffn_combines holds: routed_ffn_direct, and k one of 2, 4, 6, 8 with the block's staging
+// within the device's shared memory.
+bool routed_ffn_combines(const FfnShape& s, const float* x, int k);
+void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* x, float* h,
+                               const float* weights, float* acc, cudaStream_t stream);
 
 // ---- Expert records: n_out Q4_0 rows (n_out a multiple of 16) from Q4_0x16 groups (quant/q4_0x16.h), the
 // bytes the host's quant::unpack_q4_0x16 writes.

@@ -358,11 +358,15 @@ struct NoPrologue {
 // `act` is read: what a kernel does there (wait for its predecessor, quantize its input into shared memory)
 // overlaps the weights' trip from memory. A prologue that synchronises the block must be met by every warp
 // of it, so such kernels give warps without rows of their own a valid row to read.
-template <class T, int NC, int R, class Prologue = NoPrologue>
+//
+// kDiag (NC = 1): weight row r meets activation row r alone (`act` + r * act_stride): the rows of several
+// experts, each against its own entry's input (the routed down product with the combine, ffn.cu).
+template <class T, int NC, int R, bool kDiag = false, class Prologue = NoPrologue>
 __device__ __forceinline__ void rows_dot(const uint8_t* const (&wrows)[R], int64_t n_in, const uint8_t* act,
                                          size_t act_stride, int cols, uint8_t* smem,
                                          typename T::Acc (&acc)[R][NC], Prologue prologue = {}) {
   static_assert(T::kChunkBlocks * T::kBlockBytes <= kChunkBytesMax, "chunk larger than the staging buffer");
+  static_assert(!kDiag || NC == 1, "a diagonal product has one activation row per weight row");
   const int lane = threadIdx.x % kWarp;
   const int64_t nb = n_in / T::kBlockValues;
 #pragma unroll
@@ -394,7 +398,7 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&wrows)[R], int64
         const typename T::Unit u = T::load(smem + r * smem_slot<T>(), pad[r] + blk * T::kBlockBytes, part);
 #pragma unroll
         for (int c = 0; c < NC; ++c)
-          if (c < cols) acc[r][c] += T::dot(u, act + c * act_stride, n_in, cb + blk, part);
+          if (c < cols) acc[r][c] += T::dot(u, act + (kDiag ? r : c) * act_stride, n_in, cb + blk, part);
       }
     }
   }

@@ -267,6 +267,54 @@ cuda::FfnShape ffn_shape(const FfnTask& a, const ActivationParams& act, int max_
   shape.max_cols = max_cols;
   return shape;
 }
+
+// routed_ffn's checks, and the experts' stacks and shape for the routed kernels.
+struct RoutedCall {
+  FfnTask a;
+  cuda::ExpertStacks st{};
+  int64_t n_ff = 0, n_out = 0;
+};
+RoutedCall routed_call(const RoutedExperts& ex, Buf<const int32_t> ids, int64_t entries, int64_t T,
+                       Buf<const float> x, Buf<float> out) {
+  RoutedCall c;
+  FfnTask& a = c.a;
+  cuda::ExpertStacks& st = c.st;
+  a.gate = ex.gate.first;
+  a.up = ex.up.first;
+  a.down = ex.down.first;
+  check_weight(a.gate, "routed_ffn gate");
+  check_weight(a.up, "routed_ffn up");
+  check_weight(a.down, "routed_ffn down");
+  const int64_t n_in = a.gate.n_in, n_ff = a.gate.n_out, n_out = a.down.n_out;
+  c.n_ff = n_ff;
+  c.n_out = n_out;
+  if (a.up.n_in != n_in || a.up.n_out != n_ff || a.down.n_in != n_ff)
+    fail("routed_ffn: gate {}x{}, up {}x{}, down {}x{} do not make one FFN", n_ff, n_in, a.up.n_out,
+         a.up.n_in, n_out, a.down.n_in);
+  need(ids, entries, "routed_ffn ids");
+  need(x, T * n_in, "routed_ffn input");
+  need(out, entries * n_out, "routed_ffn output");
+  if (ex.gate_bias) need(ex.gate_bias, ex.n_expert * n_ff, "routed_ffn gate biases");
+  if (ex.up_bias) need(ex.up_bias, ex.n_expert * n_ff, "routed_ffn up biases");
+  if (ex.down_bias) need(ex.down_bias, ex.n_expert * n_out, "routed_ffn down biases");
+  if (ex.down_scale) need(ex.down_scale, ex.n_expert, "routed_ffn expert output scales");
+  if (ex.slot_of) need(ex.slot_of, ex.n_expert, "routed_ffn expert slot map");
+  st.gate = static_cast<const uint8_t*>(ex.gate.first.data);
+  st.up = static_cast<const uint8_t*>(ex.up.first.data);
+  st.down = static_cast<const uint8_t*>(ex.down.first.data);
+  st.gate_stride = ex.gate.stride;
+  st.up_stride = ex.up.stride;
+  st.down_stride = ex.down.stride;
+  st.gate_bias = ex.gate_bias ? BA::raw(ex.gate_bias) : nullptr;
+  st.up_bias = ex.up_bias ? BA::raw(ex.up_bias) : nullptr;
+  st.down_bias = ex.down_bias ? BA::raw(ex.down_bias) : nullptr;
+  st.down_scale = ex.down_scale ? BA::raw(ex.down_scale) : nullptr;
+  st.slot_of = ex.slot_of ? BA::raw(ex.slot_of) : nullptr;
+  st.n_expert = ex.n_expert;
+  st.n_ff = n_ff;
+  st.n_out = n_out;
+  return c;
+}
 }  // namespace
 
 // The four launches of a grouped FFN over device task tables (descs | items | entry_task | row map at the
@@ -329,42 +377,12 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
       {"routed_ffn", ggml_type_name(ex.gate.first.type).data(), ex.gate.first.n_out, ex.gate.first.n_in, T});
   const int64_t entries = T * k;
   if (entries <= 0) return;
-  FfnTask a;
-  a.gate = ex.gate.first;
-  a.up = ex.up.first;
-  a.down = ex.down.first;
-  check_weight(a.gate, "routed_ffn gate");
-  check_weight(a.up, "routed_ffn up");
-  check_weight(a.down, "routed_ffn down");
-  const int64_t n_in = a.gate.n_in, n_ff = a.gate.n_out, n_out = a.down.n_out;
-  if (a.up.n_in != n_in || a.up.n_out != n_ff || a.down.n_in != n_ff)
-    fail("routed_ffn: gate {}x{}, up {}x{}, down {}x{} do not make one FFN", n_ff, n_in, a.up.n_out,
-         a.up.n_in, n_out, a.down.n_in);
-  need(ids, entries, "routed_ffn ids");
-  need(x, T * n_in, "routed_ffn input");
-  need(out, entries * n_out, "routed_ffn output");
-  if (ex.gate_bias) need(ex.gate_bias, ex.n_expert * n_ff, "routed_ffn gate biases");
-  if (ex.up_bias) need(ex.up_bias, ex.n_expert * n_ff, "routed_ffn up biases");
-  if (ex.down_bias) need(ex.down_bias, ex.n_expert * n_out, "routed_ffn down biases");
-  if (ex.down_scale) need(ex.down_scale, ex.n_expert, "routed_ffn expert output scales");
-  if (ex.slot_of) need(ex.slot_of, ex.n_expert, "routed_ffn expert slot map");
-  if (graph_.skip("routed_ffn", BA::raw(out), entries, n_out)) return;
+  const RoutedCall c = routed_call(ex, ids, entries, T, x, out);
+  if (graph_.skip("routed_ffn", BA::raw(out), entries, c.n_out)) return;
+  const FfnTask& a = c.a;
+  const cuda::ExpertStacks& st = c.st;
+  const int64_t n_ff = c.n_ff;
   const size_t E = static_cast<size_t>(entries);
-  cuda::ExpertStacks st{};
-  st.gate = static_cast<const uint8_t*>(ex.gate.first.data);
-  st.up = static_cast<const uint8_t*>(ex.up.first.data);
-  st.down = static_cast<const uint8_t*>(ex.down.first.data);
-  st.gate_stride = ex.gate.stride;
-  st.up_stride = ex.up.stride;
-  st.down_stride = ex.down.stride;
-  st.gate_bias = ex.gate_bias ? BA::raw(ex.gate_bias) : nullptr;
-  st.up_bias = ex.up_bias ? BA::raw(ex.up_bias) : nullptr;
-  st.down_bias = ex.down_bias ? BA::raw(ex.down_bias) : nullptr;
-  st.down_scale = ex.down_scale ? BA::raw(ex.down_scale) : nullptr;
-  st.slot_of = ex.slot_of ? BA::raw(ex.slot_of) : nullptr;
-  st.n_expert = ex.n_expert;
-  st.n_ff = n_ff;
-  st.n_out = n_out;
   auto* err = static_cast<cuda::DeviceError*>(error_word_device_);
   const cuda::FfnShape shape = ffn_shape(a, act, 1);
   // Decode of the common types: no tables; the FFN kernels read the experts from the ids.
@@ -389,6 +407,32 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
                              reinterpret_cast<int32_t*>(table + map_off),
                              reinterpret_cast<int32_t*>(table + rows_off), err, as_stream(stream_));
   ffn_launches(a, act, x, T, out, entries, table, items_off, task_off, map_off, entries, entries, 1, true);
+}
+
+void CudaBackend::routed_ffn_add(const RoutedExperts& ex, const ActivationParams& act, Buf<const int32_t> ids,
+                                 Buf<const float> weights, int64_t T, int k, Buf<const float> x,
+                                 Buf<float> out, Buf<float> acc) {
+  const int64_t entries = T * k;
+  if (entries <= 0) return;
+  const RoutedCall c = routed_call(ex, ids, entries, T, x, out);
+  need(weights, entries, "routed_ffn_add weights");
+  need(acc, T * c.n_out, "routed_ffn_add sums");
+  const cuda::FfnShape shape = ffn_shape(c.a, act, 1);
+  if (!cuda::routed_ffn_combines(shape, BA::raw(x), k)) {
+    routed_ffn(ex, act, ids, T, k, x, out);
+    moe_combine_add(out, weights, T, k, c.n_out, acc);
+    return;
+  }
+  const auto timer = timed({"routed_ffn_add", ggml_type_name(ex.gate.first.type).data(), ex.gate.first.n_out,
+                            ex.gate.first.n_in, T});
+  if (graph_.skip("routed_ffn_add", BA::raw(acc), entries, c.n_out)) return;
+  // h: the scratch's start, which the device allocator aligns to 256 bytes.
+  auto* h = static_cast<float*>(
+      grow(ffn_scratch_, static_cast<size_t>(entries) * static_cast<size_t>(c.n_ff) * sizeof(float),
+           "ffn scratch"));
+  auto* err = static_cast<cuda::DeviceError*>(error_word_device_);
+  cuda::launch_routed_ffn_combine(shape, cuda::RoutedSource{c.st, BA::raw(ids), k, err}, T, BA::raw(x), h,
+                                  BA::raw(weights), BA::raw(acc), as_stream(stream_));
 }
 
 }  // namespace df::backend
