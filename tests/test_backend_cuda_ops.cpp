@@ -128,6 +128,33 @@ TEST(CudaOps, MatmulOfEveryWeightTypeMatchesTheCpu) {
   }
 }
 
+// matmul_add: the residual after it is, bit for bit, the residual after matmul then add, for every weight
+// type and for decode rows (the product's store adds) as well as prefill rows and F32 weights (the two ops).
+TEST(CudaOps, MatmulAddIsMatmulThenAddBitForBit) {
+  NEED_GPU();
+  const int64_t n_in = 512, n_out = 70;
+  for (GgmlType t : kMatmulTypes) {
+    UploadedWeights w = upload(gpu, t, weight_bytes(t, n_in, n_out, 9), n_in, n_out);
+    for (int64_t rows : {1, 3, 8, 13}) {
+      const auto x = random_floats(static_cast<size_t>(rows * n_in), 200 + static_cast<uint32_t>(rows));
+      const auto residual = random_floats(static_cast<size_t>(rows * n_out), 300);
+      DeviceBuffer dx = put(gpu, x), two_ops = put(gpu, residual), one_op = put(gpu, residual);
+      DeviceBuffer y = gpu.alloc_array<float>(static_cast<size_t>(rows * n_out), "y");
+      DeviceBuffer scratch =
+          gpu.alloc(std::max<size_t>(gpu.matmul_scratch_bytes(t, n_in, rows), 1), "scratch");
+      gpu.matmul(w.first, dx.as<const float>(), rows, y.as<float>(), scratch.as<uint8_t>());
+      gpu.add(two_ops.as<float>(), y.as<const float>(), rows * n_out);
+      gpu.matmul_add(w.first, dx.as<const float>(), rows, y.as<float>(), one_op.as<float>(),
+                     scratch.as<uint8_t>());
+      const auto want = get<float>(gpu, two_ops, residual.size());
+      const auto got = get<float>(gpu, one_op, residual.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+          << ggml_type_name(t) << " rows " << rows;
+      EXPECT_GT(rel_l2(got, residual), 1e-3) << "nothing was added";
+    }
+  }
+}
+
 TEST(CudaOps, MatmulManyEqualsMatmulBitForBit) {
   NEED_GPU();
   const int64_t n_in = 256, rows = 3;

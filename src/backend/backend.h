@@ -262,6 +262,11 @@ class Backend {
   // vec_dot type (Q8_0, Q8_K, F16, ...) exactly as llama.cpp's CPU matmul does. x and y must not overlap.
   virtual void matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y,
                       Buf<uint8_t> scratch) = 0;
+  // matmul into y, then add(acc, y, rows · w.n_out): acc the bits of those two ops called in turn (one op so
+  // that a GPU adds each product to the residual in the product's own store; y is scratch, which a backend
+  // may leave unwritten). acc must not overlap x or y.
+  virtual void matmul_add(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<float> acc,
+                          Buf<uint8_t> scratch) = 0;
   // Several products over `rows` activation rows each, as one job (a decode step's products are small; run
   // apart, each would spend more on dispatch than on compute). Each y equals matmul(w, x, rows) bit for bit.
   // At most max_matmul_tasks() products; x and y must not overlap.

@@ -44,7 +44,6 @@ void HyV3Model::run_layer(State& st, const SequenceBatch& batch, int il, Forward
       QkNormAttention{l.wq, l.wk, l.wv, l.wo, l.q_norm, l.k_norm, cfg_.n_head, cfg_.n_head_kv, cfg_.head_dim,
                       cfg_.head_dim, cfg_.eps, cfg_.rope_theta, cfg_.rope_freq_scale},
       batch, il);
-  be.add(ws.x.view(), ws.mix.view(), T * H);
 
   if (l.moe_index >= 0) {
     run_moe(st, batch, l, capture);

@@ -95,9 +95,8 @@ void Lfm2MoeModel::run_layer(State& st, const SequenceBatch& batch, int il, Forw
       be.short_conv(st.bcx.view().sub(3 * r0, 3 * n), s.rows, H, l.conv, cfg_.l_cache,
                     s.state->layers.conv(il), st.y.view().sub(r0, n));
     }
-    matmul(st, l.out_proj, st.y.view(), T, ws.mix.view());
+    be.matmul_add(l.out_proj, st.y.view(), T, ws.mix.view(), ws.x.view(), ws.scratch.view());
   }
-  be.add(ws.x.view(), ws.mix.view(), T * H);
 
   if (l.moe_index < 0) {
     be.rms_norm(ws.x.view(), T, H, l.ffn_norm, cfg_.eps, ws.xn.view());

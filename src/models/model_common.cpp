@@ -94,7 +94,7 @@ void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const Seq
   ap.scale = a.scale != 0.0f ? a.scale : 1.0f / std::sqrt(static_cast<float>(hd));
   attend_segments(be, batch, il, ap, a.n_head * hd, a.n_head_kv * hd);
   if (a.wgate) be.mul_sigmoid(b.att.view(), a.gate, T, a.n_head * hd, a.n_head * hd);
-  be.matmul(a.wo, b.att.view(), T, b.mix.view(), b.scratch.view());
+  be.matmul_add(a.wo, b.att.view(), T, b.mix.view(), b.x.view(), b.scratch.view());
 }
 
 void dense_ffn(backend::Backend& be, const backend::Weight& gate, const backend::Weight& up,

@@ -105,7 +105,8 @@ void attend_segments(backend::Backend& be, const SequenceBatch& batch, int il,
 
 // The GQA attention of lfm2moe, qwen3moe, hy_v3 and qwen35moe on b.xn (the normed residual): Q, K and V in
 // one grouped matmul, per-head RMS norm of Q and K, NeoX RoPE over the first n_rot dims of each head, the
-// f16 KV cache, causal attention, and the output projection into b.mix. With an output gate (qwen35moe), its
+// f16 KV cache, causal attention, and the output projection added to the residual b.x (Backend::matmul_add,
+// b.mix its scratch). With an output gate (qwen35moe), its
 // projection of b.xn (into `gate`, n_head · head_dim per row) multiplies the attention output through a
 // sigmoid before the projection.
 struct QkNormAttention {

@@ -101,11 +101,11 @@ void Qwen35MoeModel::run_layer(State& st, const SequenceBatch& batch, int il, Fo
   TrunkBuffers& ws = st.trunk;
   const int64_t T = batch.T, H = cfg_.n_embd;
   backend_->rms_norm(ws.x.view(), T, H, l.attn_norm, cfg_.eps, ws.xn.view());
+  // Each mixer adds its output projection to x.
   if (cfg_.recurrent[static_cast<size_t>(il)])
     run_delta_net(st, batch, l, il);
   else
     run_attention(st, batch, l, il);
-  backend_->add(ws.x.view(), ws.mix.view(), T * H);
   run_moe(st, batch, l, capture);
 }
 
@@ -148,7 +148,7 @@ void Qwen35MoeModel::run_delta_net(State& st, const SequenceBatch& batch, const 
   // y = rms_norm(o) ⊙ ssm_norm ⊙ silu(z), per value head.
   be.rms_norm(st.dn_out.view(), T * nv, d, l.ssm_norm, cfg_.eps, st.dn_out.view());
   be.swiglu(st.gate.view(), st.dn_out.view(), T * nv * d, st.dn_out.view());
-  matmul(st, l.ssm_out, st.dn_out.view(), T, ws.mix.view());
+  be.matmul_add(l.ssm_out, st.dn_out.view(), T, ws.mix.view(), ws.x.view(), ws.scratch.view());
 }
 
 // post_attention_norm(x) into xn, then the router: the k experts of every token and their weights.

@@ -42,7 +42,6 @@ void Qwen3MoeModel::run_layer(State& st, const SequenceBatch& batch, int il, For
       QkNormAttention{l.wq, l.wk, l.wv, l.wo, l.q_norm, l.k_norm, cfg_.n_head, cfg_.n_head_kv, cfg_.head_dim,
                       cfg_.head_dim, cfg_.eps, cfg_.rope_theta, cfg_.rope_freq_scale},
       batch, il);
-  be.add(ws.x.view(), ws.mix.view(), T * H);
 
   run_moe(st, batch, il, capture);
 }

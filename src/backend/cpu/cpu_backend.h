@@ -60,6 +60,8 @@ class CpuBackend : public Backend {
   bool supports_matmul(GgmlType w) const override;
   size_t matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const override;
   void matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<uint8_t> scratch) override;
+  void matmul_add(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<float> acc,
+                  Buf<uint8_t> scratch) override;
   void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) override;
 
   // Products that read the same x (for the same activation format) share its quantization.

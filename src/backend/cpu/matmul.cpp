@@ -65,6 +65,12 @@ void CpuBackend::matmul(const Weight& w, Buf<const float> x_buf, int64_t rows, B
   pool_.run_tasks(t.tasks(), [&](int, int64_t task) { run_tile(k, w, t, task, scratch.data(), act_row, y); });
 }
 
+void CpuBackend::matmul_add(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<float> acc,
+                            Buf<uint8_t> scratch) {
+  matmul(w, x, rows, y, scratch);
+  add(acc, y, rows * w.n_out);
+}
+
 void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
   const auto timer = timed({"matmul_many", nullptr, 0, 0, rows});
   if (tasks.size() > kMaxMatmulTasks)

@@ -54,6 +54,8 @@ class CudaBackend final : public Backend {
 
   size_t matmul_scratch_bytes(GgmlType w, int64_t n_in, int64_t rows) const override;
   void matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<uint8_t> scratch) override;
+  void matmul_add(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<float> acc,
+                  Buf<uint8_t> scratch) override;
   size_t max_matmul_tasks() const override { return 1024; }
   void matmul_many(std::span<const MatmulTask> tasks, int64_t rows) override;
   void ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
@@ -135,6 +137,9 @@ class CudaBackend final : public Backend {
   // Quantizes `rows` rows of x (n wide) to act format at dst (act_row_stride apart). Returns the stride.
   void quantize_rows(GgmlType act, const float* x, int64_t rows, int64_t n, void* dst);
   void check_error_word();
+  // matmul's checks and launch, its products written to y or (accumulate) added to it.
+  void matmul_rows(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<uint8_t> scratch,
+                   bool accumulate);
   void ffn_launches(const FfnTask& a, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
                     Buf<float> out, int64_t out_rows_total, uint8_t* table, size_t items_off, size_t task_off,
                     size_t map_off, int64_t entries, int64_t n_items, int max_cols, bool row_map_ready);

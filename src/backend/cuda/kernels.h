@@ -83,7 +83,10 @@ bool in_kernel_quantize_shape(GgmlType w_type, int64_t x_stride, int64_t n, int6
 // (device_common.cuh, pdl_wait): W must be memory that no kernel writes (weights uploaded by copies).
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,
                    const uint8_t* act, size_t act_stride, int64_t cols, float* y, int64_t y_stride,
-                   const float* x_raw, cudaStream_t stream);
+                   const float* x_raw, cudaStream_t stream, bool accumulate = false);
+// accumulate: y = y + W · act (the add op's addition) in place of y = W · act; only where matmul_accumulates
+// holds (the decode matrix-vector kernels: up to kMatvecMaxRows rows of a non-F32 weight type).
+bool matmul_accumulates(GgmlType w_type, int64_t cols);
 
 // ---- Grouped FFN (ffn.cu). One descriptor per FFN task; one work item per (task, up to 8 entries).
 struct FfnDesc {

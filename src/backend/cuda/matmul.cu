@@ -16,7 +16,8 @@ namespace {
 template <class T, int NC, bool kQuantize>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in, const uint8_t* act,
-                  size_t act_stride, int64_t cols, float* y, int64_t y_stride, const float* x_raw) {
+                  size_t act_stride, int64_t cols, float* y, int64_t y_stride, const float* x_raw,
+                  bool accumulate) {
   __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kRowsPerWarp * smem_slot<T>()];
   extern __shared__ __align__(16) uint8_t act_smem[];  // kQuantize: this tile's quantized input rows
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -46,7 +47,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
       for (int c = 0; c < NC; ++c)
-        if (c < nc && o0 + r < n_out) y[(c0 + c) * y_stride + o0 + r] = static_cast<float>(acc[r][c]);
+        if (c < nc && o0 + r < n_out) {
+          float* out = y + (c0 + c) * y_stride + o0 + r;
+          const float v = static_cast<float>(acc[r][c]);
+          *out = accumulate ? *out + v : v;  // accumulate: the add op's float addition
+        }
 }
 
 // F32 weights (routers: a few dozen rows of a few thousand values, too few rows to occupy the GPU one warp
@@ -108,9 +113,17 @@ bool in_kernel_quantize(GgmlType w_type, const float* x, int64_t x_stride, int64
   return reinterpret_cast<uintptr_t>(x) % 16 == 0 && in_kernel_quantize_shape(w_type, x_stride, n, cols);
 }
 
+bool matmul_accumulates(GgmlType w_type, int64_t cols) {
+  return cols >= 1 && cols <= kMatvecMaxRows && w_type != GgmlType::F32 &&
+         with_weight_traits(w_type, [&]<class T>() {});
+}
+
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,
                    const uint8_t* act, size_t act_stride, int64_t cols, float* y, int64_t y_stride,
-                   const float* x_raw, cudaStream_t stream) {
+                   const float* x_raw, cudaStream_t stream, bool accumulate) {
+  if (accumulate && !matmul_accumulates(w_type, cols)) {
+    check_cuda(cudaErrorInvalidValue, "matmul kernel (accumulation where matmul_accumulates refuses it)");
+  }
   if (n_out <= 0 || cols <= 0) return;
   const int nc = col_tile(cols);
   if (w_type == GgmlType::F32) {
@@ -140,10 +153,10 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
     with_col_tile(nc, [&]<int NC>() {
       if (x_raw)
         launch_kernel(matmul_kernel<T, NC, true>, grid, kWarpsPerBlock * kWarp, quant_smem, stream, w,
-                      row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, x_raw);
+                      row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, x_raw, accumulate);
       else
         launch_kernel(matmul_kernel<T, NC, false>, grid, kWarpsPerBlock * kWarp, 0, stream, w, row_bytes,
-                      n_out, n_in, act, act_stride, cols, y, y_stride, nullptr);
+                      n_out, n_in, act, act_stride, cols, y, y_stride, nullptr, accumulate);
     });
   });
   check_launch("matmul kernel");

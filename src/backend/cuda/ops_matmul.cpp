@@ -66,13 +66,32 @@ void CudaBackend::matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<
   const auto timer = timed({"matmul", ggml_type_name(w.type).data(), w.n_out, w.n_in, rows});
   if (rows <= 0 || w.n_out <= 0) return;
   check_weight(w, "matmul");
+  matmul_rows(w, x, rows, y, scratch, false);
+}
+
+void CudaBackend::matmul_add(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<float> acc,
+                             Buf<uint8_t> scratch) {
+  if (rows <= 0 || w.n_out <= 0) return;
+  check_weight(w, "matmul_add");
+  need(acc, rows * w.n_out, "matmul_add sums");
+  if (!cuda::matmul_accumulates(w.type, rows)) {
+    matmul(w, x, rows, y, scratch);
+    add(acc, y, rows * w.n_out);
+    return;
+  }
+  const auto timer = timed({"matmul_add", ggml_type_name(w.type).data(), w.n_out, w.n_in, rows});
+  matmul_rows(w, x, rows, acc, scratch, true);
+}
+
+void CudaBackend::matmul_rows(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y,
+                              Buf<uint8_t> scratch, bool accumulate) {
   need(x, rows * w.n_in, "matmul input");
   need(y, rows * w.n_out, "matmul output");
   const size_t bytes = matmul_scratch_bytes(w.type, w.n_in, rows);
   if (scratch.size() < bytes)
     fail("cuda backend: matmul scratch of {} bytes, {} needed ({} rows of {} {} values)", scratch.size(),
          bytes, rows, w.n_in, ggml_type_name(w.type));
-  if (graph_.skip("matmul", BA::raw(y), rows, w.n_out)) return;
+  if (graph_.skip(accumulate ? "matmul_add" : "matmul", BA::raw(y), rows, w.n_out)) return;
   const GgmlType act = quant::vec_dot_type(w.type);
   const auto* act_rows = reinterpret_cast<const uint8_t*>(BA::raw(x));
   // F32 activations are the input rows themselves when those are laid out as the kernels read them (16-byte
@@ -87,7 +106,7 @@ void CudaBackend::matmul(const Weight& w, Buf<const float> x, int64_t rows, Buf<
   }
   cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in, act_rows,
                       cuda::act_row_stride(act, w.n_in), rows, BA::raw(y), w.n_out,
-                      in_kernel ? BA::raw(x) : nullptr, as_stream(stream_));
+                      in_kernel ? BA::raw(x) : nullptr, as_stream(stream_), accumulate);
 }
 
 void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
