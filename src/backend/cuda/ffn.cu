@@ -483,19 +483,7 @@ void launch_routed_gate_up(const FfnShape& s, const RoutedSource& rs, int64_t en
 // The types the routed kernels take (routed_ffn_direct's), as traits.
 template <class F>
 bool with_routed_traits(GgmlType t, F&& f) {
-  switch (t) {
-    case GgmlType::Q4_0:
-      f.template operator()<TQ4_0>();
-      return true;
-    case GgmlType::Q8_0:
-      f.template operator()<TQ8_0>();
-      return true;
-    case GgmlType::MXFP4:
-      f.template operator()<TMXFP4>();
-      return true;
-    default:
-      return false;
-  }
+  return with_traits_among<TQ4_0, TQ8_0, TMXFP4>(t, std::forward<F>(f));
 }
 
 template <class F>

@@ -13,6 +13,8 @@
 // type (the same operations in the same order, --fmad=false), so a block contributes the same float as on
 // the CPU; the blocks' contributions are then summed in a different order (per lane, then across the warp).
 // F32/F16/BF16 multiply in float and accumulate in double, as ggml's scalar dot products do.
+#include <utility>
+
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -45,6 +47,7 @@ __device__ __forceinline__ int dot4x4(const uint32_t (&q)[4], int4 a, int s) {
 // memory and dot() with one activation row.
 
 struct TQ4_0 {
+  static constexpr GgmlType kType = GgmlType::Q4_0;
   static constexpr int kBlockBytes = 18, kBlockValues = 32, kParts = 1, kChunkBlocks = 64;
   using Acc = float;
   struct Unit {
@@ -71,6 +74,7 @@ struct TQ4_0 {
 };
 
 struct TQ4_1 {
+  static constexpr GgmlType kType = GgmlType::Q4_1;
   static constexpr int kBlockBytes = 20, kBlockValues = 32, kParts = 1, kChunkBlocks = 64;
   using Acc = float;
   struct Unit {
@@ -98,6 +102,7 @@ struct TQ4_1 {
 };
 
 struct TQ8_0 {
+  static constexpr GgmlType kType = GgmlType::Q8_0;
   static constexpr int kBlockBytes = 34, kBlockValues = 32, kParts = 1, kChunkBlocks = 64;
   using Acc = float;
   struct Unit {
@@ -146,6 +151,7 @@ __device__ __forceinline__ void mxfp4_lookup(uint32_t q, uint32_t& lo, uint32_t&
 }
 
 struct TMXFP4 {
+  static constexpr GgmlType kType = GgmlType::MXFP4;
   static constexpr int kBlockBytes = 17, kBlockValues = 32, kParts = 1, kChunkBlocks = 128;
   using Acc = float;
   struct Unit {
@@ -187,6 +193,7 @@ __device__ __forceinline__ void scale_min_k4(const uint32_t (&sw)[3], int j, int
 // whose low nibbles are values 64c + 16hh + [0, 16) (sub-block 2c) and high nibbles the same + 32 (2c + 1).
 template <bool kQ5>
 struct TQxK {
+  static constexpr GgmlType kType = kQ5 ? GgmlType::Q5_K : GgmlType::Q4_K;
   static constexpr int kBlockBytes = kQ5 ? 176 : 144, kBlockValues = 256, kParts = 8, kChunkBlocks = 8;
   using Acc = float;
   struct Unit {
@@ -237,6 +244,7 @@ using TQ5_K = TQxK<true>;
 // Q6_K: part p is half h = p / 4 (128 values) and l0 = 8 (p % 4): the values l0 + [0, 8) + {0, 32, 64, 96}
 // of the half, from ql[l0..], ql[32 + l0..] and qh[l0..] of that half.
 struct TQ6_K {
+  static constexpr GgmlType kType = GgmlType::Q6_K;
   static constexpr int kBlockBytes = 210, kBlockValues = 256, kParts = 8, kChunkBlocks = 8;
   using Acc = float;
   struct Unit {
@@ -282,6 +290,7 @@ struct TQ6_K {
 // F16 / BF16: 8 values (16 bytes) per block; float products (exact for 16-bit inputs), double sums.
 template <bool kBF16>
 struct THalf {
+  static constexpr GgmlType kType = kBF16 ? GgmlType::BF16 : GgmlType::F16;
   static constexpr int kBlockBytes = 16, kBlockValues = 8, kParts = 1, kChunkBlocks = 128;
   using Acc = double;
   struct Unit {
@@ -312,6 +321,7 @@ using TF16 = THalf<false>;
 using TBF16 = THalf<true>;
 
 struct TF32 {
+  static constexpr GgmlType kType = GgmlType::F32;
   static constexpr int kBlockBytes = 16, kBlockValues = 4, kParts = 1, kChunkBlocks = 128;
   using Acc = double;
   struct Unit {
@@ -409,43 +419,17 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&wrows)[R], int64
     for (int c = 0; c < NC; ++c) acc[r][c] = warp_sum(acc[r][c]);
 }
 
-// Calls f.template operator()<T>() for the traits of weight type t (false for a type without traits).
+// Calls f.template operator()<T>() for the traits T among Ts of weight type t (false: none of them is t's).
+template <class... Ts, class F>
+bool with_traits_among(GgmlType t, F&& f) {
+  return ((t == Ts::kType ? (f.template operator()<Ts>(), true) : false) || ...);
+}
+
+// The same among every weight type's traits.
 template <class F>
 bool with_weight_traits(GgmlType t, F&& f) {
-  switch (t) {
-    case GgmlType::F32:
-      f.template operator()<TF32>();
-      return true;
-    case GgmlType::F16:
-      f.template operator()<TF16>();
-      return true;
-    case GgmlType::BF16:
-      f.template operator()<TBF16>();
-      return true;
-    case GgmlType::Q4_0:
-      f.template operator()<TQ4_0>();
-      return true;
-    case GgmlType::Q4_1:
-      f.template operator()<TQ4_1>();
-      return true;
-    case GgmlType::Q8_0:
-      f.template operator()<TQ8_0>();
-      return true;
-    case GgmlType::MXFP4:
-      f.template operator()<TMXFP4>();
-      return true;
-    case GgmlType::Q4_K:
-      f.template operator()<TQ4_K>();
-      return true;
-    case GgmlType::Q5_K:
-      f.template operator()<TQ5_K>();
-      return true;
-    case GgmlType::Q6_K:
-      f.template operator()<TQ6_K>();
-      return true;
-    default:
-      return false;
-  }
+  return with_traits_among<TF32, TF16, TBF16, TQ4_0, TQ4_1, TQ8_0, TMXFP4, TQ4_K, TQ5_K, TQ6_K>(
+      t, std::forward<F>(f));
 }
 
 // The column tile for `cols` activation rows: 1, 2, 4 or 8.
