@@ -142,15 +142,19 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
 void add_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b,
                  ExpertWave& wave, const ExpertFfn& f, backend::Buf<const float> xn, int64_t T,
                  backend::Buf<float> x) {
+  // The routed op on experts the provider holds in the backend's memory (resident stacks or a device tier).
+  const auto routed_add = [&](backend::RoutedExperts& ex) {
+    ex.gate_bias = f.biases.gate;
+    ex.up_bias = f.biases.up;
+    ex.down_bias = f.biases.down;
+    ex.down_scale = f.biases.down_scale;
+    be.routed_ffn_add(ex, f.act, b.expert_ids.view(), b.expert_weights.view(), T, f.k, xn,
+                      b.expert_out.view(), x);
+  };
   std::optional<backend::RoutedExperts> ex;
   if (T <= be.max_routed_tokens()) ex = experts.resident_stacks(moe_index);
   if (ex) {
-    ex->gate_bias = f.biases.gate;
-    ex->up_bias = f.biases.up;
-    ex->down_bias = f.biases.down;
-    ex->down_scale = f.biases.down_scale;
-    be.routed_ffn_add(*ex, f.act, b.expert_ids.view(), b.expert_weights.view(), T, f.k, xn,
-                      b.expert_out.view(), x);
+    routed_add(*ex);
     return;
   }
   const size_t n_used = fetch_groups(be, b, T, f.k, f.n_expert);
@@ -160,12 +164,7 @@ void add_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
     const std::span<const int32_t> used(b.used.data(), n_used);
     ex = experts.routed_slots(moe_index, used);
     if (ex) {
-      ex->gate_bias = f.biases.gate;
-      ex->up_bias = f.biases.up;
-      ex->down_bias = f.biases.down;
-      ex->down_scale = f.biases.down_scale;
-      be.routed_ffn_add(*ex, f.act, b.expert_ids.view(), b.expert_weights.view(), T, f.k, xn,
-                        b.expert_out.view(), x);
+      routed_add(*ex);
       experts.release_routed(moe_index, used);
       return;
     }
