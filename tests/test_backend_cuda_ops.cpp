@@ -559,6 +559,65 @@ TEST(CudaOps, KvStoreAndAttentionMatchTheCpu) {
   }
 }
 
+// A prompt's rows (more than a decode batch) take the tiled kernels: against the CPU, and against the same
+// rows one at a time through the decode kernel. The scores are the same double sums of exact products in the
+// same order and the softmax is the same code; P·V adds exact products in another order, so the two GPU
+// paths may differ only where a double sum rounds. Partial tiles (70 rows = 64 + 6; head dims 80 and 256),
+// a window, sinks, a softcap, and a chunk that starts inside the context.
+TEST(CudaOps, PromptRowsAttentionMatchesTheCpuAndTheDecodeKernel) {
+  NEED_GPU();
+  struct Shape {
+    int n_head, n_kv, hd;
+  };
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f, 1.5f, -0.25f, 0.75f, 3.0f};
+  for (const Shape sh : {Shape{8, 2, 64}, Shape{4, 4, 80}, Shape{4, 1, 256}}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const int n_ctx = 128, pos0 = 25;
+      const int64_t rows = 70, kv_row = static_cast<int64_t>(sh.n_kv) * sh.hd,
+                    hrow = static_cast<int64_t>(sh.n_head) * sh.hd;
+      const auto k = random_floats(static_cast<size_t>(n_ctx * kv_row), 71 + variant);
+      const auto v = random_floats(static_cast<size_t>(n_ctx * kv_row), 72 + variant);
+      const auto q = random_floats(static_cast<size_t>(rows * hrow), 73 + variant);
+      AttentionParams p;
+      p.n_head = sh.n_head;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(sh.hd));
+      if (variant == 1) p.window = 19;
+      if (variant == 2) p.softcap = 20.0f;
+      std::vector<float> outs[3];
+      for (int run = 0; run < 3; ++run) {  // the CPU; the GPU's prompt kernels; the GPU's decode kernel
+        Backend& b = run == 0 ? cpu : gpu;
+        DeviceBuffer kc = b.alloc_array<uint16_t>(n_ctx * kv_row, "k"),
+                     vc = b.alloc_array<uint16_t>(n_ctx * kv_row, "v");
+        KvCacheView kv{kc.as<uint16_t>(), vc.as<uint16_t>(), n_ctx, sh.n_kv, sh.hd};
+        DeviceBuffer dk = put(b, k), dv = put(b, v), dq = put(b, q), ds = put(b, sinks);
+        b.kv_store(kv, dk.as<const float>(), dv.as<const float>(), pos0 + rows, 0);
+        if (variant == 1) p.sinks = ds.as<const float>().first(static_cast<size_t>(sh.n_head));
+        DeviceBuffer out = b.alloc_array<float>(rows * hrow, "out");
+        DeviceBuffer scratch = b.alloc_array<float>(b.attention_scratch_floats(n_ctx, sh.hd), "scratch");
+        if (run < 2) {
+          b.attention(kv, dq.as<const float>(), rows, pos0, p, out.as<float>(), scratch.as<float>());
+        } else {
+          for (int64_t r = 0; r < rows; ++r)
+            b.attention(kv,
+                        dq.as<const float>().sub(static_cast<size_t>(r * hrow), static_cast<size_t>(hrow)), 1,
+                        pos0 + static_cast<int>(r), p,
+                        out.as<float>().sub(static_cast<size_t>(r * hrow), static_cast<size_t>(hrow)),
+                        scratch.as<float>());
+        }
+        outs[run] = get<float>(b, out, static_cast<size_t>(rows * hrow));
+        p.sinks = {};
+      }
+      const std::string what = "head dim " + std::to_string(sh.hd) + ", variant " + std::to_string(variant);
+      EXPECT_LT(rel_l2(outs[1], outs[0]), 1e-4) << what;
+      EXPECT_LT(rel_l2(outs[1], outs[2]), 1e-9) << what;
+      size_t differ = 0;
+      for (size_t i = 0; i < outs[1].size(); ++i) differ += outs[1][i] != outs[2][i];
+      EXPECT_LE(differ, outs[1].size() / 1000)
+          << what << ": prompt and decode kernels differ in " << differ << " values";
+    }
+  }
+}
+
 // gemma4's per-head shapes: RMS norms over rows of 256 and 512 values with and without a weight (V heads
 // have none); NeoX RoPE over whole heads of 256 (θ 1e4) and 512 (θ 1e6, factors 1 on 64 pairs and 1e30 on
 // the other 192: those stay unrotated, bit for bit).
