@@ -12,11 +12,18 @@
 #include <vector>
 
 #include "backend/backend_factory.h"
+#include "backend/buffer_access.h"
 #include "backend/cpu/cpu_backend.h"
 #include "delta_net_reference.h"
 #include "error_matchers.h"
 #include "quant/quant.h"
 #include "util/error.h"
+
+#if defined(DF_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/kernels.h"
+#endif
 
 namespace df::backend {
 namespace {
@@ -152,6 +159,31 @@ TEST(CudaOps, MatmulAddIsMatmulThenAddBitForBit) {
           << ggml_type_name(t) << " rows " << rows;
       EXPECT_GT(rel_l2(got, residual), 1e-3) << "nothing was added";
     }
+  }
+}
+
+// F32 weights (routers) over many rows take the kernel that shares each activation row between several
+// weight rows: every row's values are, bit for bit, those of the row alone (a prompt's routing and a decode
+// step's routing choose from the same logits). 70 weight rows: the last block has only two of its four.
+TEST(CudaOps, F32MatmulOfManyRowsGivesEachRowsBitsAlone) {
+  NEED_GPU();
+  const int64_t n_in = 2048, n_out = 70, rows = 21;
+  UploadedWeights w = upload(gpu, GgmlType::F32, weight_bytes(GgmlType::F32, n_in, n_out, 15), n_in, n_out);
+  const auto x = random_floats(static_cast<size_t>(rows * n_in), 16);
+  DeviceBuffer dx = put(gpu, x);
+  DeviceBuffer y = gpu.alloc_array<float>(static_cast<size_t>(rows * n_out), "y");
+  DeviceBuffer scratch =
+      gpu.alloc(std::max<size_t>(gpu.matmul_scratch_bytes(GgmlType::F32, n_in, rows), 1), "scratch");
+  gpu.matmul(w.first, dx.as<const float>(), rows, y.as<float>(), scratch.as<uint8_t>());
+  const auto all = get<float>(gpu, y, static_cast<size_t>(rows * n_out));
+  for (int64_t r = 0; r < rows; ++r) {
+    DeviceBuffer y1 = gpu.alloc_array<float>(static_cast<size_t>(n_out), "y1");
+    gpu.matmul(w.first, dx.as<const float>().sub(static_cast<size_t>(r * n_in), static_cast<size_t>(n_in)), 1,
+               y1.as<float>(), scratch.as<uint8_t>());
+    const auto alone = get<float>(gpu, y1, static_cast<size_t>(n_out));
+    EXPECT_EQ(std::memcmp(alone.data(), all.data() + r * n_out, sizeof(float) * static_cast<size_t>(n_out)),
+              0)
+        << "row " << r;
   }
 }
 
@@ -1190,6 +1222,65 @@ TEST(CudaOps, DeltaNetOpsAreDeterministicAndReplayInAStepGraph) {
     EXPECT_GT(gpu.steps_replayed(), replayed) << "the step was never replayed";
   }
 }
+
+#if defined(DF_HAVE_CUDA)
+// The activation quantizer (kernels.h launch_quantize) byte for byte against quant::quantize_activation,
+// ggml's reference: the vector kernel (rows 16-byte aligned; 3 blocks a row, so a warp's fourth group of
+// lanes has none) and the one-warp-per-block kernel (rows that are not aligned), rows in order and gathered
+// through a row map, with a zero block and blocks of very different magnitudes.
+TEST(CudaKernels, ActivationQuantizationIsTheReferenceByteForByte) {
+  NEED_GPU();
+  const int64_t n = 96, rows = 5, nb = n / 32;
+  auto x = random_floats(static_cast<size_t>(rows * n + 4), 41);
+  for (size_t i = 0; i < x.size(); ++i) x[i] *= static_cast<float>(1 << (i / 32 % 7)) / 8.0f;
+  std::fill(x.begin() + n, x.begin() + n + 32, 0.0f);  // row 1, block 0 (aligned case)
+  x[3 * n + 40] = 3.0e4f;
+  const std::vector<int32_t> row_map = {4, 0, 2, 2, 1};
+  for (const GgmlType act : {GgmlType::Q8_0, GgmlType::Q8_1}) {
+    for (const int offset : {0, 1}) {
+      for (const bool mapped : {false, true}) {
+        const size_t stride = cuda::act_row_stride(act, n);
+        DeviceBuffer dx = put(gpu, x), dmap = put(gpu, row_map);
+        DeviceBuffer dq = gpu.alloc_array<uint8_t>(rows * stride, "q");
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const float* xp = BufferAccess::raw(dx.as<const float>()) + offset;
+        cuda::launch_quantize(act, xp, n, mapped ? BufferAccess::raw(dmap.as<const int32_t>()) : nullptr,
+                              rows, n, BufferAccess::raw(dq.as<uint8_t>()), nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        // As words: Backend::download's byte overload is the untyped one (strides are multiples of 16).
+        const auto words = get<uint32_t>(gpu, dq, static_cast<size_t>(rows) * stride / 4);
+        std::vector<uint8_t> got(static_cast<size_t>(rows) * stride);
+        std::memcpy(got.data(), words.data(), got.size());
+        const size_t block_bytes = act == GgmlType::Q8_0 ? 34 : 36;
+        std::vector<uint8_t> ref(static_cast<size_t>(nb) * block_bytes);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t src = mapped ? row_map[static_cast<size_t>(r)] : r;
+          quant::quantize_activation(act, x.data() + offset + src * n, ref.data(), n);
+          const uint8_t* row = got.data() + static_cast<size_t>(r) * stride;
+          for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t* blk = ref.data() + static_cast<size_t>(b) * block_bytes;
+            uint16_t d, sum;
+            std::memcpy(&d, blk, 2);
+            std::memcpy(&sum, blk + 2, 2);
+            const uint8_t* qs = blk + (act == GgmlType::Q8_0 ? 2 : 4);
+            const std::string what = std::string(ggml_type_name(act)) + (offset ? " unaligned" : " aligned") +
+                                     (mapped ? " mapped" : "") + ", row " + std::to_string(r) + " block " +
+                                     std::to_string(b);
+            EXPECT_EQ(std::memcmp(row + b * 32, qs, 32), 0) << what;
+            float scale, s;
+            std::memcpy(&scale, row + n + b * 4, 4);
+            EXPECT_EQ(scale, quant::fp16_to_fp32(d)) << what;
+            if (act == GgmlType::Q8_1) {
+              std::memcpy(&s, row + n + (nb + b) * 4, 4);
+              EXPECT_EQ(s, quant::fp16_to_fp32(sum)) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+#endif
 
 TEST(CudaOps, TransfersRoundTrip) {
   NEED_GPU();

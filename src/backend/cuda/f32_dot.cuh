@@ -24,6 +24,14 @@ __device__ __forceinline__ F32EarlyUnits<T, P> f32_load_early(const float4* wr, 
   return early;
 }
 
+// One unit's four products, in order, into a sum.
+__device__ __forceinline__ void f32_unit_add(double& acc, const float4 wv, const float4 a) {
+  acc += static_cast<double>(__fmul_rn(wv.x, a.x));
+  acc += static_cast<double>(__fmul_rn(wv.y, a.y));
+  acc += static_cast<double>(__fmul_rn(wv.z, a.z));
+  acc += static_cast<double>(__fmul_rn(wv.w, a.w));
+}
+
 // acc[c] += the thread's share of row · act_row(c) for c < nc. act_row(c) gives activation row c as float4s.
 template <int T, int P, int NC, class ActRow>
 __device__ __forceinline__ void f32_rows_dot(const float4* wr, int64_t units,
@@ -33,11 +41,7 @@ __device__ __forceinline__ void f32_rows_dot(const float4* wr, int64_t units,
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
       if (c >= nc) break;
-      const float4 a = act_row(c)[u];
-      acc[c] += static_cast<double>(__fmul_rn(wv.x, a.x));
-      acc[c] += static_cast<double>(__fmul_rn(wv.y, a.y));
-      acc[c] += static_cast<double>(__fmul_rn(wv.z, a.z));
-      acc[c] += static_cast<double>(__fmul_rn(wv.w, a.w));
+      f32_unit_add(acc[c], wv, act_row(c)[u]);
     }
   };
 #pragma unroll
@@ -46,6 +50,25 @@ __device__ __forceinline__ void f32_rows_dot(const float4* wr, int64_t units,
     if (u < units) add(early.v[i], u);
   }
   for (int64_t u = threadIdx.x + static_cast<int64_t>(P) * T; u < units; u += T) add(wr[u], u);
+}
+
+// NO weight rows against the same activation rows at once (many rows: each activation unit is read once for
+// all NO), acc[o * NC + c] += the thread's share of w_row(o) · act_row(c) for c < nc, in the order above.
+template <int T, int NO, int NC, class WRow, class ActRow>
+__device__ __forceinline__ void f32_multi_rows_dot(WRow w_row, int64_t units, int nc, ActRow act_row,
+                                                   double (&acc)[NO * NC]) {
+  for (int64_t u = threadIdx.x; u < units; u += T) {
+    float4 wv[NO];
+#pragma unroll
+    for (int o = 0; o < NO; ++o) wv[o] = w_row(o)[u];
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (c >= nc) break;
+      const float4 a = act_row(c)[u];
+#pragma unroll
+      for (int o = 0; o < NO; ++o) f32_unit_add(acc[o * NC + c], wv[o], a);
+    }
+  }
 }
 
 // The block's sums: store(c, sum) on thread c for c < nc. Every thread of the block must call it.

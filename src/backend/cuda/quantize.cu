@@ -37,6 +37,45 @@ __global__ void quantize_q8_kernel(const float* x, int64_t x_stride, const int32
   }
 }
 
+// The same with rows 16-byte aligned (the usual case): 8 lanes per 32-value block, a float4 each, so that a
+// warp quantizes four blocks with whole-line loads (a prompt's 512 rows: 13 us a launch one warp per block).
+// The maximum and the integer sum do not depend on the order they are formed in: the same bytes.
+constexpr int kQ8VecThreads = 256;
+template <bool kQ81>
+__global__ void __launch_bounds__(kQ8VecThreads)
+    quantize_q8_vec_kernel(const float* x, int64_t x_stride, const int32_t* rows_map, int64_t n, uint8_t* dst,
+                           size_t stride) {
+  pdl_begin();
+  const int64_t r = blockIdx.y;
+  const int64_t nb = n / 32;
+  const int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 8;
+  const int sub = static_cast<int>(threadIdx.x) % 8;
+  const bool valid = b < nb;  // no early return: the whole warp takes part in the shuffles
+  const float4 f = valid ? reinterpret_cast<const float4*>(src_row(x, x_stride, rows_map, r))[b * 8 + sub]
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float amax = fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w)));
+#pragma unroll
+  for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, 8));
+  const float d = amax / 127;
+  const float id = q8_0_inverse(d);
+  const int q[4] = {q8_0_value(f.x, id), q8_0_value(f.y, id), q8_0_value(f.z, id), q8_0_value(f.w, id)};
+  int sum = kQ81 ? q[0] + q[1] + q[2] + q[3] : 0;
+  if (kQ81)
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o, 8);
+  if (!valid) return;
+  uint8_t* row = dst + r * stride;
+  uint32_t word = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) word |= (static_cast<uint32_t>(q[j]) & 0xFFu) << (8 * j);
+  reinterpret_cast<uint32_t*>(row)[b * 8 + sub] = word;
+  if (sub == 0) {
+    float* scales = reinterpret_cast<float*>(row + n);
+    scales[b] = round_f16(d);
+    if (kQ81) scales[nb + b] = round_f16(static_cast<float>(sum) * d);
+  }
+}
+
 // Q8_K: one block of 256 threads per super-block. The value of largest magnitude (the first on a tie) maps
 // to -127: iscale = -127 / max, q = min(127, nearest(iscale * x)), d = 1 / iscale, plus the 16-value sums.
 __global__ void quantize_q8_k_kernel(const float* x, int64_t x_stride, const int32_t* rows_map, int64_t n,
@@ -120,6 +159,17 @@ void launch_quantize(GgmlType act, const float* x, int64_t x_stride, const int32
   switch (act) {
     case GgmlType::Q8_0:
     case GgmlType::Q8_1: {
+      if (reinterpret_cast<uintptr_t>(x) % 16 == 0 && x_stride % 4 == 0) {
+        const dim3 grid(static_cast<unsigned>((n / 32 * 8 + kQ8VecThreads - 1) / kQ8VecThreads),
+                        static_cast<unsigned>(rows));
+        if (act == GgmlType::Q8_0)
+          launch_kernel(quantize_q8_vec_kernel<false>, grid, kQ8VecThreads, 0, stream, x, x_stride, rows_map,
+                        n, dst, stride);
+        else
+          launch_kernel(quantize_q8_vec_kernel<true>, grid, kQ8VecThreads, 0, stream, x, x_stride, rows_map,
+                        n, dst, stride);
+        break;
+      }
       const dim3 grid(static_cast<unsigned>((n / 32 + 7) / 8), static_cast<unsigned>(rows));
       if (act == GgmlType::Q8_0)
         launch_kernel(quantize_q8_kernel<false>, grid, 256, 0, stream, x, x_stride, rows_map, n, dst, stride);
