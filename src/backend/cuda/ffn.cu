@@ -305,7 +305,6 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
   pdl_begin();
   const int warp = threadIdx.x / kWarp;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsPerBlock + warp * 16;
-  if (o0 >= s.n_ff) return;
   const FfnItem it = items[blockIdx.y];
   const FfnDesc& d = descs[it.task];
   const int64_t e0 = d.entry0 + it.local0;
@@ -329,7 +328,6 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
   pdl_begin();
   const int warp = threadIdx.x / kWarp;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsPerBlock + warp * 16;
-  if (o0 >= s.n_out) return;
   const FfnItem it = items[blockIdx.y];
   const FfnDesc& d = descs[it.task];
   const int64_t e0 = d.entry0 + it.local0;

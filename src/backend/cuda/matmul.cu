@@ -112,7 +112,6 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
   pdl_begin();
   const int warp = threadIdx.x / kWarp;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaRowsPerBlock + warp * 16;
-  if (o0 >= n_out) return;  // the whole warp leaves
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kMmaCols;
   const int nc = static_cast<int>(cols - c0 < kMmaCols ? cols - c0 : kMmaCols);
   float acc[1][kMmaCols / 8][4];

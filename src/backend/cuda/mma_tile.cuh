@@ -72,63 +72,105 @@ __device__ __forceinline__ void for_each_fragment(int64_t o0, F&& f) {
     for (int i = 0; i < 4; ++i) f(o0 + g + (i >= 2 ? 8 : 0), j * 8 + 2 * t + (i & 1), j, i);
 }
 
+// The operands of kMmaChunk 32-value blocks at a time, staged in shared memory by the whole block with
+// 16-byte loads: the 4 warps' 64 weight rows (GGUF bytes as they are: a row's chunk is kMmaChunk blocks in
+// a row, 144 bytes for Q4_0, 272 for Q8_0, so the 8 rows a fragment load meets fall on distinct banks) and
+// the kMmaCols activation rows every warp shares (quants with 4 words of padding a row, for the same reason;
+// scales by block then column). Read straight from global memory, the 2-byte weight loads and each warp's
+// own copy of the activation loads kept the L1 95 % busy (ncu) with a fraction of each sector used.
+constexpr int kMmaChunk = 8;
+constexpr int kActChunkWords =
+    kMmaChunk * 8 + 4;  // a staged activation row: kMmaChunk blocks of 8 words + pad
+
+// Copies `bytes` (even) from src to dst (both 2-byte aligned; 16-byte aligned when vec), thread i of n
+// taking units i, i + n, ...
+__device__ __forceinline__ void stage_bytes(uint8_t* dst, const uint8_t* src, int bytes, bool vec, int i,
+                                            int n) {
+  if (vec) {
+    for (int u = i; u < bytes / 16; u += n)
+      reinterpret_cast<uint4*>(dst)[u] = reinterpret_cast<const uint4*>(src)[u];
+  } else {
+    for (int u = i; u < bytes / 2; u += n)
+      reinterpret_cast<uint16_t*>(dst)[u] = reinterpret_cast<const uint16_t*>(src)[u];
+  }
+}
+
 // acc[m][j][i] (C layout above, n-tile j) = Σ_blocks of rows o0 .. o0 + 15 of weight m (m < NW: gate and up
 // share their activations, so one pass loads them once for both) against activation rows 0 .. NT - 1 of `act`
-// (Q8_0, the backend's aligned layout: n_in quants then n_in / 32 float scales, rows act_stride apart). Rows
-// past n_rows and activation rows past n_cols are read clamped (their results are garbage, not stored).
+// (Q8_0, the backend's aligned layout: n_in quants then n_in / 32 float scales, rows act_stride apart), the
+// blocks added in order. Rows past n_rows and activation rows past n_cols are read clamped (their results
+// are garbage, not stored). Every thread of the block (kMmaWarps warps, warp w at rows o0 = first + 16 w)
+// must call it: the operands are staged for the block.
 template <class W, int NT, int NW>
 __device__ __forceinline__ void mma_rows(const uint8_t* const (&w)[NW], const size_t (&row_bytes)[NW],
                                          int64_t n_rows, int64_t o0, int64_t n_in, const uint8_t* act,
                                          size_t act_stride, int n_cols, float (&acc)[NW][NT / 8][4]) {
-  const int lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
-  const uint8_t* w_g[NW];
-  const uint8_t* w_g8[NW];
+  static_assert(NT == kMmaCols, "a block stages kMmaCols activation rows");
+  constexpr int kChunkBytes = kMmaChunk * W::kBlockBytes;
+  constexpr int kThreads = kMmaWarps * kWarp;
+  __shared__ __align__(16) uint8_t s_w[NW][kMmaRowsPerBlock][kChunkBytes];
+  __shared__ __align__(16) uint32_t s_q[NT][kActChunkWords];
+  __shared__ float s_d[kMmaChunk][NT];
+  const int lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4, tid = static_cast<int>(threadIdx.x);
+  const int warp_row = (tid / kWarp) * 16;
+  const int64_t first = o0 - warp_row;
 #pragma unroll
-  for (int m = 0; m < NW; ++m) {
-    w_g[m] = w[m] + static_cast<size_t>(min(o0 + g, n_rows - 1)) * row_bytes[m];
-    w_g8[m] = w[m] + static_cast<size_t>(min(o0 + g + 8, n_rows - 1)) * row_bytes[m];
-  }
-  const uint8_t* b_row[NT / 8];  // this lane's B column: activation row j * 8 + g
-  const float* s_col0[NT / 8];   // the scales of C's columns 2t and 2t + 1
-  const float* s_col1[NT / 8];
+  for (int m = 0; m < NW; ++m)
 #pragma unroll
-  for (int j = 0; j < NT / 8; ++j) {
-    b_row[j] = act + static_cast<size_t>(min(j * 8 + g, n_cols - 1)) * act_stride;
-    s_col0[j] = reinterpret_cast<const float*>(
-        act + static_cast<size_t>(min(j * 8 + 2 * t, n_cols - 1)) * act_stride + n_in);
-    s_col1[j] = reinterpret_cast<const float*>(
-        act + static_cast<size_t>(min(j * 8 + 2 * t + 1, n_cols - 1)) * act_stride + n_in);
-#pragma unroll
-    for (int m = 0; m < NW; ++m)
+    for (int j = 0; j < NT / 8; ++j)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[m][j][i] = 0.0f;
-  }
+  bool w_vec = true;
+#pragma unroll
+  for (int m = 0; m < NW; ++m)
+    w_vec = w_vec && reinterpret_cast<uintptr_t>(w[m]) % 16 == 0 && row_bytes[m] % 16 == 0;
   const int64_t nb = n_in / 32;
-#pragma unroll 2
-  for (int64_t b = 0; b < nb; ++b) {
-    uint32_t a[NW][4];
-    float d_g[NW], d_g8[NW];
+  for (int64_t b0 = 0; b0 < nb; b0 += kMmaChunk) {
+    const int kc = static_cast<int>(min(int64_t{kMmaChunk}, nb - b0));
+    // Stage: each weight row's kc blocks, then each activation row's kc blocks of quants and their scales.
 #pragma unroll
-    for (int m = 0; m < NW; ++m) {
-      W::load(w_g[m] + b * W::kBlockBytes, t, a[m][0], a[m][2], d_g[m]);
-      W::load(w_g8[m] + b * W::kBlockBytes, t, a[m][1], a[m][3], d_g8[m]);
+    for (int m = 0; m < NW; ++m)
+      for (int r = tid / 8; r < kMmaRowsPerBlock; r += kThreads / 8) {
+        const uint8_t* src = w[m] + static_cast<size_t>(min(first + r, n_rows - 1)) * row_bytes[m] +
+                             static_cast<size_t>(b0) * W::kBlockBytes;
+        stage_bytes(s_w[m][r], src, kc * W::kBlockBytes, w_vec && kc == kMmaChunk, tid % 8, 8);
+      }
+    for (int u = tid; u < NT * kc * 2; u += kThreads) {
+      const int c = u / (kc * 2), part = u % (kc * 2);
+      const uint8_t* row = act + static_cast<size_t>(min(c, n_cols - 1)) * act_stride;
+      reinterpret_cast<uint4*>(s_q[c])[part] = reinterpret_cast<const uint4*>(row + b0 * 32)[part];
     }
-#pragma unroll
-    for (int j = 0; j < NT / 8; ++j) {
-      const uint8_t* q = b_row[j] + b * 32;
-      const uint32_t bf[2] = {*reinterpret_cast<const uint32_t*>(q + 4 * t),
-                              *reinterpret_cast<const uint32_t*>(q + 16 + 4 * t)};
-      const float da0 = s_col0[j][b], da1 = s_col1[j][b];
+    for (int u = tid; u < NT * kc; u += kThreads) {
+      const int c = u / kc, kb = u % kc;
+      const uint8_t* row = act + static_cast<size_t>(min(c, n_cols - 1)) * act_stride;
+      s_d[kb][c] = reinterpret_cast<const float*>(row + n_in)[b0 + kb];
+    }
+    __syncthreads();
+    for (int kb = 0; kb < kc; ++kb) {
+      uint32_t a[NW][4];
+      float d_g[NW], d_g8[NW];
 #pragma unroll
       for (int m = 0; m < NW; ++m) {
-        int c[4];
-        mma_s8_16x8x32(c, a[m], bf);
-        acc[m][j][0] += W::block_float(c[0], d_g[m], da0);
-        acc[m][j][1] += W::block_float(c[1], d_g[m], da1);
-        acc[m][j][2] += W::block_float(c[2], d_g8[m], da0);
-        acc[m][j][3] += W::block_float(c[3], d_g8[m], da1);
+        W::load(s_w[m][warp_row + g] + kb * W::kBlockBytes, t, a[m][0], a[m][2], d_g[m]);
+        W::load(s_w[m][warp_row + g + 8] + kb * W::kBlockBytes, t, a[m][1], a[m][3], d_g8[m]);
+      }
+#pragma unroll
+      for (int j = 0; j < NT / 8; ++j) {
+        const uint32_t* q = s_q[j * 8 + g] + kb * 8;
+        const uint32_t bf[2] = {q[t], q[4 + t]};
+        const float da0 = s_d[kb][j * 8 + 2 * t], da1 = s_d[kb][j * 8 + 2 * t + 1];
+#pragma unroll
+        for (int m = 0; m < NW; ++m) {
+          int c[4];
+          mma_s8_16x8x32(c, a[m], bf);
+          acc[m][j][0] += W::block_float(c[0], d_g[m], da0);
+          acc[m][j][1] += W::block_float(c[1], d_g[m], da1);
+          acc[m][j][2] += W::block_float(c[2], d_g8[m], da0);
+          acc[m][j][3] += W::block_float(c[3], d_g8[m], da1);
+        }
       }
     }
+    __syncthreads();
   }
 }
 
