@@ -5,13 +5,12 @@
 // denominator (double sum); P rounded to f16; P·V: a warp per output dim at a time, its lanes over the keys
 // (coalesced reads of the transposed V), each lane's double sum then the warp's tree.
 // Prompt rows (more than a decode batch): the same three steps as three kernels, the two products over
-// 64 × 64 tiles of (query rows × keys) and (query rows × dims) whose operands are staged once in shared
-// memory for the whole tile instead of read again by every row's block (a 512-token prompt's attention took
-// 850 us a layer in the per-row kernel). The tiles sum in double in index order with fused multiply-adds of
-// operands that are f16 values (exact products): the scores are the decode kernel's bits, the softmax is its
-// code, and P·V differs from the decode sum only in the order of exact double additions.
-// Scores live in backend scratch (rows × n_head × n_ctx floats per launch; the host splits long prefills
-// into chunks).
+// tiles of (query rows × 64 keys) and (query rows × 64 dims) whose operands are staged once in shared memory
+// for the whole tile instead of read again by every row's block (a 512-token prompt's attention took 850 us
+// a layer in the per-row kernel, 230 tiled). The tiles sum in double in index order with fused multiply-adds
+// of operands that are f16 values (exact products): the scores are the decode kernel's bits, the softmax is
+// its code, and P·V differs from the decode sum only in the order of exact double additions. Scores live in
+// backend scratch (rows × n_head × n_ctx floats per launch; the host splits long prefills into chunks).
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -140,7 +139,7 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
   }
 }
 
-// ---- Prompt rows: 64 × 64 tiles summed exactly in double.
+// ---- Prompt rows: tiles summed exactly in double.
 // A tile is R query rows × kTile keys or dims, on R / 4 × 16 threads, each 4 × 4 outputs: rows ty + R/4 · i,
 // columns tx + 16 j. The scores take R = 64; P·V, whose grid has no key dimension, R = 32 for more blocks.
 constexpr int kTile = 64;
