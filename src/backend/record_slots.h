@@ -32,10 +32,14 @@ class RecordSlots {
   // (Backend::preferred_packing): part(s, offset) = part(0, offset) + s * slot_bytes(), so that the slots are
   // a stack of records.
   virtual const void* part(int slot, size_t offset) const = 0;
-  // Copies a record from host memory into the slot, each part converted to the backend's packing. Ops issued
-  // after this call read the new bytes; those issued before retire(slot) read the old ones. The host bytes
-  // must stay as they are until host_done(slot).
+  // Starts copying a record from host memory into the slot, each part converted to the backend's packing.
+  // Ops issued after use(slot) read the new bytes; those issued before retire(slot) read the old ones. The
+  // host bytes must stay as they are until host_done(slot).
   virtual void fill(int slot, const uint8_t* host_record, std::span<const RecordPart> parts) = 0;
+  // Ops issued after this call read the slot's last fill (on a GPU the compute stream waits for its copy on
+  // the device; the host never waits). Until then compute does not wait for the copy, so a record read
+  // ahead travels while the ops before its use run.
+  virtual void use(int slot) = 0;
   // Whether the last fill of the slot has finished reading its host bytes (never blocks).
   virtual bool host_done(int slot) = 0;
   // Blocks until it has.

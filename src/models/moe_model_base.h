@@ -69,18 +69,19 @@ class MoeModelBase : public Model {
   // holds the layers' matrices) widened by the head and the routed experts, and the expert provider made.
   void finish_load(const gguf::File& file, const LoadOptions& options, WeightLoader& w, ActRowBytes& act_row);
   // A MoE layer's routing with its read-ahead: route_moe(target, out) routes the batch with MoE layer
-  // target's router into `out`. First the guesses for the next prefetch_lookahead_ MoE layers (into the guess
-  // buffers, seen only by the expert provider), then MoE layer `moe` itself into m's routing buffers, its
-  // normed input into xn.
+  // target's router into `out`. First MoE layer `moe` itself into m's routing buffers (its normed input into
+  // xn), then the guesses for the next prefetch_lookahead_ MoE layers (into the guess buffers, seen only by
+  // the expert provider). In that order the layer's own ids are on the device by the time the host reads the
+  // guesses back, so a backend that must read routing back waits once a layer, not twice.
   template <class RouteMoe>
   void route_with_read_ahead(MoeBuffers& m, int moe, int64_t T, backend::Buf<float> xn,
                              RouteMoe&& route_moe) {
+    route_moe(moe, RoutingOut{xn, m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
     prefetch_next_layers(*backend_, *experts_, m, moe, static_cast<int>(expert_layout_.layers.size()),
                          prefetch_lookahead_, T, info_.n_expert_used, info_.n_expert, [&](int target) {
                            route_moe(target, RoutingOut{m.guess_xn.view(), m.guess_logits.view(),
                                                         m.guess_ids.view(), m.guess_weights.view()});
                          });
-    route_moe(moe, RoutingOut{xn, m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
   }
   // MoE layer moe's routing told to the routing sink and written into the capture.
   void report_moe(MoeBuffers& m, int moe, const SequenceBatch& batch, ForwardCapture* capture) {

@@ -56,6 +56,7 @@ TieredExpertProvider::TieredExpertProvider(ExpertCache& ram, backend::Backend& b
   held_count_.assign(n_keys, 0);
   announced_keys_.reserve(static_cast<size_t>(n_expert_));
   guess_scratch_.reserve(static_cast<size_t>(n_expert_));
+  guess_copies_.reserve(n_slots);
   slot_map_ = backend_.alloc_array<int32_t>(n_keys, "expert slot map");
   slot_map_host_.assign(static_cast<size_t>(n_expert_), 0);
   backend_.register_host_memory(ram_.pool_data(), ram_.pool_bytes());
@@ -200,8 +201,14 @@ void TieredExpertProvider::prefetch(int moe_layer, std::span<const int32_t> gues
     ram_pin_[us] = ram_.acquire(key / n_expert_, key % n_expert_);
     ++ram_pins_;
     copy_pending_[us] = 1;
-    finish_copy(s);
+    guess_copies_.push_back(s);
   }
+}
+
+// The guessed records' copies up, deferred by prefetch() so that the copies a layer waits for go first.
+void TieredExpertProvider::issue_guess_copies() {
+  for (int s : guess_copies_) finish_copy(s);  // a slot acquired meanwhile was issued then: a no-op
+  guess_copies_.clear();
 }
 
 void TieredExpertProvider::release_unclaimed() {
@@ -217,6 +224,11 @@ void TieredExpertProvider::release_unclaimed() {
 
 void TieredExpertProvider::will_acquire(int moe_layer, std::span<const int32_t> ids) {
   std::lock_guard lock(mu_);
+  issue_guess_copies();
+  announce(moe_layer, ids);
+}
+
+void TieredExpertProvider::announce(int moe_layer, std::span<const int32_t> ids) {
   release_unclaimed();
   release_host_copies(/*wait=*/false);
   if (ids.size() > static_cast<size_t>(n_expert_))
@@ -252,8 +264,13 @@ experts::ExpertView TieredExpertProvider::view_of(int slot, int moe_layer) const
 }
 
 experts::ExpertView TieredExpertProvider::acquire(int moe_layer, int expert) {
-  const int key = key_checked(moe_layer, expert, "acquire");
   std::lock_guard lock(mu_);
+  issue_guess_copies();
+  return view_of(acquire_slot(moe_layer, expert), moe_layer);
+}
+
+int TieredExpertProvider::acquire_slot(int moe_layer, int expert) {
+  const int key = key_checked(moe_layer, expert, "acquire");
   int32_t& announced = announced_slot_[static_cast<size_t>(key)];
   int slot = announced;
   if (slot >= 0) {
@@ -274,26 +291,29 @@ experts::ExpertView TieredExpertProvider::acquire(int moe_layer, int expert) {
     book_.unpin(slot);
     throw;
   }
+  slots_->use(slot);
   held_slot_[static_cast<size_t>(key)] = slot;
   ++held_count_[static_cast<size_t>(key)];
-  return view_of(slot, moe_layer);
+  return slot;
 }
 
 std::optional<backend::RoutedExperts> TieredExpertProvider::routed_slots(int moe_layer,
                                                                          std::span<const int32_t> used) {
   // Every expert pinned in the tier at once: a tier smaller than the layer's union takes the grouped path.
   if (used.size() > slots() || used.size() > ram_.slots()) return std::nullopt;
-  will_acquire(moe_layer, used);
-  size_t done = 0;
-  try {
-    for (; done < used.size(); ++done) (void)acquire(moe_layer, used[done]);
-  } catch (...) {
-    for (size_t i = 0; i < done; ++i) release(moe_layer, used[i]);
-    throw;
-  }
   const size_t E = static_cast<size_t>(n_expert_);
   {
     std::lock_guard lock(mu_);
+    // This layer's copies first, then the guesses' (prefetch deferred them): the copy stream is in order.
+    announce(moe_layer, used);
+    size_t done = 0;
+    try {
+      for (; done < used.size(); ++done) (void)acquire_slot(moe_layer, used[done]);
+      issue_guess_copies();
+    } catch (...) {
+      for (size_t i = 0; i < done; ++i) release_locked(moe_layer, used[i]);
+      throw;
+    }
     std::fill(slot_map_host_.begin(), slot_map_host_.end(), 0);
     for (int32_t e : used)
       slot_map_host_[static_cast<size_t>(e)] =
@@ -323,8 +343,12 @@ void TieredExpertProvider::release_routed(int moe_layer, std::span<const int32_t
 }
 
 void TieredExpertProvider::release(int moe_layer, int expert) {
-  const int key = key_checked(moe_layer, expert, "release");
   std::lock_guard lock(mu_);
+  release_locked(moe_layer, expert);
+}
+
+void TieredExpertProvider::release_locked(int moe_layer, int expert) {
+  const int key = key_checked(moe_layer, expert, "release");
   int32_t& count = held_count_[static_cast<size_t>(key)];
   if (count <= 0) fail("expert provider release: MoE layer {} expert {} is not acquired", moe_layer, expert);
   --count;
@@ -347,6 +371,7 @@ void TieredExpertProvider::abandon() {
     // The device failed: nothing more can be waited for; the pins go anyway.
   }
   std::fill(host_reading_.begin(), host_reading_.end(), 0);
+  guess_copies_.clear();
   std::fill(ram_pin_.begin(), ram_pin_.end(), ExpertHandle{});
   ram_pins_ = 0;
   ram_.unpin_all();

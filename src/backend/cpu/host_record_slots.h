@@ -16,6 +16,7 @@ class HostRecordSlots final : public RecordSlots {
   size_t slot_bytes() const override { return record_bytes_; }
   const void* part(int slot, size_t offset) const override;
   void fill(int slot, const uint8_t* host_record, std::span<const RecordPart> parts) override;
+  void use(int) override {}  // fill() has copied
   bool host_done(int) override { return true; }
   void wait_host_done(int) override {}
   void retire(int) override {}

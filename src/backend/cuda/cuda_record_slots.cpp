@@ -39,6 +39,7 @@ CudaRecordSlots::CudaRecordSlots(CudaBackend& backend, int n_slots, size_t recor
   for (auto& e : retired_) e = new_event();
   retire_recorded_.assign(static_cast<size_t>(n_slots), 0);
   host_pending_.assign(static_cast<size_t>(n_slots), 0);
+  unwaited_.assign(static_cast<size_t>(n_slots), 0);
   device_staging_ = backend_.raw_alloc(record_bytes, "expert record staging (VRAM tier)");
   cuda::check_cuda(cudaStreamSynchronize(as_stream(backend_.stream_)), "cudaStreamSynchronize");
 }
@@ -105,9 +106,19 @@ void CudaRecordSlots::fill(int slot, const uint8_t* host_record, std::span<const
     }
   }
   cuda::check_cuda(cudaEventRecord(as_event(copied_[s]), copy), "cudaEventRecord (copied)");
+  host_pending_[s] = 1;
+  unwaited_[s] = 1;
+}
+
+void CudaRecordSlots::use(int slot) {
+  check_slot(slot, "use");
+  const size_t s = static_cast<size_t>(slot);
+  if (!unwaited_[s]) return;
+  backend_.graph_.unreplayable("an expert record copy");
+  cuda::check_cuda(cudaSetDevice(backend_.device_index()), "cudaSetDevice");
   cuda::check_cuda(cudaStreamWaitEvent(as_stream(backend_.stream_), as_event(copied_[s]), 0),
                    "cudaStreamWaitEvent (copied)");
-  host_pending_[s] = 1;
+  unwaited_[s] = 0;
 }
 
 bool CudaRecordSlots::host_done(int slot) {

@@ -1,7 +1,8 @@
 #pragma once
 // The CUDA backend's record slots (backend/record_slots.h): one VRAM pool, filled by copies on a copy stream
 // of their own, so that a record travels over PCIe while the compute stream runs. The compute stream waits
-// for a slot's copy on the device (an event), never on the host; a fill waits, on the copy stream, for the
+// for a slot's copy on the device (an event) when the slot is used, never on the host, and not at the fill:
+// a copy of a guessed record overlaps the compute issued before its use; a fill waits, on the copy stream, for the
 // ops that read the slot's old bytes (retire). A record with parts the store keeps in another packing than
 // the GPU reads (Q4_0x16) goes up as it is into a VRAM staging record and is unpacked there by a kernel on
 // the copy stream (on the host the unpacking cost ~1.6 ms a record, more than the copy).
@@ -25,6 +26,7 @@ class CudaRecordSlots final : public RecordSlots {
   size_t slot_bytes() const override { return record_bytes_; }
   const void* part(int slot, size_t offset) const override;
   void fill(int slot, const uint8_t* host_record, std::span<const RecordPart> parts) override;
+  void use(int slot) override;
   bool host_done(int slot) override;
   void wait_host_done(int slot) override;
   void retire(int slot) override;
@@ -41,6 +43,7 @@ class CudaRecordSlots final : public RecordSlots {
   std::vector<void*> retired_;   // per slot: cudaEvent_t recorded on the compute stream by retire()
   std::vector<uint8_t> retire_recorded_;
   std::vector<uint8_t> host_pending_;  // per slot: the fill still reads the caller's host bytes
+  std::vector<uint8_t> unwaited_;      // per slot: compute has not yet been ordered after its last fill
   void* device_staging_ = nullptr;     // one record: the copy stream orders its reuse
 };
 
