@@ -1280,6 +1280,35 @@ TEST(CudaKernels, ActivationQuantizationIsTheReferenceByteForByte) {
     }
   }
 }
+
+// The expert tiers unpack Q4_0x16 records in VRAM: the GPU's bytes are the host's, for rows whose length is
+// an odd number of blocks (2-byte aligned rows) and into an output that starts 2 bytes past a 4-byte
+// boundary.
+TEST(CudaKernels, RecordUnpackIsTheHostsUnpackByteForByte) {
+  NEED_GPU();
+  std::mt19937 rng(7);
+  for (const auto& [n_out, n_in] : std::vector<std::pair<int64_t, int64_t>>{{16, 32}, {48, 96}, {32, 2048}}) {
+    const size_t bytes = ggml_row_bytes(GgmlType::Q4_0, n_in) * static_cast<size_t>(n_out);
+    std::vector<uint8_t> rows(bytes), packed(bytes);
+    for (uint8_t& b : rows) b = static_cast<uint8_t>(rng());
+    quant::pack_q4_0x16(rows.data(), n_out, n_in, packed.data());
+    std::vector<uint32_t> packed_words(bytes / 4);
+    std::memcpy(packed_words.data(), packed.data(), bytes);
+    DeviceBuffer dp = put(gpu, packed_words);
+    for (const size_t out_offset : {size_t{0}, size_t{2}}) {
+      DeviceBuffer dr = gpu.alloc_array<uint16_t>((bytes + out_offset) / 2 + 1, "rows");
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      cuda::launch_unpack_q4_0x16(
+          reinterpret_cast<const uint8_t*>(BufferAccess::raw(dp.as<const uint32_t>())), n_out, n_in,
+          reinterpret_cast<uint8_t*>(BufferAccess::raw(dr.as<uint16_t>())) + out_offset, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const auto words = get<uint16_t>(gpu, dr, (bytes + out_offset) / 2 + 1);
+      std::vector<uint8_t> got(bytes);
+      std::memcpy(got.data(), reinterpret_cast<const uint8_t*>(words.data()) + out_offset, bytes);
+      EXPECT_EQ(got, rows) << n_out << " x " << n_in << ", output offset " << out_offset;
+    }
+  }
+}
 #endif
 
 TEST(CudaOps, TransfersRoundTrip) {

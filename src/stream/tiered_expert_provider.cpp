@@ -162,7 +162,12 @@ void TieredExpertProvider::finish_copy(int slot) {
 }
 
 int TieredExpertProvider::pin(int moe_layer, int expert) {
-  const int s = book_.pin(moe_layer, expert);
+  int s = book_.pin(moe_layer, expert);
+  if (s == CacheBook::kWaitForRead && !guess_copies_.empty()) {
+    // Every free slot holds a guess whose copy waits to be issued: issued, they can be evicted.
+    issue_guess_copies();
+    s = book_.pin(moe_layer, expert);
+  }
   if (s == CacheBook::kWaitForRead)  // copies are never left in flight unpinned: only a bug gets here
     fail("expert provider: no device slot for MoE layer {} expert {} (internal error)", moe_layer, expert);
   if (book_.state(s) == CacheBook::State::kFailed) {

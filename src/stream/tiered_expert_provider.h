@@ -10,8 +10,9 @@
 //   acquire(layer, e)         waits for that record in RAM (df::Error for a failed or corrupt read, naming
 //                             it), starts its copy up and returns a view of the device slot: ops issued after
 //                             it read the new bytes (the device orders them after the copy; no host wait)
-//   release(layer, e)         unpins; a later fill of the slot waits (on the device) for the ops issued so far
-//   prefetch(layer, ids)      guesses: read from disk into RAM; those already in RAM are copied up after the
+//   release(layer, e)         unpins; a later fill of the slot waits (on the device) for the ops issued so
+//   far prefetch(layer, ids)      guesses: read from disk into RAM; those already in RAM are copied up after
+//   the
 //                             copies of the next layer acquired (compute waits for a guess's copy only when
 //                             it is acquired, so it travels while the layers before it compute)
 //

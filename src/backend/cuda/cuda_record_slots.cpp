@@ -30,29 +30,42 @@ CudaRecordSlots::CudaRecordSlots(CudaBackend& backend, int n_slots, size_t recor
       backend_.raw_alloc(static_cast<size_t>(n_slots) * record_bytes, "expert record slots (VRAM tier)");
   // The allocation is zeroed on the compute stream; the copy stream must not overtake that.
   cuda::check_cuda(cudaStreamSynchronize(as_stream(backend_.stream_)), "cudaStreamSynchronize");
-  cudaStream_t s = nullptr;
-  cuda::check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  copy_stream_ = s;
-  copied_.resize(static_cast<size_t>(n_slots));
-  retired_.resize(static_cast<size_t>(n_slots));
-  for (auto& e : copied_) e = new_event();
-  for (auto& e : retired_) e = new_event();
+  for (void** stream : {&copy_stream_, &unpack_stream_}) {
+    cudaStream_t s = nullptr;
+    cuda::check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    *stream = s;
+  }
+  for (auto* events : {&copied_, &host_read_, &retired_}) {
+    events->resize(static_cast<size_t>(n_slots));
+    for (auto& e : *events) e = new_event();
+  }
   retire_recorded_.assign(static_cast<size_t>(n_slots), 0);
   host_pending_.assign(static_cast<size_t>(n_slots), 0);
   unwaited_.assign(static_cast<size_t>(n_slots), 0);
-  device_staging_ = backend_.raw_alloc(record_bytes, "expert record staging (VRAM tier)");
+  filled_.assign(static_cast<size_t>(n_slots), 0);
+  for (Staging& st : staging_) {
+    st.memory = backend_.raw_alloc(record_bytes, "expert record staging (VRAM tier)");
+    st.filled = new_event();
+    st.free = new_event();
+  }
   cuda::check_cuda(cudaStreamSynchronize(as_stream(backend_.stream_)), "cudaStreamSynchronize");
 }
 
 CudaRecordSlots::~CudaRecordSlots() {
   (void)cudaSetDevice(backend_.device_index());
-  if (copy_stream_) (void)cudaStreamSynchronize(as_stream(copy_stream_));
+  for (void* stream : {copy_stream_, unpack_stream_})
+    if (stream) (void)cudaStreamSynchronize(as_stream(stream));
   (void)cudaStreamSynchronize(as_stream(backend_.stream_));
-  for (void* e : copied_) (void)cudaEventDestroy(as_event(e));
-  for (void* e : retired_) (void)cudaEventDestroy(as_event(e));
-  if (copy_stream_) (void)cudaStreamDestroy(as_stream(copy_stream_));
+  for (const auto* events : {&copied_, &host_read_, &retired_})
+    for (void* e : *events) (void)cudaEventDestroy(as_event(e));
+  for (Staging& st : staging_) {
+    for (void* e : {st.filled, st.free})
+      if (e) (void)cudaEventDestroy(as_event(e));
+    backend_.raw_free(st.memory, record_bytes_);
+  }
+  for (void* stream : {copy_stream_, unpack_stream_})
+    if (stream) (void)cudaStreamDestroy(as_stream(stream));
   backend_.raw_free(memory_, static_cast<size_t>(n_slots_) * record_bytes_);
-  backend_.raw_free(device_staging_, record_bytes_);
 }
 
 void CudaRecordSlots::check_slot(int slot, const char* what) const {
@@ -76,38 +89,66 @@ void CudaRecordSlots::fill(int slot, const uint8_t* host_record, std::span<const
     if (p.offset + p.bytes() > record_bytes_)
       fail("cuda record slots fill: a part of {} bytes at {} overruns a record of {} bytes", p.bytes(),
            p.offset, record_bytes_);
-    convert = convert || p.packing != backend_.preferred_packing(p.type, p.n_out);
+    const quant::RowPacking want = backend_.preferred_packing(p.type, p.n_out);
+    if (p.packing == want) continue;
+    convert = true;
+    // Checked before anything is queued: a fill is never left half done.
+    if (p.type != GgmlType::Q4_0 || p.packing != quant::RowPacking::kQ4_0x16 ||
+        want != quant::RowPacking::kNone)
+      fail("cuda record slots fill: no conversion of a {} part from packing {} to {}", ggml_type_name(p.type),
+           quant::row_packing_name(p.packing), quant::row_packing_name(want));
+    if (p.offset % 4 != 0)
+      fail("cuda record slots fill: a Q4_0x16 part at offset {} is not 4-byte aligned", p.offset);
   }
   const size_t s = static_cast<size_t>(slot);
   cudaStream_t copy = as_stream(copy_stream_);
-  if (retire_recorded_[s])
-    cuda::check_cuda(cudaStreamWaitEvent(copy, as_event(retired_[s]), 0), "cudaStreamWaitEvent (retired)");
   uint8_t* dst = static_cast<uint8_t*>(memory_) + s * record_bytes_;
+  // The slot's writes wait for the reads of its old bytes, and for its previous fill (which may have
+  // written it on the other stream, and not been used before its eviction).
+  const auto wait_slot_free = [&](cudaStream_t writer) {
+    if (retire_recorded_[s])
+      cuda::check_cuda(cudaStreamWaitEvent(writer, as_event(retired_[s]), 0),
+                       "cudaStreamWaitEvent (retired)");
+    if (filled_[s])
+      cuda::check_cuda(cudaStreamWaitEvent(writer, as_event(copied_[s]), 0), "cudaStreamWaitEvent (refill)");
+  };
   if (!convert) {
+    wait_slot_free(copy);
     cuda::check_cuda(cudaMemcpyAsync(dst, host_record, record_bytes_, cudaMemcpyHostToDevice, copy),
                      "cudaMemcpyAsync (expert record to VRAM)");
+    cuda::check_cuda(cudaEventRecord(as_event(host_read_[s]), copy), "cudaEventRecord (host read)");
+    cuda::check_cuda(cudaEventRecord(as_event(copied_[s]), copy), "cudaEventRecord (copied)");
   } else {
-    auto* staged = static_cast<uint8_t*>(device_staging_);
+    // The record goes up into a staging record while the unpack stream converts the one before it out of
+    // the other: the link never waits for a conversion.
+    Staging& st = staging_[next_staging_];
+    next_staging_ = (next_staging_ + 1) % staging_.size();
+    if (st.used)
+      cuda::check_cuda(cudaStreamWaitEvent(copy, as_event(st.free), 0), "cudaStreamWaitEvent (staging free)");
+    auto* staged = static_cast<uint8_t*>(st.memory);
     cuda::check_cuda(cudaMemcpyAsync(staged, host_record, record_bytes_, cudaMemcpyHostToDevice, copy),
                      "cudaMemcpyAsync (expert record to VRAM staging)");
+    cuda::check_cuda(cudaEventRecord(as_event(host_read_[s]), copy), "cudaEventRecord (host read)");
+    cuda::check_cuda(cudaEventRecord(as_event(st.filled), copy), "cudaEventRecord (staging filled)");
+    cudaStream_t unpack = as_stream(unpack_stream_);
+    cuda::check_cuda(cudaStreamWaitEvent(unpack, as_event(st.filled), 0), "cudaStreamWaitEvent (staged)");
+    wait_slot_free(unpack);
     for (const RecordPart& p : parts) {
       const quant::RowPacking want = backend_.preferred_packing(p.type, p.n_out);
-      if (p.packing == want) {
+      if (p.packing == want)
         cuda::check_cuda(
-            cudaMemcpyAsync(dst + p.offset, staged + p.offset, p.bytes(), cudaMemcpyDeviceToDevice, copy),
+            cudaMemcpyAsync(dst + p.offset, staged + p.offset, p.bytes(), cudaMemcpyDeviceToDevice, unpack),
             "cudaMemcpyAsync (expert record part)");
-      } else if (p.type == GgmlType::Q4_0 && p.packing == quant::RowPacking::kQ4_0x16 &&
-                 want == quant::RowPacking::kNone) {
-        cuda::launch_unpack_q4_0x16(staged + p.offset, p.n_out, p.n_in, dst + p.offset, copy);
-      } else {
-        fail("cuda record slots fill: no conversion of a {} part from packing {} to {}",
-             ggml_type_name(p.type), quant::row_packing_name(p.packing), quant::row_packing_name(want));
-      }
+      else  // Q4_0x16 -> Q4_0 rows, the one conversion the check above lets through
+        cuda::launch_unpack_q4_0x16(staged + p.offset, p.n_out, p.n_in, dst + p.offset, unpack);
     }
+    cuda::check_cuda(cudaEventRecord(as_event(st.free), unpack), "cudaEventRecord (staging free)");
+    st.used = true;
+    cuda::check_cuda(cudaEventRecord(as_event(copied_[s]), unpack), "cudaEventRecord (copied)");
   }
-  cuda::check_cuda(cudaEventRecord(as_event(copied_[s]), copy), "cudaEventRecord (copied)");
   host_pending_[s] = 1;
   unwaited_[s] = 1;
+  filled_[s] = 1;
 }
 
 void CudaRecordSlots::use(int slot) {
@@ -125,7 +166,7 @@ bool CudaRecordSlots::host_done(int slot) {
   check_slot(slot, "host_done");
   const size_t s = static_cast<size_t>(slot);
   if (!host_pending_[s]) return true;
-  const cudaError_t err = cudaEventQuery(as_event(copied_[s]));
+  const cudaError_t err = cudaEventQuery(as_event(host_read_[s]));
   if (err == cudaErrorNotReady) return false;
   cuda::check_cuda(err, "cudaEventQuery (expert record copy)");
   host_pending_[s] = 0;
@@ -136,7 +177,8 @@ void CudaRecordSlots::wait_host_done(int slot) {
   check_slot(slot, "wait_host_done");
   const size_t s = static_cast<size_t>(slot);
   if (!host_pending_[s]) return;
-  cuda::check_cuda(cudaEventSynchronize(as_event(copied_[s])), "cudaEventSynchronize (expert record copy)");
+  cuda::check_cuda(cudaEventSynchronize(as_event(host_read_[s])),
+                   "cudaEventSynchronize (expert record copy)");
   host_pending_[s] = 0;
 }
 

@@ -189,7 +189,7 @@ void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_
                                const float* weights, float* acc, cudaStream_t stream);
 
 // ---- Expert records: n_out Q4_0 rows (n_out a multiple of 16) from Q4_0x16 groups (quant/q4_0x16.h), the
-// bytes the host's quant::unpack_q4_0x16 writes.
+// bytes the host's quant::unpack_q4_0x16 writes. `packed` 4-byte aligned, `rows` 2-byte aligned.
 void launch_unpack_q4_0x16(const uint8_t* packed, int64_t n_out, int64_t n_in, uint8_t* rows,
                            cudaStream_t stream);
 
