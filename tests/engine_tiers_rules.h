@@ -230,6 +230,53 @@ TEST(DF_TIER_SUITE(TieredFaults), AShortReadIsCompletedAndChangesNothing) {
   EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
 }
 
+// Guesses already in RAM have their copies up deferred until the next layer's own copies are issued
+// (those are what compute waits for first). A layer whose pins need every device slot, each held by such a
+// guess, gets them (the guesses' copies are issued, then evicted), and the chain is left sound: a prompt
+// afterwards gives the resident bits.
+TEST(DF_TIER_SUITE(TieredGuesses), ALayersPinsTakeTheSlotsOfGuessesWhoseCopiesWereDeferred) {
+  df::OpenedModel probe_resident;
+  if (!open_resident("lfm2moe-tiny", probe_resident)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
+  const std::string store = ingest_once("lfm2moe-tiny");
+  const std::vector<int32_t> prompt = teacher_forced_prompt("lfm2moe-tiny");
+  const auto info = probe_resident.model->info();
+  const int top_k = info.n_expert_used;
+  ASSERT_GE(info.n_expert, 2 * top_k);
+  ASSERT_GE(info.moe_layers.size(), 2u);
+  uint64_t record_bytes = 0;
+  {
+    df::OpenedModel probe = df::open_model(options_for(store));
+    record_bytes = probe.store->layout().record_bytes;
+  }
+  auto o = on_device(options_for(store));
+  o.gpu_cache_bytes = static_cast<uint64_t>(top_k) * record_bytes;
+  o.expert_cache_bytes = static_cast<uint64_t>(info.n_expert) * info.moe_layers.size() * record_bytes;
+  o.lookahead = 1;
+  df::OpenedModel m = df::open_model(o);
+  ASSERT_NE(m.tiers, nullptr);
+  df::stream::TieredExpertProvider& tiers = *m.tiers;
+  std::vector<int32_t> first(static_cast<size_t>(top_k)), second(static_cast<size_t>(top_k));
+  for (int i = 0; i < top_k; ++i) {
+    first[static_cast<size_t>(i)] = i;
+    second[static_cast<size_t>(i)] = top_k + i;
+  }
+  const auto through = [&](int layer, const std::vector<int32_t>& ids) {
+    ASSERT_TRUE(tiers.routed_slots(layer, ids).has_value());
+    tiers.release_routed(layer, ids);
+  };
+  through(1, first);
+  through(1, second);  // the first set is now in RAM only
+  for (int32_t e : first) EXPECT_FALSE(tiers.resident(1, e));
+  tiers.prefetch(1, first);  // every device slot now holds one of these guesses, its copy not yet issued
+  through(0, first);
+  for (int32_t e : first) EXPECT_TRUE(tiers.resident(0, e));
+  const std::vector<float> want = resident_last_logits(prompt, m.prefill_chunk);
+  df::Session session(*m.model, 128, m.prefill_chunk);
+  const auto got = session.prefill(prompt);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
+}
+
 // A device tier below one layer's top-k is refused, naming the size it needs.
 TEST(DF_TIER_SUITE(TieredBudget), ADeviceTierBelowOneLayersTopKIsRefused) {
   df::OpenedModel probe_resident;
