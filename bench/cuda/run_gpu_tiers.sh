@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The expert tiers on a GPU machine (docs/PERF.md "GPU expert tiers"): the ceilings (HBM read, pinned
 # host-to-device), then diskformer bench on the make-model preset lfm2-24b with its experts streamed from an
-# expert store through a RAM tier into a VRAM tier of several sizes, beside the all-in-VRAM run. One JSON line
-# per run in $OUT_DIR/tiers.jsonl.
-#   bench/cuda/run_gpu_tiers.sh [BIN_DIR=.] [MODEL_DIR=/tmp] [OUT_DIR=.] [P=128] [N=64]
+# expert store through a RAM tier into a VRAM tier of several sizes, beside the all-in-VRAM run. Each bench
+# runs -r 2: repetition 1 starts with a cold RAM tier (its prompt reads the records from disk, and records no
+# prompt token touched are read during its decode), repetition 2 is the warm figure. With BASE=path/to/an
+# older diskformer the two binaries alternate in each of ROUNDS rounds. One JSON line per run in
+# $OUT_DIR/tiers.jsonl, one summary line per run on stdout.
+#   [BASE=...] [ROUNDS=1] bench/cuda/run_gpu_tiers.sh [BIN_DIR=.] [MODEL_DIR=/tmp] [OUT_DIR=.] [P=128] [N=64]
 set -euo pipefail
 BIN=${1:-.}
 MODELS=${2:-/tmp}
@@ -15,12 +18,33 @@ m="$MODELS/lfm2-24b.gguf"
 [ -f "$m" ] || "$BIN/diskformer" make-model --preset lfm2-24b -o "$m" -q
 store="$MODELS/lfm2-24b.store"
 [ -d "$store" ] || { /usr/bin/time -f "ingest %e s" "$BIN/diskformer" ingest "$m" -o "$store" 2>&1 | tail -2; }
-run() {
-  echo "== $*" >&2
-  "$BIN/diskformer" bench -m "$@" --device cuda -p "$P" -n "$N" --json 2>"$OUT/last.err" | tail -1 |
-    tee -a "$OUT/tiers.jsonl" || { cat "$OUT/last.err" >&2; return 1; }
+run() {  # binary, then bench's arguments
+  local exe=$1
+  shift
+  "$exe" bench -m "$@" --device cuda -p "$P" -n "$N" -r 2 --json 2>"$OUT/last.err" | tail -1 > "$OUT/last.json" ||
+    { cat "$OUT/last.err" >&2; return 1; }
+  python3 - "$exe" "$*" "$OUT/last.json" <<'PY' | tee -a "$OUT/tiers.jsonl" >/dev/null
+import json, sys
+exe, args, path = sys.argv[1:]
+d = json.load(open(path))
+d["binary"], d["args"] = exe, args
+print(json.dumps(d))
+dt = d.get("decode_device_telemetry", {})
+print("%s %s: decode %s tok/s, prefill %s tok/s, copies up %.1f MB/token, device prefetch precision %s recall %s, "
+      "peak VRAM %.2f GB, peak RSS %.2f GB" % (
+          exe, args, " / ".join("%.1f" % x for x in d["decode_tps_each"]),
+          " / ".join("%.1f" % x for x in d["prefill_tps_each"]), d.get("gpu_copy_bytes_per_token", 0) / 1e6,
+          "%.3f" % dt["prefetch_precision"] if dt else "-", "%.3f" % dt["prefetch_recall"] if dt else "-",
+          d["peak_device_bytes"] / 1e9, d["peak_rss_bytes"] / 1e9), file=sys.stderr)
+PY
 }
-run "$m" --resident
-for gpu in 1G 2G 4G 8G; do run "$store" --gpu-cache "$gpu" --ram-cache 14G --lookahead 1; done
-for la in 0 2; do run "$store" --gpu-cache 4G --ram-cache 14G --lookahead "$la"; done
-run "$store" --gpu-cache 2G --ram-cache 4G --lookahead 1
+bins=("$BIN/diskformer")
+[ -n "${BASE:-}" ] && bins=("$BASE" "$BIN/diskformer")
+for round in $(seq "${ROUNDS:-1}"); do
+  for exe in "${bins[@]}"; do
+    run "$exe" "$m" --resident
+    for gpu in 1G 2G 4G 8G 12G; do run "$exe" "$store" --gpu-cache "$gpu" --ram-cache 14G --lookahead 1; done
+    for la in 0 2; do run "$exe" "$store" --gpu-cache 4G --ram-cache 14G --lookahead "$la"; done
+  done
+done
+run "$BIN/diskformer" "$store" --gpu-cache 2G --ram-cache 4G --lookahead 1
