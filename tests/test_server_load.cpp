@@ -47,7 +47,8 @@ std::string answer(httplib::Client& c, int i, bool stream) {
     return t.done ? t.content + "|" + t.finish_reason : "<no [DONE]>";
   }
   Reply r = post(c, path_for(i), body);
-  if (r.status != 200) return "<status " + std::to_string(r.status) + ">";
+  // A failure says what failed (for a client-side error, httplib's name of it: Connection, Read, ...).
+  if (r.status != 200) return "<status " + std::to_string(r.status) + ": " + r.body.substr(0, 200) + ">";
   const json j = r.json();
   const auto& ch = j["choices"][0];
   return (chat ? ch["message"]["content"].get<std::string>() : ch["text"].get<std::string>()) + "|" +
