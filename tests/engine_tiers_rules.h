@@ -232,8 +232,7 @@ TEST(DF_TIER_SUITE(TieredFaults), AShortReadIsCompletedAndChangesNothing) {
 
 // Guesses already in RAM have their copies up deferred until the next layer's own copies are issued
 // (those are what compute waits for first). A layer whose pins need every device slot, each held by such a
-// guess, gets them (the guesses' copies are issued, then evicted), and the chain is left sound: a prompt
-// afterwards gives the resident bits.
+// guess, gets them, and the chain is left sound: a prompt afterwards gives the resident bits.
 TEST(DF_TIER_SUITE(TieredGuesses), ALayersPinsTakeTheSlotsOfGuessesWhoseCopiesWereDeferred) {
   df::OpenedModel probe_resident;
   if (!open_resident("lfm2moe-tiny", probe_resident)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
@@ -267,7 +266,7 @@ TEST(DF_TIER_SUITE(TieredGuesses), ALayersPinsTakeTheSlotsOfGuessesWhoseCopiesWe
   through(1, first);
   through(1, second);  // the first set is now in RAM only
   for (int32_t e : first) EXPECT_FALSE(tiers.resident(1, e));
-  tiers.prefetch(1, first);  // every device slot now holds one of these guesses, its copy not yet issued
+  tiers.prefetch(1, first);  // every device slot now holds one of these guesses, not yet copied up
   through(0, first);
   for (int32_t e : first) EXPECT_TRUE(tiers.resident(0, e));
   const std::vector<float> want = resident_last_logits(prompt, m.prefill_chunk);

@@ -56,7 +56,6 @@ TieredExpertProvider::TieredExpertProvider(ExpertCache& ram, backend::Backend& b
   held_count_.assign(n_keys, 0);
   announced_keys_.reserve(static_cast<size_t>(n_expert_));
   guess_scratch_.reserve(static_cast<size_t>(n_expert_));
-  guess_copies_.reserve(n_slots);
   slot_map_ = backend_.alloc_array<int32_t>(n_keys, "expert slot map");
   slot_map_host_.assign(static_cast<size_t>(n_expert_), 0);
   backend_.register_host_memory(ram_.pool_data(), ram_.pool_bytes());
@@ -109,18 +108,23 @@ void TieredExpertProvider::make_ram_room() {
   release_host_copies(/*wait=*/true);
 }
 
+// A slot about to be filled again: its previous copy must be done reading its RAM record, whose pin goes.
+void TieredExpertProvider::finish_host_read(int slot) {
+  const size_t us = static_cast<size_t>(slot);
+  if (!host_reading_[us]) return;
+  slots_->wait_host_done(slot);
+  host_reading_[us] = 0;
+  ram_.release(ram_pin_[us]);
+  --ram_pins_;
+}
+
 // Every slot the book queued gets its RAM record pinned (a RAM miss queues the disk read); the copy up is
 // issued when the record is needed (finish_copy), so that every disk read of a layer is in flight first.
 void TieredExpertProvider::start_copies(bool allow_guess) {
   bool guess = false;
   for (int s; (s = book_.start_read(allow_guess, &guess)) >= 0;) {
     const size_t us = static_cast<size_t>(s);
-    if (host_reading_[us]) {  // the slot's previous copy must be done reading its RAM record
-      slots_->wait_host_done(s);
-      host_reading_[us] = 0;
-      ram_.release(ram_pin_[us]);
-      --ram_pins_;
-    }
+    finish_host_read(s);
     const int key = book_.key(s);
     try {
       make_ram_room();
@@ -162,12 +166,7 @@ void TieredExpertProvider::finish_copy(int slot) {
 }
 
 int TieredExpertProvider::pin(int moe_layer, int expert) {
-  int s = book_.pin(moe_layer, expert);
-  if (s == CacheBook::kWaitForRead && !guess_copies_.empty()) {
-    // Every free slot holds a guess whose copy waits to be issued: issued, they can be evicted.
-    issue_guess_copies();
-    s = book_.pin(moe_layer, expert);
-  }
+  const int s = book_.pin(moe_layer, expert);
   if (s == CacheBook::kWaitForRead)  // copies are never left in flight unpinned: only a bug gets here
     fail("expert provider: no device slot for MoE layer {} expert {} (internal error)", moe_layer, expert);
   if (book_.state(s) == CacheBook::State::kFailed) {
@@ -181,22 +180,23 @@ void TieredExpertProvider::prefetch(int moe_layer, std::span<const int32_t> gues
   ram_.prefetch(moe_layer, guessed_ids);
   std::lock_guard lock(mu_);
   release_host_copies(/*wait=*/false);
-  // Guesses already in RAM go up now, while the current layer computes; the others arrive in RAM first.
+  // Guesses already in RAM go up to the device tier; the others arrive in RAM first.
   guess_scratch_.clear();
   for (int32_t e : guessed_ids) {
     const int key = key_checked(moe_layer, e, "prefetch");
     if (book_.slot_of(key) < 0 && ram_.resident(moe_layer, e)) guess_scratch_.push_back(e);
   }
-  if (guess_scratch_.empty() || !book_.prefetch(moe_layer, guess_scratch_)) return;
+  // The book queues them; their copies are issued by issue_guess_copies(), after those of the layer acquired
+  // next. Until then a demand pin may take a queued guess's slot (the book cancels it).
+  if (!guess_scratch_.empty()) book_.prefetch(moe_layer, guess_scratch_);
+}
+
+// The guessed records' copies up, left queued by prefetch() so that the copies a layer waits for go first.
+void TieredExpertProvider::issue_guess_copies() {
   bool guess = false;
   for (int s; (s = book_.start_read(true, &guess)) >= 0;) {
     const size_t us = static_cast<size_t>(s);
-    if (host_reading_[us]) {
-      slots_->wait_host_done(s);
-      host_reading_[us] = 0;
-      ram_.release(ram_pin_[us]);
-      --ram_pins_;
-    }
+    finish_host_read(s);
     const int key = book_.key(s);
     if (static_cast<uint64_t>(ram_pins_) >= ram_.slots() ||
         !ram_.resident(key / n_expert_, key % n_expert_)) {
@@ -206,14 +206,8 @@ void TieredExpertProvider::prefetch(int moe_layer, std::span<const int32_t> gues
     ram_pin_[us] = ram_.acquire(key / n_expert_, key % n_expert_);
     ++ram_pins_;
     copy_pending_[us] = 1;
-    guess_copies_.push_back(s);
+    finish_copy(s);
   }
-}
-
-// The guessed records' copies up, deferred by prefetch() so that the copies a layer waits for go first.
-void TieredExpertProvider::issue_guess_copies() {
-  for (int s : guess_copies_) finish_copy(s);  // a slot acquired meanwhile was issued then: a no-op
-  guess_copies_.clear();
 }
 
 void TieredExpertProvider::release_unclaimed() {
@@ -376,7 +370,6 @@ void TieredExpertProvider::abandon() {
     // The device failed: nothing more can be waited for; the pins go anyway.
   }
   std::fill(host_reading_.begin(), host_reading_.end(), 0);
-  guess_copies_.clear();
   std::fill(ram_pin_.begin(), ram_pin_.end(), ExpertHandle{});
   ram_pins_ = 0;
   ram_.unpin_all();

@@ -5,16 +5,16 @@
 // has its own CacheBook (its policy, pins, guesses). A record copied up stays in RAM until the RAM tier's
 // policy evicts it, so a record evicted from the device tier is found again in RAM.
 //
-//   will_acquire(layer, ids)  pins the layer's experts in the device tier; each miss pins its record in RAM,
-//                             which queues every disk read of the layer at once
+//   will_acquire(layer, ids)  pins the layer's experts in the device tier; each miss pins its record in
+//                             RAM, which queues every disk read of the layer at once
 //   acquire(layer, e)         waits for that record in RAM (df::Error for a failed or corrupt read, naming
-//                             it), starts its copy up and returns a view of the device slot: ops issued after
-//                             it read the new bytes (the device orders them after the copy; no host wait)
-//   release(layer, e)         unpins; a later fill of the slot waits (on the device) for the ops issued so
-//   far prefetch(layer, ids)      guesses: read from disk into RAM; those already in RAM are copied up after
-//   the
-//                             copies of the next layer acquired (compute waits for a guess's copy only when
-//                             it is acquired, so it travels while the layers before it compute)
+//                             it), starts its copy up and returns a view of the device slot: ops issued
+//                             after it read the new bytes (the device orders them after the copy)
+//   release(layer, e)         unpins; a later fill of the slot waits (on the device) for the ops issued
+//                             so far
+//   prefetch(layer, ids)      guesses: read from disk into RAM; those already in RAM are copied up after
+//                             the copies of the next layer acquired (compute waits for a guess's copy only
+//                             when it is acquired, so it travels while the layers before it compute)
 //
 // The bytes are the store's, converted to the backend's packing on the way up, so the output never depends
 // on the tiers. Written once for every backend: on the CPU backend the device tier is host memory, which is
@@ -79,6 +79,7 @@ class TieredExpertProvider final : public experts::ExpertProvider {
   void start_copies(bool allow_guess);
   void finish_copy(int slot);
   void release_host_copies(bool wait);
+  void finish_host_read(int slot);
   void make_ram_room();
   void release_unclaimed();
   void issue_guess_copies();
@@ -101,7 +102,6 @@ class TieredExpertProvider final : public experts::ExpertProvider {
   std::vector<ExpertHandle> ram_pin_;  // the RAM record a copy reads (or will read); slot -1: none
   std::vector<uint8_t> copy_pending_;  // the RAM record is pinned, the copy not yet issued
   std::vector<uint8_t> host_reading_;  // the copy is issued and may still read the RAM record
-  std::vector<int> guess_copies_;      // slots of guesses whose copies wait for the next layer's to go first
   int ram_pins_ = 0;
   // Per key, as in StreamingExpertProvider.
   std::vector<int32_t> announced_slot_;
