@@ -107,6 +107,10 @@ class ExpertProvider {
     return std::nullopt;
   }
   virtual void release_routed(int /*moe_layer*/, std::span<const int32_t> /*used*/) {}
+  // How many of a layer's experts may be held (acquired and not yet released) at once, so that a prefill
+  // chunk's experts go to the backend in as few grouped FFNs as that allows; 0: only what one decode step
+  // holds (the model's top-k), the safe default for a provider that must find room for each acquire.
+  virtual size_t max_held(int /*moe_layer*/) const { return 0; }
   // A view valid until the matching release(). Throws df::Error for an id out of range or a failed read.
   virtual ExpertView acquire(int moe_layer, int expert) = 0;
   virtual void release(int moe_layer, int expert) = 0;

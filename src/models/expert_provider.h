@@ -27,6 +27,9 @@ class ResidentExpertProvider final : public ExpertProvider {
   void prefetch(int, std::span<const int32_t>) override {}
   bool uses_prefetch() const override { return false; }
   std::optional<backend::RoutedExperts> resident_stacks(int moe_layer) const override;
+  size_t max_held(int moe_layer) const override {
+    return static_cast<size_t>(layers_[static_cast<size_t>(moe_layer)].layout.n_expert);
+  }
   ExpertView acquire(int moe_layer, int expert) override;
   void release(int, int) override {}
   size_t bytes() const;

@@ -111,9 +111,11 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
                  backend::Buf<const float> xn, int64_t T, int64_t n_embd, int64_t n_ff) {
   const int64_t H = n_embd, F = n_ff;
   experts.will_acquire(moe_index, std::span<const int32_t>(b.used.data(), n_used));
-  // k: what one decode step pins anyway; a provider holding every expert of the layer pins nothing, and one
-  // wave (one backend ffn()) for the whole layer saves a launch set per k experts.
-  const size_t wave_size = experts.resident_stacks(moe_index) ? std::max<size_t>(n_used, 1) : wave.k;
+  // k: what one decode step pins anyway; a provider that can hold more at once (every expert resident, or a
+  // device tier whose slots will_acquire has just pinned) gets fewer, larger waves: one backend ffn() for
+  // the whole layer where it can, which saves a launch set and a host trip per k experts.
+  const size_t held = experts.max_held(moe_index);
+  const size_t wave_size = held > 0 ? std::clamp<size_t>(held, 1, std::max<size_t>(n_used, 1)) : wave.k;
   for (size_t w0 = 0; w0 < n_used; w0 += wave_size) {
     const size_t n = std::min(wave_size, n_used - w0);
     WaveLeases leases(experts, moe_index, wave.ids.data());

@@ -159,8 +159,9 @@ struct ExpertBiases {
 
 // The chosen experts (b.used[0..n_used)), gated FFNs of n_embd → n_ff → n_embd with the given activation
 // (and biases), each applied to its tokens of xn: expert_out row (token · k + slot) gets its output for that
-// token. Waves of up to k experts (every chosen expert when the provider holds them all) are acquired, run
-// as one backend ffn() and released (see moe_block.cpp).
+// token. Waves of up to k experts (up to ExpertProvider::max_held when the provider can hold more: every
+// chosen expert when it holds them all or a device tier has pinned them) are acquired, run as one backend
+// ffn() and released (see moe_block.cpp).
 void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b, size_t n_used,
                  ExpertWave& wave, const backend::ActivationParams& act, const ExpertBiases& biases,
                  backend::Buf<const float> xn, int64_t T, int64_t n_embd, int64_t n_ff);

@@ -57,6 +57,9 @@ class TieredExpertProvider final : public experts::ExpertProvider {
   // upload per layer and step); the routed op then indexes the slots on the device.
   std::optional<backend::RoutedExperts> routed_slots(int moe_layer, std::span<const int32_t> used) override;
   void release_routed(int moe_layer, std::span<const int32_t> used) override;
+  // Every device slot: will_acquire pins a prefill chunk's experts of the layer (the chunk is sized so that
+  // they fit), so they can all be held for one grouped FFN.
+  size_t max_held(int) const override { return static_cast<size_t>(book_.n_slots()); }
   void release(int moe_layer, int expert) override;
   // After a failed step: drops every pin in both tiers.
   void abandon();
