@@ -115,7 +115,7 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
   // device tier whose slots will_acquire has just pinned) gets fewer, larger waves: one backend ffn() for
   // the whole layer where it can, which saves a launch set and a host trip per k experts.
   const size_t held = experts.max_held(moe_index);
-  const size_t wave_size = held > 0 ? std::clamp<size_t>(held, 1, std::max<size_t>(n_used, 1)) : wave.k;
+  const size_t wave_size = held > 0 ? std::min(held, n_used) : wave.k;
   for (size_t w0 = 0; w0 < n_used; w0 += wave_size) {
     const size_t n = std::min(wave_size, n_used - w0);
     WaveLeases leases(experts, moe_index, wave.ids.data());
