@@ -11,6 +11,7 @@
 // that runs in CI) and test_engine_cuda_tiers.cpp ("cuda", label gpu: VRAM slots on an H200).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -275,6 +276,156 @@ TEST(DF_TIER_SUITE(TieredGuesses), ALayersPinsTakeTheSlotsOfGuessesWhoseCopiesWe
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
 }
+
+// --cpu-misses at the provider: a layer's experts that are neither in the device tier nor on their way stay
+// in their RAM records (RoutedExperts::host, slot -1 in the map), but miss_copies of them a call, which are
+// copied up; every RAM pin comes back at release_routed (a RAM tier of top_k + 1 records would run out after
+// a few layers otherwise); the telemetry counts them; a model run after it gives the resident bits.
+TEST(DF_TIER_SUITE(TieredCpuMisses), MissesStayInRamButMissCopiesAndTheirPinsComeBack) {
+  df::OpenedModel probe_resident;
+  if (!open_resident("lfm2moe-tiny", probe_resident)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
+  const std::string store = ingest_once("lfm2moe-tiny");
+  const std::vector<int32_t> prompt = teacher_forced_prompt("lfm2moe-tiny");
+  const auto info = probe_resident.model->info();
+  const int top_k = info.n_expert_used, n_moe = static_cast<int>(info.moe_layers.size());
+  ASSERT_GE(info.n_expert, 2 * top_k);
+  uint64_t record_bytes = 0;
+  {
+    df::OpenedModel probe = df::open_model(options_for(store));
+    record_bytes = probe.store->layout().record_bytes;
+  }
+  auto o = on_device(options_for(store));
+  o.gpu_cache_bytes = static_cast<uint64_t>(top_k + 1) * record_bytes;
+  o.expert_cache_bytes = static_cast<uint64_t>(top_k + 1) * record_bytes;
+  o.lookahead = 0;
+  o.cpu_misses = true;
+  o.miss_copies = 1;
+  df::OpenedModel m = df::open_model(o);
+  ASSERT_NE(m.tiers, nullptr);
+  df::stream::TieredExpertProvider& tiers = *m.tiers;
+  const df::experts::RoutedOp op{df::backend::ActivationParams{}, top_k, false};
+  const auto& parts = m.store->layout().layers[0];
+  const auto shape = [](const df::store::ExpertPart& p) {
+    return df::backend::Weight{p.type, nullptr, p.n_in, p.n_out, p.packing};
+  };
+  if (!m.backend->computes_host_experts(op.act, shape(parts.gate), shape(parts.up), shape(parts.down), top_k,
+                                        false))
+    GTEST_SKIP() << "the " << DF_TIER_DEVICE << " backend computes no such expert on the host";
+  uint64_t host_total = 0;
+  for (int round = 0; round < 2; ++round)
+    for (int layer = 0; layer < n_moe; ++layer) {
+      std::vector<int32_t> ids(static_cast<size_t>(top_k));
+      for (int i = 0; i < top_k; ++i) ids[static_cast<size_t>(i)] = (layer * top_k + i) % info.n_expert;
+      SCOPED_TRACE(::testing::Message() << "round " << round << " layer " << layer);
+      std::vector<bool> held(ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) held[i] = tiers.resident(layer, ids[i]);
+      auto ex = tiers.routed_slots(layer, ids, op);
+      ASSERT_TRUE(ex.has_value());
+      // The held experts and one more go to the device; the others stay on the host.
+      size_t want_host = 0;
+      int copies = 1;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (held[i]) continue;
+        if (copies > 0)
+          --copies;
+        else
+          ++want_host;
+      }
+      EXPECT_EQ(ex->host.size(), want_host);
+      std::vector<int32_t> slot_map(static_cast<size_t>(info.n_expert));
+      m.backend->download(slot_map.data(), ex->slot_of, slot_map.size());
+      for (int32_t e : ids) {
+        const auto h = std::find_if(ex->host.begin(), ex->host.end(),
+                                    [e](const df::backend::HostExpert& x) { return x.expert == e; });
+        if (h == ex->host.end()) {
+          EXPECT_GE(slot_map[static_cast<size_t>(e)], 0) << "expert " << e;
+          continue;
+        }
+        EXPECT_EQ(slot_map[static_cast<size_t>(e)], -1) << "expert " << e;
+        EXPECT_EQ(h->gate.type, parts.gate.type);
+        EXPECT_EQ(h->down.n_out, parts.down.n_out);
+        EXPECT_NE(h->gate.data, nullptr);
+      }
+      host_total += ex->host.size();
+      tiers.release_routed(layer, ids);
+    }
+  EXPECT_GT(host_total, 0u);
+  EXPECT_EQ(tiers.telemetry().total.host_computed, host_total);
+  const std::vector<float> want = resident_last_logits(prompt, m.prefill_chunk);
+  df::Session session(*m.model, 128, m.prefill_chunk);
+  const auto got = session.prefill(prompt);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
+}
+
+// --cpu-misses end to end: every row's logits, residuals and routing are the resident model's bits, for
+// device tiers from one layer's top-k up, read-ahead 0/1/2 and 0 or 1 copies a layer. Only a backend that
+// takes the routed op for decode (max_routed_tokens) leaves experts on the host; the CPU backend does not.
+class DF_TIER_SUITE(TieredCpuMissesGolden) : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DF_TIER_SUITE(TieredCpuMissesGolden), EveryRowBitIdenticalToResident) {
+  const std::string model = GetParam();
+  df::OpenedModel resident;
+  if (!open_resident(model, resident)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
+  if (resident.backend->max_routed_tokens() == 0)
+    GTEST_SKIP() << "the " << DF_TIER_DEVICE
+                 << " backend takes no routed op: its tiers never leave experts on "
+                 << "the host (the provider's side runs in TieredCpuMisses)";
+  const std::vector<int32_t> prompt = teacher_forced_prompt(model);
+  const RunRecord expected = run_every_row(resident, prompt);
+  const auto info = resident.model->info();
+  const int n_moe = static_cast<int>(info.moe_layers.size()), top_k = info.n_expert_used;
+  const uint64_t all_records = static_cast<uint64_t>(info.n_expert) * static_cast<uint64_t>(n_moe);
+  const std::string store = ingest_once(model);
+  uint64_t record_bytes = 0;
+  {
+    df::OpenedModel probe = df::open_model(options_for(store));
+    record_bytes = probe.store->layout().record_bytes;
+  }
+  std::map<int, RunRecord> resident_by_chunk;
+  resident_by_chunk.emplace(resident.prefill_chunk, expected);
+  uint64_t host_total = 0;
+  for (uint64_t device_slots : {static_cast<uint64_t>(top_k), static_cast<uint64_t>(2 * top_k + 1)})
+    for (int lookahead : {0, 1, 2})
+      for (int copies : {0, 1}) {
+        SCOPED_TRACE(::testing::Message() << model << " device slots " << device_slots << " lookahead "
+                                          << lookahead << " miss copies " << copies);
+        auto o = on_device(options_for(store));
+        o.gpu_cache_bytes = device_slots * record_bytes;
+        o.expert_cache_bytes = all_records * record_bytes;
+        o.lookahead = lookahead;
+        o.cpu_misses = true;
+        o.miss_copies = copies;
+        df::OpenedModel m = df::open_model(o);
+        ASSERT_NE(m.tiers, nullptr);
+        auto it = resident_by_chunk.find(m.prefill_chunk);
+        if (it == resident_by_chunk.end()) {
+          auto ro = on_device(options_for(golden_path(model + ".gguf")));
+          ro.resident = true;
+          ro.prefill_chunk = m.prefill_chunk;
+          df::OpenedModel r = df::open_model(ro);
+          it = resident_by_chunk.emplace(m.prefill_chunk, run_every_row(r, prompt)).first;
+        }
+        expect_same_bits(run_every_row(m, prompt), it->second, info);
+        host_total += m.tiers->telemetry().total.host_computed;
+      }
+  std::cout << "[   INFO   ] " << model << ": " << host_total << " experts computed on the host\n";
+  const df::OpenedModel probe = df::open_model(options_for(store));
+  const auto& parts = probe.store->layout().layers[0];
+  const auto shape = [](const df::store::ExpertPart& p) {
+    return df::backend::Weight{p.type, nullptr, p.n_in, p.n_out, p.packing};
+  };
+  // gpt-oss's experts have biases and another activation: no host experts for it.
+  if (model != "gpt-oss-tiny" && model != "gemma4-tiny" &&
+      resident.backend->computes_host_experts(df::backend::ActivationParams{}, shape(parts.gate),
+                                              shape(parts.up), shape(parts.down), top_k, false)) {
+    EXPECT_GT(host_total, 0u) << "no expert was left on the host";
+  }
+}
+
+DF_TIER_INSTANTIATE(Golden, DF_TIER_SUITE(TieredCpuMissesGolden),
+                    ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16", "qwen3moe-tiny",
+                                      "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny", "qwen35moe-tiny"));
 
 // A device tier below one layer's top-k is refused, naming the size it needs.
 TEST(DF_TIER_SUITE(TieredBudget), ADeviceTierBelowOneLayersTopKIsRefused) {

@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "delta_net_reference.h"
 #include "error_matchers.h"
+#include "quant/q4_0x16.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -411,6 +412,90 @@ TEST(CudaOps, RoutedFfnAddIsRoutedFfnThenTheCombineBitForBit) {
           << ggml_type_name(cs.c.gate) << "/" << ggml_type_name(cs.c.down) << " k " << cs.k << " T " << T
           << " n_out " << cs.n_out;
       EXPECT_GT(rel_l2(got, residual), 1e-3) << "nothing was added";
+    }
+  }
+}
+
+// --cpu-misses: experts the device tier leaves in host memory (RoutedExperts::host, a negative slot) are
+// computed by the host in the routed kernels' order; the residual is bit for bit the one every expert in a
+// slot gives. Host matrices in the store's packing (Q4_0x16 where the rows allow it) and in ggml rows, one
+// and several tokens, some and all of the entries on the host, row counts past the 32-lane wrap.
+TEST(CudaOps, RoutedFfnAddWithHostExpertsGivesTheSlotsBits) {
+  NEED_GPU();
+  struct Case {
+    GgmlType gate, down;
+    int k;
+    int64_t n_in, n_ff, n_out;
+    quant::RowPacking packing;
+  };
+  const Case cases[] = {
+      {GgmlType::Q4_0, GgmlType::Q4_0, 4, 2048, 1536, 2048, quant::RowPacking::kQ4_0x16},
+      {GgmlType::Q4_0, GgmlType::Q4_0, 2, 512, 256, 256, quant::RowPacking::kNone},
+      {GgmlType::Q4_0, GgmlType::Q4_0, 8, 1024, 512, 512, quant::RowPacking::kQ4_0x16},
+      {GgmlType::Q8_0, GgmlType::Q8_0, 4, 512, 256, 250, quant::RowPacking::kNone},
+      {GgmlType::Q4_0, GgmlType::Q8_0, 6, 2048, 768, 1024, quant::RowPacking::kNone},
+  };
+  const int E = 8;
+  for (const Case& cs : cases) {
+    const FfnCase fc{cs.gate, cs.gate, cs.down, Activation::SwiGLU, false};
+    const auto packed = [&](GgmlType t, std::vector<uint8_t> bytes, int64_t n_in, int64_t n_out) {
+      if (t != GgmlType::Q4_0 || cs.packing != quant::RowPacking::kQ4_0x16) return bytes;
+      std::vector<uint8_t> out(bytes.size());
+      const size_t slab = ggml_row_bytes(t, n_in) * static_cast<size_t>(n_out);
+      for (int e = 0; e < E; ++e)
+        quant::pack_q4_0x16(bytes.data() + e * slab, n_out, n_in, out.data() + e * slab);
+      return out;
+    };
+    // The same bytes as routed_setup uploads (its seeds), as the RAM tier holds them.
+    const auto gate_b = packed(cs.gate, weight_bytes(cs.gate, cs.n_in, cs.n_ff * E, 11), cs.n_in, cs.n_ff);
+    const auto up_b = packed(cs.gate, weight_bytes(cs.gate, cs.n_in, cs.n_ff * E, 12), cs.n_in, cs.n_ff);
+    const auto down_b = packed(cs.down, weight_bytes(cs.down, cs.n_ff, cs.n_out * E, 13), cs.n_ff, cs.n_out);
+    const auto host_packing = [&](GgmlType t) {
+      return t == GgmlType::Q4_0 ? cs.packing : quant::RowPacking::kNone;
+    };
+    const auto matrix = [&](GgmlType t, const std::vector<uint8_t>& b, int64_t n_in, int64_t n_out, int e) {
+      return Weight{t, b.data() + ggml_row_bytes(t, n_in) * static_cast<size_t>(n_out * e), n_in, n_out,
+                    host_packing(t)};
+    };
+    ASSERT_TRUE(gpu.computes_host_experts(ActivationParams{}, matrix(cs.gate, gate_b, cs.n_in, cs.n_ff, 0),
+                                          matrix(cs.gate, up_b, cs.n_in, cs.n_ff, 0),
+                                          matrix(cs.down, down_b, cs.n_ff, cs.n_out, 0), cs.k, false));
+    for (const int64_t T : {int64_t{1}, int64_t{3}}) {
+      const auto x = random_floats(static_cast<size_t>(T * cs.n_in), 3);
+      std::mt19937 rng(static_cast<uint32_t>(cs.k * 10 + T));
+      std::vector<int32_t> ids(static_cast<size_t>(T * cs.k));
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 3 + rng() % 2) % E);
+      const auto weights = random_floats(ids.size(), 5, 0.5f);
+      const auto residual = random_floats(static_cast<size_t>(T * cs.n_out), 6);
+      const auto r = routed_setup(gpu, fc, cs.n_in, cs.n_ff, cs.n_out, E, x, ids, {});
+      DeviceBuffer out = gpu.alloc_array<float>(ids.size() * static_cast<size_t>(cs.n_out), "out");
+      DeviceBuffer w = put(gpu, weights), all_slots = put(gpu, residual);
+      gpu.routed_ffn_add(r->ex, r->act, r->did.as<const int32_t>(), w.as<const float>(), T, cs.k,
+                         r->dx.as<const float>(), out.as<float>(), all_slots.as<float>());
+      const auto want = get<float>(gpu, all_slots, residual.size());
+      // The odd experts on the host, then every expert.
+      for (const bool all : {false, true}) {
+        std::vector<int32_t> slot_of(E);
+        std::vector<HostExpert> host;
+        for (int e = 0; e < E; ++e) {
+          const bool on_host = all || e % 2 == 1;
+          slot_of[e] = on_host ? -1 : e;
+          if (on_host)
+            host.push_back({e, matrix(cs.gate, gate_b, cs.n_in, cs.n_ff, e),
+                            matrix(cs.gate, up_b, cs.n_in, cs.n_ff, e),
+                            matrix(cs.down, down_b, cs.n_ff, cs.n_out, e)});
+        }
+        DeviceBuffer slots = put(gpu, slot_of), mixed = put(gpu, residual);
+        RoutedExperts ex = r->ex;
+        ex.slot_of = slots.as<const int32_t>();
+        ex.host = host;
+        gpu.routed_ffn_add(ex, r->act, r->did.as<const int32_t>(), w.as<const float>(), T, cs.k,
+                           r->dx.as<const float>(), out.as<float>(), mixed.as<float>());
+        const auto got = get<float>(gpu, mixed, residual.size());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+            << ggml_type_name(cs.gate) << "/" << ggml_type_name(cs.down) << " k " << cs.k << " T " << T
+            << " n_in " << cs.n_in << (all ? " every expert on the host" : " odd experts on the host");
+      }
     }
   }
 }

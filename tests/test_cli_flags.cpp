@@ -220,6 +220,18 @@ TEST(CliRun, ADamagedStoreFailsWithTheRecordNamedAndNoOutput) {
       << verify.err;
 }
 
+// --cpu-misses only means something for a GPU's tier of the expert cache: on the CPU, or with every expert
+// resident, it is refused before anything loads.
+TEST(CliFlags, CpuMissesWithoutAGpuTierIsAClearError) {
+  for (const char* flags : {"", " --device cuda --resident"}) {
+    auto r = run_cli_split("run -m " + golden_path("lfm2moe-tiny.gguf") + flags + " --cpu-misses -p hi -n 1");
+    EXPECT_NE(r.status, 0) << flags;
+    EXPECT_NE(r.err.find("error: --cpu-misses"), std::string::npos) << flags << ": " << r.err;
+    EXPECT_NE(r.err.find("needs --device cuda without --resident"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
+
 TEST(CliFlags, AnUnknownOrUnbuiltDeviceIsAClearError) {
   for (const char* device : {"cuda", "npu"}) {
     auto r =

@@ -146,11 +146,21 @@ struct ExpertStack {
   Weight first;
   size_t stride = 0;
 };
+// An expert that a device tier does not hold this step (--cpu-misses): its matrices in host memory (the RAM
+// tier's record), which the backend reads from there, on the host, instead of from a slot; its slot_of entry
+// is negative.
+struct HostExpert {
+  int32_t expert = -1;
+  Weight gate, up, down;
+};
 struct RoutedExperts {
   ExpertStack gate, up, down;
   int n_expert = 0;
   Buf<const float> gate_bias{}, up_bias{}, down_bias{};
   Buf<const int32_t> slot_of{};
+  // Experts computed from host memory (each id once; only with slot_of, and only where
+  // computes_host_experts() said so): the results are the bits the backend gives from a slot.
+  std::span<const HostExpert> host{};
   // n_expert values (optional): expert e's output scale, FfnTask::out_scale = down_scale[e] (llama.cpp's
   // ffn_down_exps_s, gemma4's per-expert scale). Like out_scale it multiplies after the down bias; llama.cpp
   // scales before adding a down bias, which no architecture with this scale has.
@@ -297,6 +307,16 @@ class Backend {
   virtual void routed_ffn_add(const RoutedExperts& experts, const ActivationParams& act,
                               Buf<const int32_t> ids, Buf<const float> weights, int64_t T, int k,
                               Buf<const float> x, Buf<float> out, Buf<float> acc) = 0;
+  // Whether routed_ffn_add takes RoutedExperts::host for experts of these types and packings (the store's),
+  // this activation and top-k, with no gate/up biases: a device that can compute such an expert from host
+  // memory to the bits it gives from a slot (the CUDA backend: on the host CPU, in its kernels' order) lets a
+  // device tier leave some misses there instead of copying them up. The CPU backend, whose "device" memory is
+  // host memory, takes them as it takes slots (its tier stand-in runs the same chain in CI).
+  virtual bool computes_host_experts(const ActivationParams& /*act*/, const Weight& /*gate*/,
+                                     const Weight& /*up*/, const Weight& /*down*/, int /*k*/,
+                                     bool /*gate_up_biases*/) const {
+    return false;
+  }
   // out[i] = row ids[i] of the table for i < n, dequantized exactly (no activation rounding).
   virtual void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) = 0;
 

@@ -59,7 +59,7 @@ std::shared_ptr<Backend> make_backend(const BackendOptions& options) {
 #if defined(DF_HAVE_CUDA)
   if (options.device != "cpu") {
     try {
-      return std::make_shared<CudaBackend>(cuda_index(options.device));
+      return std::make_shared<CudaBackend>(cuda_index(options.device), options.n_threads);
     } catch (const Error& e) {
       fail("--device {}: {}", options.device, e.what());
     }

@@ -194,6 +194,8 @@ void bench(const BenchFlags& f) {
       if (m.tiers) {
         j["gpu_cache_bytes"] = m.tiers->slots() * m.tiers->slot_bytes();
         j["gpu_cache_slots"] = m.tiers->slots();
+        j["cpu_misses"] = f.model.cpu_misses;
+        if (f.model.cpu_misses) j["miss_copies"] = f.model.miss_copies;
         j["gpu_hit_rate"] = decode_device_tel.hit_rate();
         j["gpu_copy_bytes_per_token"] = decode_device_tel.bytes_per_token();
         j["prefill_device_telemetry"] = stream::telemetry_json(prefill_device_tel);

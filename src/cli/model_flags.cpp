@@ -46,6 +46,15 @@ void ModelFlags::add(CLI::App* app) {
   app->add_option("--lookahead", lookahead, "MoE layers whose experts are guessed and read ahead (0 = off)")
       ->check(CLI::Range(0, 8))
       ->capture_default_str();
+  app->add_flag("--cpu-misses", cpu_misses,
+                "with --device cuda and a --gpu-cache tier: a decode step computes the experts missing from "
+                "VRAM on the CPU from their RAM records (the GPU's bits) while the GPU does the others, instead "
+                "of waiting for their copies");
+  app->add_option("--miss-copies", miss_copies,
+                  "with --cpu-misses: experts a MoE layer still copies up per step (guesses included), so that "
+                  "the link and the CPU share the misses")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   app->add_option("--device", device,
                   fmt::format("where the model computes: {}", fmt::join(backend::device_names(), ", ")))
       ->capture_default_str();
@@ -69,6 +78,8 @@ ModelSourceOptions ModelFlags::source() const {
   o.device = device;
   o.prompt_snapshot = prompt_snapshot;
   o.lookahead = lookahead;
+  o.cpu_misses = cpu_misses;
+  o.miss_copies = miss_copies;
   o.n_ctx = ctx;
   // A GPU reads each expert's weights once per chunk and runs its products on tensor cores, so it wants long
   // chunks (llama.cpp's default micro-batch is 512); the CPU's products gain little past 64 rows, and a
@@ -97,6 +108,10 @@ OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx) {
         "--gpu-cache {} is the GPU's tier of the expert cache: it needs --device cuda (the CPU uses "
         "--expert-cache)",
         flags.gpu_cache);
+  if (flags.cpu_misses && (!flags.device.starts_with("cuda") || flags.resident))
+    fail(
+        "--cpu-misses computes on the CPU the experts a GPU's tier of the expert cache misses: it needs "
+        "--device cuda without --resident");
   if (flags.threads < 0)
     fail("-t {}: the thread count must be positive (or 0 for one per usable CPU)", flags.threads);
   if (flags.threads > 0) {

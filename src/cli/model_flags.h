@@ -25,6 +25,8 @@ struct ModelFlags {
   int ctx = 0;     // 0: min(training context, 4096), resolved by open_model (OpenedModel::n_ctx)
   int batch = 0;   // prefill chunk; 0: the device's default (kCpuPrefillChunk, kGpuPrefillChunk)
   int lookahead = 1;
+  bool cpu_misses = false;
+  int miss_copies = 1;
   bool prompt_snapshot = false;  // set by chat: Session::keep_prompt_snapshot() holds a second state
   int n_sequences = 1;           // set by serve (-np): sessions side by side, each in the memory plan
   void add(CLI::App* app);

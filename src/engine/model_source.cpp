@@ -204,6 +204,9 @@ OpenedModel open_model(const ModelSourceOptions& options) {
       stream::DeviceTierOptions dt;
       dt.min_slots = static_cast<uint64_t>(top_k);
       dt.policy = co.policy;
+      dt.cpu_misses = options.cpu_misses;
+      dt.miss_copies = options.miss_copies;
+      dt.notice = notice;
       const std::optional<uint64_t> asked = options.gpu_cache_bytes;
       const std::string device = options.device;
       // The chunk must fit the device tier too (its slots are known only once the trunk is loaded: planned

@@ -35,6 +35,10 @@ struct ModelSourceOptions {
   int n_sequences = 1;     // sessions that will run side by side (serve -np): each one's state is in the plan
   int n_threads = 0;       // -t; <= 0: one per CPU this process may use (util/cpu_limits.h)
   int lookahead = 1;       // --lookahead
+  // --cpu-misses: a device tier leaves a decode step's missing experts in RAM for the backend to compute on
+  // the host (to the GPU's bits), copying up at most miss_copies a layer (--miss-copies).
+  bool cpu_misses = false;
+  int miss_copies = 1;
   // -c: the context the sessions will use; 0: the training context, at most 4096. Checked against the
   // training context and the memory there is, and its state is part of the automatic budget's reserve.
   int n_ctx = 0;

@@ -79,6 +79,13 @@ struct ExpertLayout {
   int unrun_from_layer = std::numeric_limits<int>::max();
 };
 
+// The routed op a device tier's experts are pinned for (routed_slots).
+struct RoutedOp {
+  backend::ActivationParams act{};
+  int k = 0;
+  bool gate_up_biases = false;
+};
+
 class ExpertProvider {
  public:
   virtual ~ExpertProvider() = default;
@@ -102,8 +109,13 @@ class ExpertProvider {
   // (RoutedExperts::slot_of), so that the backend picks the experts from the routing ids on the device
   // exactly as from resident stacks (the same kernels, the same bits); none when the provider cannot.
   // release_routed() unpins them after the op is issued.
+  //
+  // `op` describes the routed op the experts are for, so that a provider may leave some experts in host
+  // memory (RoutedExperts::host) where the backend computes them from there to the same bits
+  // (Backend::computes_host_experts); the default (k = 0) asks for none.
   virtual std::optional<backend::RoutedExperts> routed_slots(int /*moe_layer*/,
-                                                             std::span<const int32_t> /*used*/) {
+                                                             std::span<const int32_t> /*used*/,
+                                                             const RoutedOp& /*op*/ = {}) {
     return std::nullopt;
   }
   virtual void release_routed(int /*moe_layer*/, std::span<const int32_t> /*used*/) {}

@@ -164,7 +164,8 @@ void add_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
     // Experts in a device tier: the same routed op as resident stacks, through the expert->slot map (it
     // reads the ids on the device: the groups' row lists need not go up).
     const std::span<const int32_t> used(b.used.data(), n_used);
-    ex = experts.routed_slots(moe_index, used);
+    ex = experts.routed_slots(moe_index, used,
+                              experts::RoutedOp{f.act, f.k, static_cast<bool>(f.biases.gate || f.biases.up)});
     if (ex) {
       routed_add(*ex);
       experts.release_routed(moe_index, used);

@@ -25,6 +25,7 @@ void LayerCounters::add(const LayerCounters& o) {
   bytes_read += o.bytes_read;
   read_ns += o.read_ns;
   wait_ns += o.wait_ns;
+  host_computed += o.host_computed;
 }
 
 double TelemetrySnapshot::hit_rate() const {
@@ -85,11 +86,12 @@ std::string format_telemetry_table(const TelemetrySnapshot& s) {
       "hit rate {:.1f}% ({:.1f}% held by the cache, the rest read ahead), {} read per token over {} tokens, "
       "read bandwidth {}/s, I/O wait {:.1f}% of step "
       "time, "
-      "read-ahead precision {:.1f}% recall {:.1f}% ({} guesses dropped, {} cancelled), {} failed reads\n",
+      "read-ahead precision {:.1f}% recall {:.1f}% ({} guesses dropped, {} cancelled), {} failed reads{}\n",
       100 * s.hit_rate(), 100 * s.cache_hit_rate(), format_bytes(static_cast<uint64_t>(s.bytes_per_token())),
       s.tokens, format_bytes(static_cast<uint64_t>(s.read_bandwidth())), 100 * s.io_wait_share(),
       100 * s.prefetch_precision(), 100 * s.prefetch_recall(), s.total.prefetch_dropped,
-      s.total.prefetch_cancelled, s.total.read_failures);
+      s.total.prefetch_cancelled, s.total.read_failures,
+      s.total.host_computed ? fmt::format(", {} experts computed on the host", s.total.host_computed) : "");
   return out;
 }
 

@@ -22,6 +22,9 @@ struct LayerCounters {
   uint64_t bytes_read = 0;
   uint64_t read_ns = 0;  // sum over reads of start → verified (reads overlap: this exceeds wall time)
   uint64_t wait_ns = 0;  // time the caller spent blocked in wait() for this layer's records
+  // A device tier's experts computed from their RAM records instead (--cpu-misses): neither accesses nor
+  // reads of the device tier.
+  uint64_t host_computed = 0;
 
   void add(const LayerCounters& o);
 };

@@ -16,7 +16,8 @@ nlohmann::json counters_json(const LayerCounters& c) {
           {"read_failures", c.read_failures},
           {"bytes_read", c.bytes_read},
           {"read_ns", c.read_ns},
-          {"wait_ns", c.wait_ns}};
+          {"wait_ns", c.wait_ns},
+          {"host_computed", c.host_computed}};
 }
 
 }  // namespace

@@ -58,6 +58,14 @@ TieredExpertProvider::TieredExpertProvider(ExpertCache& ram, backend::Backend& b
   guess_scratch_.reserve(static_cast<size_t>(n_expert_));
   slot_map_ = backend_.alloc_array<int32_t>(n_keys, "expert slot map");
   slot_map_host_.assign(static_cast<size_t>(n_expert_), 0);
+  cpu_misses_ = options.cpu_misses;
+  notice_ = options.notice;
+  miss_copies_ = std::max(0, options.miss_copies);
+  host_capable_.assign(static_cast<size_t>(l.n_moe_layers), -1);
+  guess_copies_.assign(static_cast<size_t>(l.n_moe_layers), 0);
+  host_experts_.reserve(static_cast<size_t>(n_expert_));
+  host_pins_.reserve(static_cast<size_t>(n_expert_));
+  device_ids_.reserve(static_cast<size_t>(n_expert_));
   backend_.register_host_memory(ram_.pool_data(), ram_.pool_bytes());
 }
 
@@ -186,6 +194,14 @@ void TieredExpertProvider::prefetch(int moe_layer, std::span<const int32_t> gues
     const int key = key_checked(moe_layer, e, "prefetch");
     if (book_.slot_of(key) < 0 && ram_.resident(moe_layer, e)) guess_scratch_.push_back(e);
   }
+  // With --cpu-misses the link carries at most miss_copies a layer; the other guesses stay in RAM, where the
+  // host computes them if they are used.
+  if (cpu_misses_ && host_capable_[static_cast<size_t>(moe_layer)] == 1) {
+    int32_t& copies = guess_copies_[static_cast<size_t>(moe_layer)];
+    const size_t room = static_cast<size_t>(std::max(0, miss_copies_ - copies));
+    if (guess_scratch_.size() > room) guess_scratch_.resize(room);
+    copies += static_cast<int32_t>(guess_scratch_.size());
+  }
   // The book queues them; their copies are issued by issue_guess_copies(), after those of the layer acquired
   // next. Until then a demand pin may take a queued guess's slot (the book cancels it).
   if (!guess_scratch_.empty()) book_.prefetch(moe_layer, guess_scratch_);
@@ -296,31 +312,101 @@ int TieredExpertProvider::acquire_slot(int moe_layer, int expert) {
   return slot;
 }
 
+bool TieredExpertProvider::host_capable(int moe_layer, const experts::RoutedOp& op) {
+  if (!cpu_misses_ || op.k <= 0) return false;
+  int8_t& known = host_capable_[static_cast<size_t>(moe_layer)];
+  if (known < 0) {
+    const auto& p = parts_[static_cast<size_t>(moe_layer)];
+    const auto shape = [](const backend::RecordPart& part) {
+      return backend::Weight{part.type, nullptr, part.n_in, part.n_out, part.packing};
+    };
+    known =
+        backend_.computes_host_experts(op.act, shape(p[0]), shape(p[1]), shape(p[2]), op.k, op.gate_up_biases)
+            ? 1
+            : 0;
+    if (known == 0 && notice_ && !refused_noticed_) {
+      refused_noticed_ = true;
+      notice_(fmt::format(
+          "--cpu-misses: the backend cannot compute MoE layer {}'s experts ({}, {}, {}) on the host to its "
+          "own "
+          "bits; its misses are copied up",
+          moe_layer, ggml_type_name(p[0].type), ggml_type_name(p[1].type), ggml_type_name(p[2].type)));
+    }
+  }
+  return known == 1;
+}
+
+void TieredExpertProvider::release_host_experts() {
+  for (const ExpertHandle& h : host_pins_) {
+    ram_.release(h);
+    --ram_pins_;
+  }
+  host_pins_.clear();
+  host_experts_.clear();
+}
+
 std::optional<backend::RoutedExperts> TieredExpertProvider::routed_slots(int moe_layer,
-                                                                         std::span<const int32_t> used) {
+                                                                         std::span<const int32_t> used,
+                                                                         const experts::RoutedOp& op) {
   // Every expert pinned in the tier at once: a tier smaller than the layer's union takes the grouped path.
   if (used.size() > slots() || used.size() > ram_.slots()) return std::nullopt;
   const size_t E = static_cast<size_t>(n_expert_);
+  const bool host_ok = host_capable(moe_layer, op);
+  const auto& p = parts_[static_cast<size_t>(moe_layer)];
   {
     std::lock_guard lock(mu_);
+    release_host_experts();
+    // Which experts the device tier serves: all of them, or (--cpu-misses) those it holds or is bringing,
+    // and miss_copies of the others less the guesses already copied up for this layer.
+    device_ids_.clear();
+    int copies_left = 0;
+    if (host_ok) {
+      int32_t& guessed = guess_copies_[static_cast<size_t>(moe_layer)];
+      copies_left = std::max(0, miss_copies_ - guessed);
+      guessed = 0;
+    }
+    for (int32_t e : used) {
+      const int key = key_checked(moe_layer, e, "routed_slots");
+      if (!host_ok || book_.slot_of(key) >= 0 || copies_left-- > 0)
+        device_ids_.push_back(e);
+      else
+        host_experts_.push_back(backend::HostExpert{e, {}, {}, {}});
+    }
     // This layer's copies first, then the guesses' (prefetch deferred them): the copy stream is in order.
-    announce(moe_layer, used);
+    announce(moe_layer, device_ids_);
     size_t done = 0;
     try {
-      for (; done < used.size(); ++done) (void)acquire_slot(moe_layer, used[done]);
+      for (; done < device_ids_.size(); ++done) (void)acquire_slot(moe_layer, device_ids_[done]);
       issue_guess_copies();
+      // The host experts' records: pinned in RAM (a RAM miss queues its disk read), then waited for.
+      for (const backend::HostExpert& h : host_experts_) {
+        make_ram_room();
+        host_pins_.push_back(ram_.acquire(moe_layer, h.expert));
+        ++ram_pins_;
+      }
+      for (size_t i = 0; i < host_experts_.size(); ++i) {
+        const uint8_t* record = ram_.wait(host_pins_[i]);
+        const auto matrix = [record](const backend::RecordPart& part) {
+          return backend::Weight{part.type, record + part.offset, part.n_in, part.n_out, part.packing};
+        };
+        host_experts_[i].gate = matrix(p[0]);
+        host_experts_[i].up = matrix(p[1]);
+        host_experts_[i].down = matrix(p[2]);
+      }
     } catch (...) {
-      for (size_t i = 0; i < done; ++i) release_locked(moe_layer, used[i]);
+      for (size_t i = 0; i < done; ++i) release_locked(moe_layer, device_ids_[i]);
+      release_host_experts();
       throw;
     }
+    telemetry_.layer(moe_layer).host_computed += host_experts_.size();
     std::fill(slot_map_host_.begin(), slot_map_host_.end(), 0);
-    for (int32_t e : used)
+    for (int32_t e : device_ids_)
       slot_map_host_[static_cast<size_t>(e)] =
           held_slot_[static_cast<size_t>(key_checked(moe_layer, e, "routed_slots"))];
+    for (const backend::HostExpert& h : host_experts_) slot_map_host_[static_cast<size_t>(h.expert)] = -1;
   }
   const auto row = slot_map_.as<int32_t>().sub(static_cast<size_t>(moe_layer) * E, E);
   backend_.upload(row, slot_map_host_.data(), E);
-  const auto& p = parts_[static_cast<size_t>(moe_layer)];
   const auto stack = [&](const backend::RecordPart& part) {
     backend::ExpertStack s;
     s.first = backend::Weight{part.type, slots_->part(0, part.offset), part.n_in, part.n_out,
@@ -334,11 +420,16 @@ std::optional<backend::RoutedExperts> TieredExpertProvider::routed_slots(int moe
   ex.down = stack(p[2]);
   ex.n_expert = n_expert_;
   ex.slot_of = backend::Buf<const int32_t>(row);
+  ex.host = host_experts_;
   return ex;
 }
 
 void TieredExpertProvider::release_routed(int moe_layer, std::span<const int32_t> used) {
-  for (int32_t e : used) release(moe_layer, e);
+  std::lock_guard lock(mu_);
+  for (int32_t e : device_ids_)
+    if (std::find(used.begin(), used.end(), e) != used.end()) release_locked(moe_layer, e);
+  device_ids_.clear();
+  release_host_experts();
 }
 
 void TieredExpertProvider::release(int moe_layer, int expert) {
@@ -372,6 +463,9 @@ void TieredExpertProvider::abandon() {
   std::fill(host_reading_.begin(), host_reading_.end(), 0);
   std::fill(ram_pin_.begin(), ram_pin_.end(), ExpertHandle{});
   ram_pins_ = 0;
+  host_pins_.clear();
+  host_experts_.clear();
+  device_ids_.clear();
   ram_.unpin_all();
   book_.unpin_all();
   std::fill(announced_slot_.begin(), announced_slot_.end(), -1);

@@ -21,6 +21,7 @@
 // how CI tests the chain without a GPU.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -40,6 +41,12 @@ struct DeviceTierOptions {
   uint64_t min_slots = 1;  // one layer's top-k: fewer is an error
   PolicyKind policy = PolicyKind::kLru;
   PolicyOptions policy_options;
+  // --cpu-misses: a decode step's experts missing from the device tier are computed by the backend from their
+  // RAM records (where it can, to the same bits) instead of being copied up, but for miss_copies of them a
+  // layer (guesses copied up for the layer included), so that the link and the host work side by side.
+  bool cpu_misses = false;
+  int miss_copies = 1;
+  std::function<void(const std::string&)> notice;  // says once when cpu_misses cannot apply
 };
 
 class TieredExpertProvider final : public experts::ExpertProvider {
@@ -55,7 +62,11 @@ class TieredExpertProvider final : public experts::ExpertProvider {
   experts::ExpertView acquire(int moe_layer, int expert) override;
   // The device slots as a stack with the expert->slot map of the layer uploaded to the backend (one small
   // upload per layer and step); the routed op then indexes the slots on the device.
-  std::optional<backend::RoutedExperts> routed_slots(int moe_layer, std::span<const int32_t> used) override;
+  // With DeviceTierOptions::cpu_misses and a backend that computes such experts from host memory, the
+  // experts of `used` that are not in the tier (nor on their way) stay in their RAM records
+  // (RoutedExperts::host), except the first miss_copies of the layer (less the guesses copied up for it).
+  std::optional<backend::RoutedExperts> routed_slots(int moe_layer, std::span<const int32_t> used,
+                                                     const experts::RoutedOp& op = {}) override;
   void release_routed(int moe_layer, std::span<const int32_t> used) override;
   // Every device slot: will_acquire pins a prefill chunk's experts of the layer (the chunk is sized so that
   // they fit), so they can all be held for one grouped FFN.
@@ -90,6 +101,8 @@ class TieredExpertProvider final : public experts::ExpertProvider {
   int acquire_slot(int moe_layer, int expert);                 // acquire under the lock: the slot
   void release_locked(int moe_layer, int expert);
   experts::ExpertView view_of(int slot, int moe_layer) const;
+  bool host_capable(int moe_layer, const experts::RoutedOp& op);
+  void release_host_experts();
 
   ExpertCache& ram_;
   backend::Backend& backend_;
@@ -115,6 +128,18 @@ class TieredExpertProvider final : public experts::ExpertProvider {
   // The expert->slot map in the backend's memory, one row of n_expert per MoE layer, and its host copy.
   backend::DeviceBuffer slot_map_;
   std::vector<int32_t> slot_map_host_;
+  // --cpu-misses: the options, per MoE layer whether the backend computes its experts from host memory
+  // (-1: not asked yet) and the guesses copied up for it since its last step; the current step's host
+  // experts, their RAM pins, and the experts pinned in the device tier.
+  bool cpu_misses_ = false;
+  int miss_copies_ = 1;
+  std::function<void(const std::string&)> notice_;
+  bool refused_noticed_ = false;
+  std::vector<int8_t> host_capable_;
+  std::vector<int32_t> guess_copies_;
+  std::vector<backend::HostExpert> host_experts_;
+  std::vector<ExpertHandle> host_pins_;
+  std::vector<int32_t> device_ids_;
 };
 
 }  // namespace df::stream

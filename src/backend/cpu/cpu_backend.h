@@ -83,6 +83,9 @@ class CpuBackend : public Backend {
   void routed_ffn_add(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
                       Buf<const float> weights, int64_t T, int k, Buf<const float> x, Buf<float> out,
                       Buf<float> acc) override;
+  // Host experts are host memory like any slot: every routed expert may be one.
+  bool computes_host_experts(const ActivationParams& act, const Weight& gate, const Weight& up,
+                             const Weight& down, int k, bool gate_up_biases) const override;
 
   void rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
                 Buf<float> y) override;

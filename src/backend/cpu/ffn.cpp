@@ -317,9 +317,19 @@ void CpuBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& act
       return w;
     };
     FfnTask t;
-    t.gate = matrix(ex.gate);
-    t.up = matrix(ex.up);
-    t.down = matrix(ex.down);
+    const auto on_host = std::find_if(ex.host.begin(), ex.host.end(), [e](const HostExpert& h) {
+      return static_cast<size_t>(h.expert) == e;
+    });
+    if (on_host != ex.host.end()) {
+      t.gate = on_host->gate;
+      t.up = on_host->up;
+      t.down = on_host->down;
+    } else {
+      if (slot_of && slot_of[e] < 0) fail("routed ffn: expert {} has no slot and no host matrices", e);
+      t.gate = matrix(ex.gate);
+      t.up = matrix(ex.up);
+      t.down = matrix(ex.down);
+    }
     const size_t ff = static_cast<size_t>(ex.gate.first.n_out), no = static_cast<size_t>(ex.down.first.n_out);
     if (ex.gate_bias) t.gate_bias = ex.gate_bias.sub(e * ff, ff);
     if (ex.up_bias) t.up_bias = ex.up_bias.sub(e * ff, ff);
@@ -331,6 +341,11 @@ void CpuBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& act
     routed_tasks_.push_back(t);
   }
   ffn(routed_tasks_, act, x, T, out);
+}
+
+bool CpuBackend::computes_host_experts(const ActivationParams&, const Weight&, const Weight&, const Weight&,
+                                       int, bool) const {
+  return true;
 }
 
 void CpuBackend::routed_ffn_add(const RoutedExperts& ex, const ActivationParams& act, Buf<const int32_t> ids,

@@ -60,8 +60,8 @@ int CudaBackend::device_count() {
   return n;
 }
 
-CudaBackend::CudaBackend(int device_index)
-    : device_(device_index), name_(fmt::format("cuda:{}", device_index)) {
+CudaBackend::CudaBackend(int device_index, int host_threads)
+    : device_(device_index), name_(fmt::format("cuda:{}", device_index)), host_threads_(host_threads) {
   const int n = device_count();
   if (n == 0) fail("no CUDA device can be used: the driver sees no GPU");
   if (device_index < 0 || device_index >= n)
@@ -89,9 +89,11 @@ CudaBackend::CudaBackend(int device_index)
 CudaBackend::~CudaBackend() {
   (void)cudaSetDevice(device_);
   if (stream_) (void)cudaStreamSynchronize(as_stream(stream_));
-  for (Scratch* s :
-       {&act_scratch_, &ffn_scratch_, &desc_scratch_, &attn_scratch_, &routed_scratch_, &route_counter_})
+  for (Scratch* s : {&act_scratch_, &ffn_scratch_, &desc_scratch_, &attn_scratch_, &routed_scratch_,
+                     &route_counter_, &host_v_scratch_})
     if (s->ptr) (void)cudaFree(s->ptr);
+  if (host_io_) (void)cudaFreeHost(host_io_);
+  if (host_in_event_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(host_in_event_));
   for (StagingSlot& slot : staging_) {
     if (slot.event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(slot.event));
     if (slot.host) (void)cudaFreeHost(slot.host);
@@ -152,6 +154,17 @@ void* CudaBackend::grow(Scratch& s, size_t bytes, const char* what) {
   return s.ptr;
 }
 
+namespace {
+// DF_CUDA_PARAM_UPLOADS=0 sends small uploads through the staging ring as before (for measurements).
+bool param_uploads() {
+  static const bool on = [] {
+    const char* v = std::getenv("DF_CUDA_PARAM_UPLOADS");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+}  // namespace
+
 void CudaBackend::stage_to_device(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   if (graph_.mode() == cuda::StepGraphs::Mode::Capture) {
@@ -159,6 +172,12 @@ void CudaBackend::stage_to_device(void* dst, const void* src, size_t bytes) {
     check_cuda(cudaMemcpyAsync(dst, graph_.keep_host_bytes(src, bytes), bytes, cudaMemcpyHostToDevice,
                                as_stream(stream_)),
                "cudaMemcpyAsync (captured upload)");
+    return;
+  }
+  if (bytes <= cuda::kParamBytes && param_uploads()) {
+    // A few hundred bytes (the tier's expert->slot map row, task tables): as a kernel's parameters, so that
+    // the upload does not wait behind expert records on the copy engine.
+    cuda::launch_write_bytes(dst, src, bytes, as_stream(stream_));
     return;
   }
   if (bytes > kStagingSlotBytes) {

@@ -15,14 +15,16 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/step_graph.h"
+#include "backend/cuda_host/warp_order.h"
 #include "util/op_profile.h"
 
 namespace df::backend {
 
 class CudaBackend final : public Backend {
  public:
-  // The GPU of that index (cudaSetDevice); df::Error when it cannot be used.
-  explicit CudaBackend(int device_index);
+  // The GPU of that index (cudaSetDevice); df::Error when it cannot be used. host_threads: the host threads
+  // that compute experts a device tier leaves in host memory (RoutedExperts::host; <= 0: one per core).
+  explicit CudaBackend(int device_index, int host_threads = 0);
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
@@ -65,6 +67,11 @@ class CudaBackend final : public Backend {
   int64_t batch_invariant_rows() const override;
   void routed_ffn(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
                   int64_t T, int k, Buf<const float> x, Buf<float> out) override;
+  // SwiGLU experts of Q4_0 (ggml rows or Q4_0x16) or Q8_0 without gate/up biases, k of 2, 4, 6 or 8: the
+  // host computes them in the routed kernels' order (cuda_host/warp_order.h) while the GPU computes the
+  // others, and the combine kernel takes their sums.
+  bool computes_host_experts(const ActivationParams& act, const Weight& gate, const Weight& up,
+                             const Weight& down, int k, bool gate_up_biases) const override;
   void routed_ffn_add(const RoutedExperts& experts, const ActivationParams& act, Buf<const int32_t> ids,
                       Buf<const float> weights, int64_t T, int k, Buf<const float> x, Buf<float> out,
                       Buf<float> acc) override;
@@ -187,6 +194,18 @@ class CudaBackend final : public Backend {
     void operator()(FfnHost* p) const;
   };
   std::unique_ptr<FfnHost, FfnHostDeleter> ffn_host_;
+  // routed_ffn_add's experts computed on the host: the pinned bytes that cross (the input rows and ids down,
+  // the down sums up), the event the host waits on for the former, the runner and its job list.
+  void routed_ffn_add_host(const RoutedExperts& ex, const ActivationParams& act, const void* call,
+                           Buf<const int32_t> ids, Buf<const float> weights, int64_t T, int k,
+                           Buf<const float> x, Buf<float> acc);
+  int host_threads_ = 0;
+  void* host_io_ = nullptr;
+  size_t host_io_bytes_ = 0;
+  void* host_in_event_ = nullptr;  // cudaEvent_t
+  Scratch host_v_scratch_;
+  std::unique_ptr<cuda_host::HostExpertRunner> host_runner_;
+  std::vector<cuda_host::HostExpertJob> host_jobs_;
 };
 
 }  // namespace df::backend

@@ -1,4 +1,6 @@
 // Elementwise ops and get_rows (exact dequantization of a table row, as quant::dequantize_row).
+#include <cstring>
+
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -11,6 +13,17 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
   if (i >= n) return;
   const float g = gate[i];
   y[i] = g / (1.0f + expf(-g)) * up[i];  // ggml's scalar silu, then the product
+}
+
+__global__ void write_bytes_kernel(uint8_t* dst, ParamBytes src) {
+  pdl_begin();
+  for (uint32_t i = threadIdx.x; i < src.n; i += blockDim.x) dst[i] = src.bytes[i];
+}
+
+__global__ void copy_floats_kernel(float* dst, const float* src, int64_t n) {
+  pdl_begin();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = src[i];
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
@@ -162,6 +175,21 @@ __global__ void get_rows_kernel(GgmlType type, const uint8_t* table, size_t row_
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + 255) / 256); }
 
 }  // namespace
+
+void launch_write_bytes(void* dst, const void* src, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  ParamBytes p;
+  p.n = static_cast<uint32_t>(n);
+  std::memcpy(p.bytes, src, n);
+  launch_kernel(write_bytes_kernel, 1, 256, 0, stream, static_cast<uint8_t*>(dst), p);
+  check_launch("write bytes kernel");
+}
+
+void launch_copy_floats(float* dst, const float* src, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  launch_kernel(copy_floats_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, dst, src, n);
+  check_launch("copy floats kernel");
+}
 
 void launch_swiglu(const float* gate, const float* up, int64_t n, float* y, cudaStream_t stream) {
   if (n <= 0) return;

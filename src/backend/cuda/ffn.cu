@@ -6,6 +6,7 @@
 #include "backend/cuda/matvec.cuh"
 #include "backend/cuda/mma_tile.cuh"
 #include "backend/cuda/q8_block.cuh"
+#include "quant/portable_exp.h"
 
 namespace df::backend::cuda {
 namespace {
@@ -42,11 +43,13 @@ __device__ __forceinline__ FfnDesc routed_desc(const ExpertStacks& st, int32_t e
     e = 0;
   }
   const size_t ue = static_cast<size_t>(e);
-  const size_t us = st.slot_of ? static_cast<size_t>(st.slot_of[e]) : ue;
+  const int32_t slot = st.slot_of ? st.slot_of[e] : e;
+  const size_t us = static_cast<size_t>(slot);
   FfnDesc d;
-  d.gate = st.gate + us * st.gate_stride;
-  d.up = st.up + us * st.up_stride;
-  d.down = st.down + us * st.down_stride;
+  // A negative slot: the host computes this expert (RoutedExperts::host); its descriptor has no weights.
+  d.gate = slot < 0 ? nullptr : st.gate + us * st.gate_stride;
+  d.up = slot < 0 ? nullptr : st.up + us * st.up_stride;
+  d.down = slot < 0 ? nullptr : st.down + us * st.down_stride;
   d.gate_bias = st.gate_bias ? st.gate_bias + ue * st.n_ff : nullptr;
   d.up_bias = st.up_bias ? st.up_bias + ue * st.n_ff : nullptr;
   d.down_bias = st.down_bias ? st.down_bias + ue * st.n_out : nullptr;
@@ -91,8 +94,10 @@ __device__ __forceinline__ void block_work(const FfnDesc* descs, const FfnItem* 
 }
 
 // The activations as the CPU's ffn.cpp evaluates them (same operations, same order; GeGLU is ggml's
-// f16-table GELU with its FMA, see ffn.cpp). expf and tanhf are CUDA's, within 2 ulp of glibc's; the f16
-// rounding of the GELU absorbs most of that.
+// f16-table GELU with its FMA, see ffn.cpp). SwiGLU's exp is quant::portable_expf (IEEE-exact operations
+// only), so that the host can reproduce a routed expert's bits (--cpu-misses, cuda_host/warp_order.h); the
+// others' expf and tanhf are CUDA's, within 2 ulp of glibc's (the f16 rounding of the GELU absorbs most of
+// that).
 __device__ __forceinline__ float geglu_ggml(float g, float u) {
   if (g <= -10.0f) return 0.0f;
   if (g >= 10.0f) return g * u;
@@ -104,7 +109,7 @@ __device__ __forceinline__ float geglu_ggml(float g, float u) {
 __device__ __forceinline__ float activate(const FfnShape& s, float g, float u) {
   switch (s.act) {
     case FfnAct::SwiGLU:
-      return g / (1.0f + expf(-g)) * u;
+      return quant::portable_swiglu(g, u);
     case FfnAct::GeGLU:
       return geglu_ggml(g, u);
     default: {
@@ -137,6 +142,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   FfnItem it;
   FfnDesc d;
   block_work<kRouted>(descs, items, rs, it, d);
+  if (kRouted && d.gate == nullptr) return;  // a host-computed entry: the whole block has nothing to do
   const int64_t e0 = d.entry0 + it.local0;
   const uint8_t* act = kMode == 2 ? qu + e0 * qu_stride : qg + e0 * qg_stride;
   size_t act_stride = kMode == 2 ? qu_stride : qg_stride;
@@ -210,6 +216,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   FfnItem it;
   FfnDesc d;
   block_work<kRouted>(descs, items, rs, it, d);
+  if (kRouted && d.down == nullptr) {  // host-computed entries go through the combine kernel only
+    if (threadIdx.x == 0) record(rs.err, kErrExpertId, rs.ids[blockIdx.y], -1);
+    return;
+  }
   const int64_t e0 = d.entry0 + it.local0;
   const uint8_t* act = qh + e0 * qh_stride;
   if constexpr (kQuantize) {
@@ -254,11 +264,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
 // (grid x), a warp per output row. The warp meets the row of each of the token's K experts with that entry's
 // own h row (rows_dot's diagonal), then lane 0 forms each entry's value as ffn_down_kernel does and their
 // weighted sum in slot order as moe_combine_add_kernel does, and adds it to acc. Shared memory (dynamic): the
-// warps' staging, then the K quantized h rows.
+// warps' staging, then the K quantized h rows. An entry whose expert the host computed (a negative slot)
+// takes its down sums from host_v (entries x n_out, the values rows_dot would have formed) in place of its
+// product; the warp reads slot 0's row for it meanwhile, so that every warp's rows stay valid.
 template <class T, int K>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     ffn_down_combine_kernel(FfnShape s, const float* h_raw, const float* weights, float* acc_rows,
-                            RoutedSource rs) {
+                            RoutedSource rs, const float* host_v) {
   pdl_begin();
   extern __shared__ __align__(16) uint8_t combine_smem[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -270,7 +282,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
 #pragma unroll
   for (int j = 0; j < K; ++j) {
     d[j] = routed_desc(rs.st, rs.ids[t * K + j], t * K + j, rs.err);
-    rows[j] = d[j].down + o * s.down_row_bytes;
+    rows[j] = (d[j].down ? d[j].down : rs.st.down) + o * s.down_row_bytes;
   }
   const size_t stride = act_row_stride(GgmlType::Q8_0, s.n_ff);
   uint8_t* act = combine_smem + kWarpsPerBlock * K * smem_slot<T>();
@@ -283,7 +295,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   float sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < K; ++j) {
-    float v = static_cast<float>(acc[j][0]);
+    float v = d[j].down ? static_cast<float>(acc[j][0]) : host_v[(t * K + j) * s.n_out + o];
     if (d[j].down_bias) v += d[j].down_bias[o];
     if (d[j].out_scale != 1.0f) v *= d[j].out_scale;
     const float w = weights[t * K + j];
@@ -463,7 +475,7 @@ bool routed_ffn_direct(const FfnShape& s, const float* x) {
          in_kernel_quantize_shape(s.down_type, s.n_ff, s.n_ff, 1);
 }
 
-namespace {
+namespace {}  // namespace
 
 void launch_routed_gate_up(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
                            float* h, cudaStream_t stream) {
@@ -477,6 +489,8 @@ void launch_routed_gate_up(const FfnShape& s, const RoutedSource& rs, int64_t en
   });
   check_launch("routed ffn gate/up kernel");
 }
+
+namespace {
 
 // The types the routed kernels take (routed_ffn_direct's), as traits.
 template <class F>
@@ -546,6 +560,12 @@ void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_
                                const float* weights, float* acc, cudaStream_t stream) {
   if (T <= 0 || s.n_ff <= 0 || s.n_out <= 0) return;
   launch_routed_gate_up(s, rs, T * rs.k, x, h, stream);
+  launch_routed_down_combine(s, rs, T, h, weights, acc, nullptr, stream);
+}
+
+void launch_routed_down_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* h,
+                                const float* weights, float* acc, const float* host_v, cudaStream_t stream) {
+  if (T <= 0 || s.n_ff <= 0 || s.n_out <= 0) return;
   const size_t smem = combine_smem_bytes(s, rs.k);
   const dim3 grid(static_cast<unsigned>((s.n_out + kWarpsPerBlock - 1) / kWarpsPerBlock),
                   static_cast<unsigned>(T));
@@ -556,7 +576,7 @@ void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                  "cudaFuncSetAttribute (routed down/combine kernel)");
       launch_kernel(ffn_down_combine_kernel<T, K>, grid, kWarpsPerBlock * kWarp, smem, stream, s, h, weights,
-                    acc, rs);
+                    acc, rs, host_v);
     });
   });
   if (!launched)

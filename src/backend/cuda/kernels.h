@@ -65,6 +65,17 @@ DF_HD inline size_t act_row_stride(GgmlType act, int64_t n) {
 // Quantizes rows of x (rows × n floats; row r at x + r * x_stride, or row rows_map[r] of x when rows_map is
 // given) to the activation format act, row r at dst + r * act_row_stride(act, n). Byte-for-value identical
 // to quant::quantize_activation.
+// Small uploads as a kernel's parameters (kParamBytes at most): the bytes travel with the launch, not through
+// a copy engine, so they do not queue behind the expert records' copies up on another stream (an upload on
+// the same engine would wait for them, and the layer with it).
+constexpr size_t kParamBytes = 1024;
+struct ParamBytes {
+  uint32_t n;
+  uint8_t bytes[kParamBytes];
+};
+void launch_write_bytes(void* dst, const void* src, size_t n, cudaStream_t stream);
+// dst[i] = src[i] for i < n: src may be mapped host memory (the SMs read it over the link, no copy engine).
+void launch_copy_floats(float* dst, const float* src, int64_t n, cudaStream_t stream);
 void launch_quantize(GgmlType act, const float* x, int64_t x_stride, const int32_t* rows_map, int64_t rows,
                      int64_t n, uint8_t* dst, cudaStream_t stream);
 
@@ -159,7 +170,8 @@ struct ExpertStacks {
   size_t gate_stride, up_stride, down_stride;
   const float *gate_bias, *up_bias, *down_bias;
   const float* down_scale;  // null: none; else expert e's out_scale is down_scale[e]
-  const int32_t* slot_of;   // null: expert e is matrix e of each stack; else matrix slot_of[e]
+  const int32_t*
+      slot_of;  // null: expert e is matrix e of each stack; else matrix slot_of[e] (< 0: the host's)
   int n_expert;
   int64_t n_ff, n_out;
 };
@@ -187,6 +199,14 @@ void launch_routed_ffn(const FfnShape& s, const RoutedSource& rs, int64_t entrie
 bool routed_ffn_combines(const FfnShape& s, const float* x, int k);
 void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* x, float* h,
                                const float* weights, float* acc, cudaStream_t stream);
+// Its two launches apart, for a call whose host computes some experts meanwhile (CudaBackend::routed_ffn_add
+// with RoutedExperts::host): the gate/up products of the entries whose slot is not negative, then the down
+// product with the combine, in which an entry of a negative slot takes its down sums from host_v (entries x
+// n_out floats on the device; null when no slot is negative).
+void launch_routed_gate_up(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
+                           float* h, cudaStream_t stream);
+void launch_routed_down_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* h,
+                                const float* weights, float* acc, const float* host_v, cudaStream_t stream);
 
 // ---- Expert records: n_out Q4_0 rows (n_out a multiple of 16) from Q4_0x16 groups (quant/q4_0x16.h), the
 // bytes the host's quant::unpack_q4_0x16 writes. `packed` 4-byte aligned, `rows` 2-byte aligned.

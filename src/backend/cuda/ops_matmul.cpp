@@ -437,6 +437,14 @@ void CudaBackend::routed_ffn_add(const RoutedExperts& ex, const ActivationParams
   need(weights, entries, "routed_ffn_add weights");
   need(acc, T * c.n_out, "routed_ffn_add sums");
   const cuda::FfnShape shape = ffn_shape(c.a, act, 1);
+  if (!ex.host.empty()) {
+    if (!ex.slot_of || !cuda::routed_ffn_combines(shape, BA::raw(x), k) ||
+        !computes_host_experts(act, ex.host[0].gate, ex.host[0].up, ex.host[0].down, k,
+                               ex.gate_bias || ex.up_bias))
+      fail("routed_ffn_add: experts in host memory for a call the host cannot compute to the GPU's bits");
+    routed_ffn_add_host(ex, act, &c, ids, weights, T, k, x, acc);
+    return;
+  }
   if (!cuda::routed_ffn_combines(shape, BA::raw(x), k)) {
     routed_ffn(ex, act, ids, T, k, x, out);
     moe_combine_add(out, weights, T, k, c.n_out, acc);
@@ -452,6 +460,81 @@ void CudaBackend::routed_ffn_add(const RoutedExperts& ex, const ActivationParams
   auto* err = static_cast<cuda::DeviceError*>(error_word_device_);
   cuda::launch_routed_ffn_combine(shape, cuda::RoutedSource{c.st, BA::raw(ids), k, err}, T, BA::raw(x), h,
                                   BA::raw(weights), BA::raw(acc), as_stream(stream_));
+}
+
+bool CudaBackend::computes_host_experts(const ActivationParams& act, const Weight& gate, const Weight& up,
+                                        const Weight& down, int k, bool gate_up_biases) const {
+  if (act.kind != Activation::SwiGLU || gate_up_biases || gate.type != up.type) return false;
+  if (k != 2 && k != 4 && k != 6 && k != 8) return false;  // the combine kernel's k (routed_ffn_combines)
+  for (const Weight* w : {&gate, &up, &down})
+    if (!cuda_host::warp_order_supported(w->type, w->packing)) return false;
+  return true;
+}
+
+// The host's experts of a routed_ffn_add: the input rows and ids come down (one small copy, waited for), the
+// GPU's gate/up launch for its own entries goes first, the host computes its entries meanwhile, their down
+// sums go up, and the combine kernel takes them in the entries' places. The pinned bytes are reused by the
+// next call only after its own download, which the stream orders after this call's upload.
+void CudaBackend::routed_ffn_add_host(const RoutedExperts& ex, const ActivationParams& act, const void* call,
+                                      Buf<const int32_t> ids, Buf<const float> weights, int64_t T, int k,
+                                      Buf<const float> x, Buf<float> acc) {
+  const RoutedCall& c = *static_cast<const RoutedCall*>(call);
+  graph_.unreplayable("routed experts computed on the host");
+  const auto timer = timed(
+      {"routed_ffn_add_host", ggml_type_name(ex.gate.first.type).data(), c.n_ff, ex.gate.first.n_in, T});
+  const int64_t entries = T * k, n_in = c.a.gate.n_in;
+  const size_t x_bytes = static_cast<size_t>(T * n_in) * sizeof(float);
+  const size_t ids_bytes = static_cast<size_t>(entries) * sizeof(int32_t);
+  const size_t v_bytes = static_cast<size_t>(entries * c.n_out) * sizeof(float);
+  const size_t ids_at = (x_bytes + 63) / 64 * 64, v_at = (ids_at + ids_bytes + 63) / 64 * 64;
+  const size_t io_bytes = v_at + v_bytes;
+  cudaStream_t stream = as_stream(stream_);
+  if (host_io_bytes_ < io_bytes) {
+    cuda::check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (host_io_) cuda::check_cuda(cudaFreeHost(host_io_), "cudaFreeHost");
+    host_io_ = nullptr;
+    host_io_bytes_ = 0;
+    // Mapped: the down sums go up through the SMs' reads (launch_copy_floats), not a copy engine, where
+    // they would queue behind the records being copied up for the next layers.
+    cuda::check_cuda(cudaHostAlloc(&host_io_, io_bytes, cudaHostAllocMapped), "cudaHostAlloc (host experts)");
+    host_io_bytes_ = io_bytes;
+  }
+  if (!host_in_event_) {
+    cudaEvent_t e = nullptr;
+    cuda::check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    host_in_event_ = e;
+  }
+  if (!host_runner_) host_runner_ = std::make_unique<cuda_host::HostExpertRunner>(host_threads_);
+  auto* io = static_cast<uint8_t*>(host_io_);
+  auto* hx = reinterpret_cast<float*>(io);
+  auto* hids = reinterpret_cast<int32_t*>(io + ids_at);
+  auto* hv = reinterpret_cast<float*>(io + v_at);
+  cuda::check_cuda(cudaMemcpyAsync(hx, BA::raw(x), x_bytes, cudaMemcpyDeviceToHost, stream),
+                   "cudaMemcpyAsync (down)");
+  cuda::check_cuda(cudaMemcpyAsync(hids, BA::raw(ids), ids_bytes, cudaMemcpyDeviceToHost, stream),
+                   "cudaMemcpyAsync (down)");
+  cuda::check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(host_in_event_), stream), "cudaEventRecord");
+  auto* h = static_cast<float*>(
+      grow(ffn_scratch_, static_cast<size_t>(entries * c.n_ff) * sizeof(float), "ffn scratch"));
+  auto* v_dev = static_cast<float*>(grow(host_v_scratch_, v_bytes, "host expert sums"));
+  const cuda::FfnShape shape = ffn_shape(c.a, act, 1);
+  const cuda::RoutedSource rs{c.st, BA::raw(ids), k, static_cast<cuda::DeviceError*>(error_word_device_)};
+  cuda::launch_routed_gate_up(shape, rs, entries, BA::raw(x), h, stream);
+  cuda::check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(host_in_event_)), "cudaEventSynchronize");
+  host_jobs_.clear();
+  for (int64_t i = 0; i < entries; ++i) {
+    const int32_t e = hids[i];
+    for (const HostExpert& he : ex.host)
+      if (he.expert == e) {
+        host_jobs_.push_back({he.gate, he.up, he.down, hx + (i / k) * n_in, hv + i * c.n_out});
+        break;
+      }
+  }
+  host_runner_->run(host_jobs_);
+  void* hv_mapped = nullptr;
+  cuda::check_cuda(cudaHostGetDevicePointer(&hv_mapped, hv, 0), "cudaHostGetDevicePointer");
+  cuda::launch_copy_floats(v_dev, static_cast<const float*>(hv_mapped), entries * c.n_out, stream);
+  cuda::launch_routed_down_combine(shape, rs, T, h, BA::raw(weights), BA::raw(acc), v_dev, stream);
 }
 
 }  // namespace df::backend
