@@ -328,8 +328,7 @@ bool TieredExpertProvider::host_capable(int moe_layer, const experts::RoutedOp& 
       refused_noticed_ = true;
       notice_(fmt::format(
           "--cpu-misses: the backend cannot compute MoE layer {}'s experts ({}, {}, {}) on the host to its "
-          "own "
-          "bits; its misses are copied up",
+          "own bits; its misses are copied up",
           moe_layer, ggml_type_name(p[0].type), ggml_type_name(p[1].type), ggml_type_name(p[2].type)));
     }
   }
