@@ -56,6 +56,22 @@ bool open_resident(const std::string& model, df::OpenedModel& out) {
   return true;
 }
 
+// The store's layout (record size, each MoE layer's parts), read from the store itself.
+df::store::Layout store_layout(const std::string& store) {
+  return df::open_model(options_for(store)).store->layout();
+}
+
+// Whether the backend computes a layer's experts from host memory (--cpu-misses) for a SwiGLU op of top_k
+// without biases, given the parts' types and packings in the store.
+bool computes_swiglu_host_experts(const df::backend::Backend& be, const df::store::MoeLayerLayout& parts,
+                                  int top_k) {
+  const auto shape = [](const df::store::ExpertPart& p) {
+    return df::backend::Weight{p.type, nullptr, p.n_in, p.n_out, p.packing};
+  };
+  return be.computes_host_experts(df::backend::ActivationParams{}, shape(parts.gate), shape(parts.up),
+                                  shape(parts.down), top_k, false);
+}
+
 class DF_TIER_SUITE(TieredGolden) : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(DF_TIER_SUITE(TieredGolden),
@@ -75,11 +91,7 @@ TEST_P(DF_TIER_SUITE(TieredGolden),
       needed.insert(static_cast<int64_t>(i / per_layer) * info.n_expert + expected.expert_ids[i]);
   }
   const std::string store = ingest_once(model);
-  uint64_t record_bytes = 0;
-  {
-    df::OpenedModel probe = df::open_model(options_for(store));
-    record_bytes = probe.store->layout().record_bytes;
-  }
+  const uint64_t record_bytes = store_layout(store).record_bytes;
   // A small tier shrinks the prefill chunk (its union must fit). The CPU's results do not depend on the
   // chunk; a GPU's trunk products may (tensor cores for long chunks), so the reference is the resident
   // model run with the same chunk.
@@ -185,11 +197,7 @@ TEST(DF_TIER_SUITE(TieredFaults), AnIoErrorFailsTheStepNamingTheRecordAndTheRetr
   const std::string store = ingest_once("lfm2moe-tiny");
   const std::vector<int32_t> prompt = teacher_forced_prompt("lfm2moe-tiny");
   const int top_k = probe_resident.model->info().n_expert_used;
-  uint64_t record_bytes = 0;
-  {
-    df::OpenedModel probe = df::open_model(options_for(store));
-    record_bytes = probe.store->layout().record_bytes;
-  }
+  const uint64_t record_bytes = store_layout(store).record_bytes;
   for (int lookahead : {0}) {
     SCOPED_TRACE(::testing::Message() << "lookahead " << lookahead);
     auto o = tiered_options(store, record_bytes, top_k);
@@ -216,11 +224,7 @@ TEST(DF_TIER_SUITE(TieredFaults), AShortReadIsCompletedAndChangesNothing) {
   if (!open_resident("lfm2moe-tiny", probe_resident)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
   const std::string store = ingest_once("lfm2moe-tiny");
   const std::vector<int32_t> prompt = teacher_forced_prompt("lfm2moe-tiny");
-  uint64_t record_bytes = 0;
-  {
-    df::OpenedModel probe = df::open_model(options_for(store));
-    record_bytes = probe.store->layout().record_bytes;
-  }
+  const uint64_t record_bytes = store_layout(store).record_bytes;
   auto o = tiered_options(store, record_bytes, probe_resident.model->info().n_expert_used);
   o.faults.short_on_read = 1;
   df::OpenedModel m = df::open_model(o);
@@ -243,11 +247,7 @@ TEST(DF_TIER_SUITE(TieredGuesses), ALayersPinsTakeTheSlotsOfGuessesWhoseCopiesWe
   const int top_k = info.n_expert_used;
   ASSERT_GE(info.n_expert, 2 * top_k);
   ASSERT_GE(info.moe_layers.size(), 2u);
-  uint64_t record_bytes = 0;
-  {
-    df::OpenedModel probe = df::open_model(options_for(store));
-    record_bytes = probe.store->layout().record_bytes;
-  }
+  const uint64_t record_bytes = store_layout(store).record_bytes;
   auto o = on_device(options_for(store));
   o.gpu_cache_bytes = static_cast<uint64_t>(top_k) * record_bytes;
   o.expert_cache_bytes = static_cast<uint64_t>(info.n_expert) * info.moe_layers.size() * record_bytes;
@@ -289,11 +289,7 @@ TEST(DF_TIER_SUITE(TieredCpuMisses), MissesStayInRamButMissCopiesAndTheirPinsCom
   const auto info = probe_resident.model->info();
   const int top_k = info.n_expert_used, n_moe = static_cast<int>(info.moe_layers.size());
   ASSERT_GE(info.n_expert, 2 * top_k);
-  uint64_t record_bytes = 0;
-  {
-    df::OpenedModel probe = df::open_model(options_for(store));
-    record_bytes = probe.store->layout().record_bytes;
-  }
+  const uint64_t record_bytes = store_layout(store).record_bytes;
   auto o = on_device(options_for(store));
   o.gpu_cache_bytes = static_cast<uint64_t>(top_k + 1) * record_bytes;
   o.expert_cache_bytes = static_cast<uint64_t>(top_k + 1) * record_bytes;
@@ -305,11 +301,7 @@ TEST(DF_TIER_SUITE(TieredCpuMisses), MissesStayInRamButMissCopiesAndTheirPinsCom
   df::stream::TieredExpertProvider& tiers = *m.tiers;
   const df::experts::RoutedOp op{df::backend::ActivationParams{}, top_k, false};
   const auto& parts = m.store->layout().layers[0];
-  const auto shape = [](const df::store::ExpertPart& p) {
-    return df::backend::Weight{p.type, nullptr, p.n_in, p.n_out, p.packing};
-  };
-  if (!m.backend->computes_host_experts(op.act, shape(parts.gate), shape(parts.up), shape(parts.down), top_k,
-                                        false))
+  if (!computes_swiglu_host_experts(*m.backend, parts, top_k))
     GTEST_SKIP() << "the " << DF_TIER_DEVICE << " backend computes no such expert on the host";
   uint64_t host_total = 0;
   for (int round = 0; round < 2; ++round)
@@ -377,11 +369,8 @@ TEST_P(DF_TIER_SUITE(TieredCpuMissesGolden), EveryRowBitIdenticalToResident) {
   const int n_moe = static_cast<int>(info.moe_layers.size()), top_k = info.n_expert_used;
   const uint64_t all_records = static_cast<uint64_t>(info.n_expert) * static_cast<uint64_t>(n_moe);
   const std::string store = ingest_once(model);
-  uint64_t record_bytes = 0;
-  {
-    df::OpenedModel probe = df::open_model(options_for(store));
-    record_bytes = probe.store->layout().record_bytes;
-  }
+  const df::store::Layout layout = store_layout(store);
+  const uint64_t record_bytes = layout.record_bytes;
   std::map<int, RunRecord> resident_by_chunk;
   resident_by_chunk.emplace(resident.prefill_chunk, expected);
   uint64_t host_total = 0;
@@ -410,15 +399,9 @@ TEST_P(DF_TIER_SUITE(TieredCpuMissesGolden), EveryRowBitIdenticalToResident) {
         host_total += m.tiers->telemetry().total.host_computed;
       }
   std::cout << "[   INFO   ] " << model << ": " << host_total << " experts computed on the host\n";
-  const df::OpenedModel probe = df::open_model(options_for(store));
-  const auto& parts = probe.store->layout().layers[0];
-  const auto shape = [](const df::store::ExpertPart& p) {
-    return df::backend::Weight{p.type, nullptr, p.n_in, p.n_out, p.packing};
-  };
   // gpt-oss's experts have biases and another activation: no host experts for it.
   if (model != "gpt-oss-tiny" && model != "gemma4-tiny" &&
-      resident.backend->computes_host_experts(df::backend::ActivationParams{}, shape(parts.gate),
-                                              shape(parts.up), shape(parts.down), top_k, false)) {
+      computes_swiglu_host_experts(*resident.backend, layout.layers[0], top_k)) {
     EXPECT_GT(host_total, 0u) << "no expert was left on the host";
   }
 }
