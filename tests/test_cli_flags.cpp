@@ -241,3 +241,31 @@ TEST(CliFlags, AnUnknownOrUnbuiltDeviceIsAClearError) {
     EXPECT_EQ(r.out, "");
   }
 }
+
+// The packed kernel's weight walk (weight_streams.h) changes how bytes are read, never a result: the ids with
+// the other walk equal the default's; a malformed setting is refused before anything runs.
+TEST(CliFlags, WeightWalkSettingsKeepTheIdsAndBadValuesAreClearErrors) {
+  const std::string cmd =
+      "run -m " + golden_path("lfm2moe-tiny.gguf") + " --resident -p hi -n 12 --temp 0 --print-ids";
+  auto plain = run_cli_split(cmd);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ::setenv("DF_Q4_0X16_STREAMS", "2", 1);
+  ::setenv("DF_Q4_0X16_PREFETCH", "4096", 1);
+  auto walked = run_cli_split(cmd);
+  EXPECT_EQ(walked.status, 0) << walked.err;
+  EXPECT_EQ(walked.out, plain.out);
+  ::setenv("DF_Q4_0X16_STREAMS", "3", 1);
+  auto bad_streams = run_cli_split(cmd);
+  ::unsetenv("DF_Q4_0X16_STREAMS");
+  ::setenv("DF_Q4_0X16_PREFETCH", "4k", 1);
+  auto bad_prefetch = run_cli_split(cmd);
+  ::unsetenv("DF_Q4_0X16_PREFETCH");
+  EXPECT_NE(bad_streams.status, 0);
+  EXPECT_NE(bad_streams.err.find("DF_Q4_0X16_STREAMS=3 is not a whole number from 1 to 2"), std::string::npos)
+      << bad_streams.err;
+  EXPECT_EQ(bad_streams.out, "");
+  EXPECT_NE(bad_prefetch.status, 0);
+  EXPECT_NE(bad_prefetch.err.find("DF_Q4_0X16_PREFETCH=4k is not a whole number"), std::string::npos)
+      << bad_prefetch.err;
+  EXPECT_EQ(bad_prefetch.out, "");
+}

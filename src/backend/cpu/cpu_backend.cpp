@@ -8,6 +8,7 @@
 
 #include "backend/cpu/gemm_tiling.h"
 #include "backend/cpu/host_record_slots.h"
+#include "backend/cpu/kernels/weight_streams.h"
 #include "util/error.h"
 #include "util/huge_page_buffer.h"
 
@@ -20,6 +21,7 @@ CpuBackend::CpuBackend(int n_threads, kernels::SimdLevel level) : pool_(n_thread
     fail("cpu backend: SIMD level {} is not supported by this CPU (the best it supports is {})",
          kernels::simd_level_name(level), kernels::simd_level_name(kernels::best_simd_level()));
   pool_.count_busy_time(profile_.on());
+  kernels::weight_streams();  // a malformed DF_Q4_0X16_* setting is refused here, not inside a job
 }
 
 void CpuBackend::swiglu(Buf<const float> gate_buf, Buf<const float> up_buf, int64_t n, Buf<float> y_buf) {

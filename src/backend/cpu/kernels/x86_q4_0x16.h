@@ -5,8 +5,9 @@
 // Per row and block the integer sum is exact (codes taken as q + 8 and 8 * sum(a) subtracted, as in
 // x86_q8_family.h), then (float(sumi) * d_w) * d_a is added to the row's sum in block order: the
 // reference's operations in the reference's order, so every output equals quant::vec_dot of the unpacked
-// row bit for bit. A group is one sequential stream of bytes, which the hardware prefetcher follows (about
-// 20 GB/s from DRAM on the dev VM, one thread); software prefetch hints measured no better.
+// row bit for bit. A group is one sequential stream of bytes; how a thread walks the groups for decode (one
+// stream or two, software prefetch hints or none) is chosen per CPU (weight_streams.h).
+#include "backend/cpu/kernels/weight_streams.h"
 #include "backend/cpu/kernels/x86_common.h"
 #include "quant/q4_0x16.h"
 
@@ -20,7 +21,6 @@ struct Q4_0x16Kernel {
   // Blocks whose activation offsets are prepared at once; longer rows are done in chunks, the running sums
   // going through `out` between chunks (a float stored and reloaded is unchanged).
   static constexpr int kChunkBlocks = 128;
-
   // 8 * (sum of the block's 32 activation values), the offset of codes q + 8.
   static DF_X86_INLINE int32_t offset_sum(const BlockQ8_0& a) {
     const __m256i u = _mm256_xor_si256(load256(a.qs), _mm256_set1_epi8(static_cast<char>(0x80)));
@@ -28,6 +28,10 @@ struct Q4_0x16Kernel {
     const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
     const int64_t total = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1);
     return 8 * (static_cast<int32_t>(total) - 32 * 128);
+  }
+
+  static DF_X86_INLINE void prefetch_block(const WBlock* b, int distance) {
+    prefetch_span(reinterpret_cast<const uint8_t*>(b), static_cast<size_t>(distance), sizeof(WBlock));
   }
 
   static DF_X86_INLINE __m256i word(const int8_t* p) {
@@ -40,33 +44,31 @@ struct Q4_0x16Kernel {
   static DF_X86_INLINE void load(Acc& acc, const float* p) { acc = _mm512_loadu_ps(p); }
   static DF_X86_INLINE void store(float* p, const Acc& acc) { _mm512_storeu_ps(p, acc); }
 
+  // Block k of one group against the C activation rows, added into that group's accumulators.
   template <int C>
-  static DF_X86_INLINE void blocks(const WBlock* w, const BlockQ8_0* const* a,
-                                   const int32_t (*off)[kChunkBlocks], int n_blocks, Acc* acc) {
+  static DF_X86_INLINE void block(const WBlock& b, const BlockQ8_0* const* a,
+                                  const int32_t (*off)[kChunkBlocks], int k, Acc* acc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    for (int k = 0; k < n_blocks; ++k) {
-      const WBlock& b = w[k];
-      // maskz forms: GCC 12 warns about the undefined source of the plain ones.
-      const __m512 dw = _mm512_maskz_cvtph_ps(0xFFFF, load256(b.d));
-      __m512i lo[4], hi[4];
+    // maskz forms: GCC 12 warns about the undefined source of the plain ones.
+    const __m512 dw = _mm512_maskz_cvtph_ps(0xFFFF, load256(b.d));
+    __m512i lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m512i q = _mm512_loadu_si512(b.qs[j]);
+      lo[j] = _mm512_and_si512(q, m4);
+      hi[j] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    }
+    for (int c = 0; c < C; ++c) {
+      const BlockQ8_0& ab = a[c][k];
+      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
       for (int j = 0; j < 4; ++j) {
-        const __m512i q = _mm512_loadu_si512(b.qs[j]);
-        lo[j] = _mm512_and_si512(q, m4);
-        hi[j] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        s0 = _mm512_dpbusd_epi32(s0, lo[j], _mm512_set1_epi32(static_cast<int>(read_u32(ab.qs + 4 * j))));
+        s1 =
+            _mm512_dpbusd_epi32(s1, hi[j], _mm512_set1_epi32(static_cast<int>(read_u32(ab.qs + 16 + 4 * j))));
       }
-      for (int c = 0; c < C; ++c) {
-        const BlockQ8_0& ab = a[c][k];
-        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-        for (int j = 0; j < 4; ++j) {
-          s0 = _mm512_dpbusd_epi32(s0, lo[j], _mm512_set1_epi32(static_cast<int>(read_u32(ab.qs + 4 * j))));
-          s1 = _mm512_dpbusd_epi32(s1, hi[j],
-                                   _mm512_set1_epi32(static_cast<int>(read_u32(ab.qs + 16 + 4 * j))));
-        }
-        const __m512i sumi = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(off[c][k]));
-        const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, sumi), dw),
-                                       _mm512_set1_ps(half_to_float(ab.d)));
-        acc[c] = _mm512_add_ps(acc[c], v);
-      }
+      const __m512i sumi = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_set1_epi32(off[c][k]));
+      const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, sumi), dw),
+                                     _mm512_set1_ps(half_to_float(ab.d)));
+      acc[c] = _mm512_add_ps(acc[c], v);
     }
   }
 #else
@@ -85,39 +87,74 @@ struct Q4_0x16Kernel {
 
   // u8 x s8 pairs summed in int16: at most 2 * 15 * 128 per pair and eight pairs per lane, 30720 < 2^15.
   template <int C>
-  static DF_X86_INLINE void blocks(const WBlock* w, const BlockQ8_0* const* a,
-                                   const int32_t (*off)[kChunkBlocks], int n_blocks, Acc* acc) {
+  static DF_X86_INLINE void block(const WBlock& b, const BlockQ8_0* const* a,
+                                  const int32_t (*off)[kChunkBlocks], int k, Acc* acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i ones = _mm256_set1_epi16(1);
-    for (int k = 0; k < n_blocks; ++k) {
-      const WBlock& b = w[k];
-      for (int h = 0; h < 2; ++h) {
-        const __m256 dw = _mm256_cvtph_ps(load128(b.d + 8 * h));
-        __m256i lo[4], hi[4];
-        for (int j = 0; j < 4; ++j) {
-          const __m256i q = load256(b.qs[j][8 * h]);
-          lo[j] = _mm256_and_si256(q, m4);
-          hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dw = _mm256_cvtph_ps(load128(b.d + 8 * h));
+      __m256i lo[4], hi[4];
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q = load256(b.qs[j][8 * h]);
+        lo[j] = _mm256_and_si256(q, m4);
+        hi[j] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      }
+      for (int c = 0; c < C; ++c) {
+        const BlockQ8_0& ab = a[c][k];
+        __m256i p = _mm256_maddubs_epi16(lo[0], word(ab.qs));
+        p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[0], word(ab.qs + 16)));
+        for (int j = 1; j < 4; ++j) {
+          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[j], word(ab.qs + 4 * j)));
+          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[j], word(ab.qs + 16 + 4 * j)));
         }
-        for (int c = 0; c < C; ++c) {
-          const BlockQ8_0& ab = a[c][k];
-          __m256i p = _mm256_maddubs_epi16(lo[0], word(ab.qs));
-          p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[0], word(ab.qs + 16)));
-          for (int j = 1; j < 4; ++j) {
-            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[j], word(ab.qs + 4 * j)));
-            p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[j], word(ab.qs + 16 + 4 * j)));
-          }
-          const __m256i sumi = _mm256_sub_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(off[c][k]));
-          const __m256 v =
-              _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi), dw), _mm256_set1_ps(half_to_float(ab.d)));
-          acc[c].h[h] = _mm256_add_ps(acc[c].h[h], v);
-        }
+        const __m256i sumi = _mm256_sub_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(off[c][k]));
+        const __m256 v =
+            _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sumi), dw), _mm256_set1_ps(half_to_float(ab.d)));
+        acc[c].h[h] = _mm256_add_ps(acc[c].h[h], v);
       }
     }
   }
 #endif
 
-  // C activation rows against `rows` rows (a multiple of 16) starting at group w.
+  // Blocks [0, n_blocks) of S groups walked side by side (S byte streams in flight at once), each group's
+  // rows accumulating in acc[s]: every row still sums its blocks in order, whatever S is.
+  template <int C, int S>
+  static DF_X86_INLINE void blocks(const WBlock* const* w, const BlockQ8_0* const* a,
+                                   const int32_t (*off)[kChunkBlocks], int n_blocks, Acc (*acc)[C], int pf) {
+    for (int k = 0; k < n_blocks; ++k) {
+      for (int s = 0; s < S; ++s) {
+        if (pf) prefetch_block(w[s] + k, pf);
+        block<C>(w[s][k], a, off, k, acc[s]);
+      }
+    }
+  }
+
+  // Groups g[0..S) of blocks [k0, k0 + n_blocks): accumulators from `out` (or zero for the first chunk),
+  // the blocks, back to `out`.
+  template <int C, int S>
+  static DF_X86_INLINE void groups(const uint8_t* w, size_t group_bytes, const int64_t* g,
+                                   const BlockQ8_0* const* ak, const int32_t (*off)[kChunkBlocks], int64_t k0,
+                                   int n_blocks, float* out, size_t out_stride, int pf) {
+    const WBlock* wg[S];
+    Acc acc[S][C];
+    for (int s = 0; s < S; ++s) {
+      wg[s] = reinterpret_cast<const WBlock*>(w + static_cast<size_t>(g[s]) * group_bytes) + k0;
+      for (int c = 0; c < C; ++c) {
+        if (k0 == 0) {
+          zero(acc[s][c]);
+        } else {
+          load(acc[s][c], out + static_cast<size_t>(c) * out_stride + static_cast<size_t>(g[s] * kRows));
+        }
+      }
+    }
+    blocks<C, S>(wg, ak, off, n_blocks, acc, pf);
+    for (int s = 0; s < S; ++s)
+      for (int c = 0; c < C; ++c)
+        store(out + static_cast<size_t>(c) * out_stride + static_cast<size_t>(g[s] * kRows), acc[s][c]);
+  }
+
+  // C activation rows against `rows` rows (a multiple of 16) starting at group w. For one activation row
+  // (decode) with two streams, the two halves of the groups are walked side by side.
   template <int C>
   static void cols(const uint8_t* w, size_t group_bytes, int64_t rows, const uint8_t* act, size_t act_stride,
                    int64_t nb, float* out, size_t out_stride) {
@@ -125,27 +162,23 @@ struct Q4_0x16Kernel {
     for (int c = 0; c < C; ++c)
       a[c] = reinterpret_cast<const BlockQ8_0*>(act + static_cast<size_t>(c) * act_stride);
     int32_t off[C][kChunkBlocks];
+    const WeightStreams& walk = weight_streams();
+    const int pf = walk.prefetch_bytes;
+    const int64_t n_groups = rows / kRows;
+    const int64_t paired = C == 1 && walk.streams == 2 ? n_groups / 2 : 0;
+    const int64_t half = n_groups - paired;  // groups [0, paired) go with [half, n_groups); the rest alone
     for (int64_t k0 = 0; k0 < nb; k0 += kChunkBlocks) {
       const int n_blocks = static_cast<int>(nb - k0 < kChunkBlocks ? nb - k0 : kChunkBlocks);
       for (int c = 0; c < C; ++c)
         for (int k = 0; k < n_blocks; ++k) off[c][k] = offset_sum(a[c][k0 + k]);
       const BlockQ8_0* ak[C];
       for (int c = 0; c < C; ++c) ak[c] = a[c] + k0;
-      for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
-        const auto* wg =
-            reinterpret_cast<const WBlock*>(w + static_cast<size_t>(r0 / kRows) * group_bytes) + k0;
-        Acc acc[C];
-        for (int c = 0; c < C; ++c) {
-          if (k0 == 0) {
-            zero(acc[c]);
-          } else {
-            load(acc[c], out + static_cast<size_t>(c) * out_stride + static_cast<size_t>(r0));
-          }
-        }
-        blocks<C>(wg, ak, off, n_blocks, acc);
-        for (int c = 0; c < C; ++c)
-          store(out + static_cast<size_t>(c) * out_stride + static_cast<size_t>(r0), acc[c]);
+      for (int64_t g = 0; g < paired; ++g) {
+        const int64_t pair[2] = {g, g + half};
+        groups<C, 2>(w, group_bytes, pair, ak, off, k0, n_blocks, out, out_stride, pf);
       }
+      for (int64_t g = paired; g < half; ++g)
+        groups<C, 1>(w, group_bytes, &g, ak, off, k0, n_blocks, out, out_stride, pf);
     }
   }
 
