@@ -4,13 +4,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <chrono>
 #include <climits>
-#include <cstdlib>
-#include <string_view>
 #include <utility>
 
+#include "util/env_int.h"
 #include "util/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -64,14 +62,7 @@ bool spin_until(Done&& done, std::chrono::microseconds budget) {
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   n_threads_ = n_threads;
-  if (const char* v = std::getenv("DF_CPU_TASKS_PER_THREAD"); v && *v) {
-    const std::string_view text(v);
-    int t = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), t);
-    if (ec != std::errc{} || end != text.data() + text.size() || t < 1 || t > 64)
-      fail("DF_CPU_TASKS_PER_THREAD={} is not a count of 1 to 64", v);
-    tasks_per_thread_ = t;
-  }
+  tasks_per_thread_ = env_int("DF_CPU_TASKS_PER_THREAD", 1, 64, kTasksPerThread);
   thread_times_.resize(static_cast<size_t>(n_threads_));
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker(i); });

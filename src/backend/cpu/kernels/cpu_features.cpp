@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <string_view>
 
 #include "util/error.h"
 
@@ -90,6 +92,16 @@ SimdLevel best_simd_level() {
   if (support().avx512) return SimdLevel::kAvx512;
   if (support().avx2) return SimdLevel::kAvx2;
   return SimdLevel::kScalar;
+}
+
+bool cpu_vendor_is_intel() {
+  unsigned max_leaf = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &max_leaf, &ebx, &ecx, &edx)) return false;
+  char vendor[12];  // EBX, EDX, ECX
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  return std::string_view(vendor, sizeof vendor) == "GenuineIntel";
 }
 
 SimdLevel select_simd_level() {

@@ -24,6 +24,10 @@ bool simd_level_supported(SimdLevel level);
 // The fastest supported level.
 SimdLevel best_simd_level();
 
+// Whether CPUID names the vendor GenuineIntel (some tuning follows the vendor's prefetchers:
+// weight_streams.h).
+bool cpu_vendor_is_intel();
+
 // The level to run with: DF_SIMD (scalar|avx2|avx512) when set and not empty, else best_simd_level().
 // Throws df::Error for an unknown DF_SIMD value and for a level this machine cannot run.
 SimdLevel select_simd_level();

@@ -21,6 +21,7 @@ struct Q4_0x16Kernel {
   // Blocks whose activation offsets are prepared at once; longer rows are done in chunks, the running sums
   // going through `out` between chunks (a float stored and reloaded is unchanged).
   static constexpr int kChunkBlocks = 128;
+
   // 8 * (sum of the block's 32 activation values), the offset of codes q + 8.
   static DF_X86_INLINE int32_t offset_sum(const BlockQ8_0& a) {
     const __m256i u = _mm256_xor_si256(load256(a.qs), _mm256_set1_epi8(static_cast<char>(0x80)));
@@ -28,10 +29,6 @@ struct Q4_0x16Kernel {
     const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
     const int64_t total = _mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1);
     return 8 * (static_cast<int32_t>(total) - 32 * 128);
-  }
-
-  static DF_X86_INLINE void prefetch_block(const WBlock* b, int distance) {
-    prefetch_span(reinterpret_cast<const uint8_t*>(b), static_cast<size_t>(distance), sizeof(WBlock));
   }
 
   static DF_X86_INLINE __m256i word(const int8_t* p) {
@@ -123,7 +120,8 @@ struct Q4_0x16Kernel {
                                    const int32_t (*off)[kChunkBlocks], int n_blocks, Acc (*acc)[C], int pf) {
     for (int k = 0; k < n_blocks; ++k) {
       for (int s = 0; s < S; ++s) {
-        if (pf) prefetch_block(w[s] + k, pf);
+        if (pf)
+          prefetch_span(reinterpret_cast<const uint8_t*>(w[s] + k), static_cast<size_t>(pf), sizeof(WBlock));
         block<C>(w[s][k], a, off, k, acc[s]);
       }
     }
