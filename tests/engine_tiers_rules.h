@@ -421,5 +421,134 @@ TEST(DF_TIER_SUITE(TieredBudget), ADeviceTierBelowOneLayersTopKIsRefused) {
                {"the device tier of the expert cache holds 0 records", "--gpu-cache at least"});
 }
 
+// A layer split over two devices (the device named twice: one backend each, standing in for two cards),
+// each with its own device tier above one shared RAM tier, gives the one-device resident model's bits for
+// tiers from one layer's top-k up to every record on each card (the same size on both, or one each), RAM
+// tiers from the minimum to every record, read-ahead 0 and 2 and an uneven split; each card's tier serves
+// its own layers only; the split with every expert resident, and with experts read from RAM directly where
+// the device reads host memory, gives the same bits.
+class DF_TIER_SUITE(SplitTieredGolden) : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DF_TIER_SUITE(SplitTieredGolden), TwoDevicesGiveTheOneDeviceBitsAndEachTierServesItsOwnLayers) {
+  const std::string model = GetParam();
+  const std::vector<int32_t> prompt = teacher_forced_prompt(model);
+  df::OpenedModel resident;
+  if (!open_resident(model, resident)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
+  const std::string two = std::string(DF_TIER_DEVICE) + "," + DF_TIER_DEVICE;
+  const auto info = resident.model->info();
+  const int n_moe = static_cast<int>(info.moe_layers.size()), top_k = info.n_expert_used;
+  const uint64_t all_records = static_cast<uint64_t>(info.n_expert) * static_cast<uint64_t>(n_moe);
+  std::map<int, RunRecord> by_chunk;
+  const auto resident_with_chunk = [&](int chunk) -> const RunRecord& {
+    auto it = by_chunk.find(chunk);
+    if (it != by_chunk.end()) return it->second;
+    auto o = on_device(options_for(golden_path(model + ".gguf")));
+    o.resident = true;
+    o.prefill_chunk = chunk;
+    df::OpenedModel r = df::open_model(o);
+    return by_chunk.emplace(chunk, run_every_row(r, prompt)).first->second;
+  };
+  {
+    auto o = options_for(golden_path(model + ".gguf"));
+    o.device = two;
+    o.resident = true;
+    df::OpenedModel split = df::open_model(o);
+    ASSERT_EQ(split.backends.size(), 2u);
+    expect_same_bits(run_every_row(split, prompt), resident_with_chunk(split.prefill_chunk), info);
+  }
+  const std::string store = ingest_once(model);
+  const uint64_t record_bytes = store_layout(store).record_bytes;
+  if (std::string(DF_TIER_DEVICE) == "cpu") {  // a host-memory device without --gpu-cache reads RAM directly
+    auto o = options_for(store);
+    o.device = two;
+    o.expert_cache_bytes = static_cast<uint64_t>(top_k) * record_bytes;
+    df::OpenedModel split = df::open_model(o);
+    EXPECT_EQ(split.ram_readers.size(), 2u);
+    EXPECT_TRUE(split.device_tiers.empty());
+    expect_same_bits(run_every_row(split, prompt), resident_with_chunk(split.prefill_chunk), info);
+  }
+  struct Budgets {
+    std::vector<uint64_t> device_slots;  // one: the size of each
+    uint64_t ram_slots;
+    std::vector<double> shares;
+  };
+  const uint64_t k = static_cast<uint64_t>(top_k);
+  const std::vector<Budgets> budgets = {{{k}, k, {}},
+                                        {{2 * k + 1}, all_records, {}},
+                                        {{all_records}, k, {1, 3}},
+                                        {{k, all_records}, all_records, {}},
+                                        {{all_records, 2 * k + 1}, k, {3, 1}}};
+  for (const Budgets& b : budgets)
+    for (int lookahead : {0, 2}) {
+      SCOPED_TRACE(::testing::Message()
+                   << model << " device slots " << ::testing::PrintToString(b.device_slots) << " ram slots "
+                   << b.ram_slots << " shares " << ::testing::PrintToString(b.shares) << " lookahead "
+                   << lookahead);
+      auto o = options_for(store);
+      o.device = two;
+      if (b.device_slots.size() == 1)
+        o.gpu_cache_bytes = b.device_slots[0] * record_bytes;
+      else
+        for (uint64_t slots : b.device_slots) o.gpu_cache_per_device.push_back(slots * record_bytes);
+      o.expert_cache_bytes = b.ram_slots * record_bytes;
+      o.tensor_split = b.shares;
+      o.lookahead = lookahead;
+      df::OpenedModel m = df::open_model(o);
+      ASSERT_EQ(m.device_tiers.size(), 2u);
+      ASSERT_EQ(m.layer_ranges.size(), 2u);
+      EXPECT_EQ(m.cache->slots(), b.ram_slots);
+      const RunRecord got = run_every_row(m, prompt);
+      expect_same_bits(got, resident_with_chunk(m.prefill_chunk), info);
+      for (size_t d = 0; d < 2; ++d) {
+        const auto* tier = m.device_tiers[d];
+        EXPECT_EQ(tier->slots(), std::min(b.device_slots[b.device_slots.size() == 1 ? 0 : d], all_records));
+        const auto tel = tier->telemetry();
+        const auto [first, end] = m.layer_ranges[d];
+        uint64_t own = 0;
+        for (size_t l = 0; l < tel.layers.size(); ++l) {
+          const int layer = info.moe_layers[l];
+          if (layer >= first && layer < end) {
+            own += tel.layers[l].accesses;
+            continue;
+          }
+          EXPECT_EQ(tel.layers[l].accesses + tel.layers[l].reads, 0u)
+              << "device " << d << " (layers " << first << "-" << end - 1 << ") served model layer " << layer;
+        }
+        bool has_moe = false;
+        for (int layer : info.moe_layers) has_moe = has_moe || (layer >= first && layer < end);
+        if (has_moe) {
+          EXPECT_GT(own, 0u) << "device " << d << " served none of its layers";
+        }
+      }
+      const auto merged = m.device_telemetry();
+      EXPECT_EQ(merged.total.accesses, m.device_tiers[0]->telemetry().total.accesses +
+                                           m.device_tiers[1]->telemetry().total.accesses);
+    }
+}
+
+DF_TIER_INSTANTIATE(Golden, DF_TIER_SUITE(SplitTieredGolden),
+                    ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny", "gpt-oss-tiny",
+                                      "hy_v3-tiny", "gemma4-tiny", "qwen35moe-tiny"));
+
+// Budgets and shares that do not match the devices are refused, naming both.
+TEST(DF_TIER_SUITE(SplitTieredBudget), SizesAndSharesThatDoNotMatchTheDevicesAreRefused) {
+  df::OpenedModel probe_resident;
+  if (!open_resident("lfm2moe-tiny", probe_resident)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
+  const std::string store = ingest_once("lfm2moe-tiny");
+  const std::string two = std::string(DF_TIER_DEVICE) + "," + DF_TIER_DEVICE;
+  auto o = options_for(store);
+  o.device = two;
+  o.gpu_cache_per_device = {1 << 20, 1 << 20, 1 << 20};
+  expect_error([&] { df::open_model(o); }, {"--gpu-cache lists 3 sizes for 2 devices (" + two + ")"});
+  o.gpu_cache_per_device.clear();
+  o.tensor_split = {1};
+  expect_error([&] { df::open_model(o); }, {"--tensor-split gives 1 shares for 2 devices"});
+  o.tensor_split = {1, 0};
+  expect_error([&] { df::open_model(o); }, {"device 1 gets no layer of"});
+  o.tensor_split.clear();
+  o.device = std::string(DF_TIER_DEVICE) + ",," + DF_TIER_DEVICE;
+  expect_error([&] { df::open_model(o); }, {"an empty device name in the list"});
+}
+
 }  // namespace
 }  // namespace df::testing::tiers

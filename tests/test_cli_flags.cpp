@@ -1,3 +1,4 @@
+
 // The streaming flags of run and bench, end to end through the binary: each setting is shown to take effect
 // (what the expert cache reports, where the store goes, what bench --json says ran) and none changes the
 // output: on the F16 golden model every combination reproduces llama.cpp's greedy ids exactly. Plus bench's
@@ -268,4 +269,37 @@ TEST(CliFlags, WeightWalkSettingsKeepTheIdsAndBadValuesAreClearErrors) {
   EXPECT_NE(bad_prefetch.err.find("DF_Q4_0X16_PREFETCH=4k is not a whole number"), std::string::npos)
       << bad_prefetch.err;
   EXPECT_EQ(bad_prefetch.out, "");
+}
+
+// A layer split over two devices (--devices, -ts) gives the one-device ids, resident or streamed from the
+// store; bench reports each device's layers; lists that do not match the devices are clear errors with
+// nothing on stdout (--gpu-cache per device: engine_tiers_rules.h, where the CPU stands in for a GPU).
+TEST(CliFlags, ALayerSplitOverTwoDevicesKeepsTheIdsAndMismatchedListsAreClearErrors) {
+  const std::string model = golden_path("lfm2moe-tiny.gguf");
+  const std::string run = "run -m " + model + " -p hi -n 12 --temp 0 --print-ids ";
+  auto one = run_cli_split(run + "--resident");
+  ASSERT_EQ(one.status, 0) << one.err;
+  for (const std::string flags : {"--resident --device cpu,cpu", "--devices cpu,cpu -ts 1,3",
+                                  "--device cpu,cpu --expert-cache 1M --lookahead 2"}) {
+    auto split = run_cli_split(run + flags);
+    EXPECT_EQ(split.status, 0) << flags << ": " << split.err;
+    EXPECT_EQ(split.out, one.out) << flags;
+  }
+  auto bench = run_cli_split("bench -m " + model + " --device cpu,cpu -ts 3,1 -p 4 -n 2 --json");
+  ASSERT_EQ(bench.status, 0) << bench.err;
+  EXPECT_NE(bench.out.find("\"first_layer\":0"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("\"devices\":[{"), std::string::npos) << bench.out;
+  const std::pair<std::string, std::string> bad[] = {
+      {"--device cpu,cpu -ts 1,2,3", "--tensor-split gives 3 shares for 2 devices (cpu,cpu)"},
+      {"--device cpu,cpu -ts 1,x", "--tensor-split: 'x' is not a non-negative number"},
+      {"--device cpu,,cpu", "an empty device name in the list"},
+      {"--device cpu,gpu7", "--device gpu7: unknown device"},
+      {"--device cpu,cpu -ts 1,0", "device 1 gets no layer of"},
+      {"--device cuda:0,cuda:1 --gpu-cache 1G,", "--gpu-cache 1G,: an empty item in the list"}};
+  for (const auto& [flags, message] : bad) {
+    auto r = run_cli_split(run + flags);
+    EXPECT_NE(r.status, 0) << flags;
+    EXPECT_NE(r.err.find(message), std::string::npos) << flags << ": " << r.err;
+    EXPECT_EQ(r.out, "") << flags;
+  }
 }

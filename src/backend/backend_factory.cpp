@@ -54,6 +54,36 @@ std::vector<std::string> device_names() {
 #endif
 }
 
+std::vector<std::string> device_list(const std::string& spec) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (true) {
+    const size_t comma = spec.find(',', at);
+    const std::string name = spec.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (name.empty()) fail("--device {}: an empty device name in the list", spec);
+    if (name == "cuda:all") {
+#if defined(DF_HAVE_CUDA)
+      int n = 0;
+      try {
+        n = CudaBackend::device_count();
+      } catch (const Error& e) {
+        fail("--device {}: {}", spec, e.what());
+      }
+      if (n == 0) fail("--device {}: the driver sees no GPU", spec);
+      for (int i = 0; i < n; ++i) out.push_back(fmt::format("cuda:{}", i));
+#else
+      check_device(name);  // this build has no CUDA backend: says so
+#endif
+    } else {
+      check_device(name);
+      out.push_back(name);
+    }
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
 std::shared_ptr<Backend> make_backend(const BackendOptions& options) {
   check_device(options.device);
 #if defined(DF_HAVE_CUDA)

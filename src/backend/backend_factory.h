@@ -18,6 +18,11 @@ struct BackendOptions {
 // The devices this build can run on, in the order --device lists them.
 std::vector<std::string> device_names();
 
+// The devices of a --device list: names separated by commas ("cuda:0,cuda:1", "cuda:0,cpu"), "cuda:all"
+// standing for every GPU the driver sees. A name may come twice (one GPU standing in for two in tests).
+// df::Error for an empty entry or an unknown device, naming it.
+std::vector<std::string> device_list(const std::string& spec);
+
 // The backend for options.device. Throws df::Error for an unknown device or one this build or machine
 // cannot run, naming what is available.
 std::shared_ptr<Backend> make_backend(const BackendOptions& options);

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -84,7 +85,7 @@ void bench(const BenchFlags& f) {
     batch.on_step = [&m](uint64_t tokens, uint64_t ns) { m.on_step(tokens, ns); };
     batch.on_failure = [&m] { m.on_failure(); };
     if (m.cache) m.cache->reset_telemetry();
-    if (m.tiers) m.tiers->reset_telemetry();
+    m.reset_device_telemetry();
     auto t0 = clock::now();
     for (size_t s = 0; s < n_seq; ++s) sessions[s]->prefill(prompts[s]);
     const double prefill_rep_s = std::chrono::duration<double>(clock::now() - t0).count();
@@ -95,8 +96,8 @@ void bench(const BenchFlags& f) {
       m.cache->reset_telemetry();
     }
     if (m.tiers) {
-      prefill_device_tel = m.tiers->telemetry();
-      m.tiers->reset_telemetry();
+      prefill_device_tel = m.device_telemetry();
+      m.reset_device_telemetry();
     }
     auto t1 = clock::now();
     for (int i = 0; i < f.n_decode; ++i) {
@@ -107,7 +108,7 @@ void bench(const BenchFlags& f) {
     decode_s += decode_rep_s;
     decode_each.push_back(static_cast<double>(f.n_decode) * f.parallel / decode_rep_s);
     if (m.cache) decode_tel = m.cache->telemetry();
-    if (m.tiers) decode_device_tel = m.tiers->telemetry();
+    if (m.tiers) decode_device_tel = m.device_telemetry();
     kv_bytes = 0;
     for (auto& session : sessions) kv_bytes += session->state_bytes();
   }
@@ -125,9 +126,20 @@ void bench(const BenchFlags& f) {
              stream::format_bytes(cache_bytes), m.cache ? "cache" : "resident",
              stream::format_bytes(m.trunk_bytes), stream::format_bytes(kv_bytes),
              stream::format_bytes(peak_rss));
-  const uint64_t peak_device = m.backend ? m.backend->peak_device_bytes() : 0;
-  if (peak_device > 0)
-    fmt::print("device       {}: peak {} allocated\n", m.backend->name(), stream::format_bytes(peak_device));
+  // Each device's peak (a layer split's budgets are per card), and the highest of them.
+  uint64_t peak_device = 0;
+  for (size_t k = 0; k < m.backends.size(); ++k) {
+    const auto& be = m.backends[k];
+    const uint64_t peak = be->peak_device_bytes();
+    peak_device = std::max(peak_device, peak);
+    const auto [first, end] = m.layer_ranges[k];
+    const std::string layers =
+        m.backends.size() > 1 ? fmt::format(" (layers {}-{})", first, end - 1) : std::string();
+    if (peak > 0)
+      fmt::print("device       {}{}: peak {} allocated\n", be->name(), layers, stream::format_bytes(peak));
+    else if (!layers.empty())
+      fmt::print("device       {}{}\n", be->name(), layers);
+  }
   fmt::print("load         {:.2f} s\n", load_s);
   if (f.parallel == 1) {
     fmt::print("prefill      {} tokens: {:.2f} tok/s\n", f.n_prompt, prefill_tps);
@@ -144,8 +156,8 @@ void bench(const BenchFlags& f) {
         f.parallel, f.n_decode, decode_tps, decode_tps / f.parallel, threads);
   }
   if (m.tiers)
-    fmt::print("decode telemetry, device tier ({}; reads = copies up from RAM):\n{}\n", m.tiers->describe(),
-               stream::format_telemetry_table(decode_device_tel));
+    fmt::print("decode telemetry, device tier ({}; reads = copies up from RAM):\n{}\n",
+               m.describe_device_tiers(), stream::format_telemetry_table(decode_device_tel));
   if (m.cache)
     fmt::print("decode telemetry{}:\n{}\n", m.tiers ? ", RAM tier (reads from disk)" : "",
                stream::format_telemetry_table(decode_tel));
@@ -173,6 +185,13 @@ void bench(const BenchFlags& f) {
     j["peak_rss_bytes"] = peak_rss;
     j["device"] = m.backend ? std::string(m.backend->name()) : "cpu";
     j["peak_device_bytes"] = peak_device;
+    nlohmann::json devices = nlohmann::json::array();
+    for (size_t k = 0; k < m.backends.size(); ++k)
+      devices.push_back({{"name", std::string(m.backends[k]->name())},
+                         {"first_layer", m.layer_ranges[k].first},
+                         {"end_layer", m.layer_ranges[k].second},
+                         {"peak_device_bytes", m.backends[k]->peak_device_bytes()}});
+    j["devices"] = devices;
     // What ran, which is not always what was asked for (O_DIRECT or io_uring can fall back); resident runs
     // read nothing.
     j["lookahead"] = m.cache ? f.model.lookahead : 0;
@@ -192,8 +211,10 @@ void bench(const BenchFlags& f) {
       j["prefill_telemetry"] = stream::telemetry_json(prefill_tel);
       j["decode_telemetry"] = stream::telemetry_json(decode_tel);
       if (m.tiers) {
-        j["gpu_cache_bytes"] = m.tiers->slots() * m.tiers->slot_bytes();
-        j["gpu_cache_slots"] = m.tiers->slots();
+        j["gpu_cache_bytes"] = m.device_tier_bytes();
+        uint64_t slots = 0;
+        for (const auto* t : m.device_tiers) slots += t->slots();
+        j["gpu_cache_slots"] = slots;
         j["cpu_misses"] = f.model.cpu_misses;
         if (f.model.cpu_misses) j["miss_copies"] = f.model.miss_copies;
         j["gpu_hit_rate"] = decode_device_tel.hit_rate();

@@ -57,8 +57,12 @@ class LayerDumper {
     AtomicFile out(dir_ + "/" + name);
     out.write(capture_.l_out.data(), capture_.l_out.size() * sizeof(float));
     out.commit();
-    index_.push_back({{"step", step}, {"file", name}, {"n_layer", info_.n_layer}, {"n_tokens", tokens},
-                      {"n_embd", info_.n_embd}, {"layout", "float32 [n_layer][n_tokens][n_embd]"}});
+    index_.push_back({{"step", step},
+                      {"file", name},
+                      {"n_layer", info_.n_layer},
+                      {"n_tokens", tokens},
+                      {"n_embd", info_.n_embd},
+                      {"layout", "float32 [n_layer][n_tokens][n_embd]"}});
   }
   void finish() {
     AtomicFile out(dir_ + "/index.json");
@@ -77,7 +81,8 @@ class LayerDumper {
 void run(const RunFlags& f) {
   int sources = !f.prompt.empty() + !f.prompt_file.empty() + !f.prompt_ids.empty();
   if (sources != 1) fail("give exactly one of -p TEXT, -f FILE or --prompt-ids IDS");
-  if (f.chat && !f.prompt_ids.empty()) fail("--chat renders text through the chat template: use -p, not --prompt-ids");
+  if (f.chat && !f.prompt_ids.empty())
+    fail("--chat renders text through the chat template: use -p, not --prompt-ids");
   if (f.n_predict < -1) fail("-n {} must be -1 (until the end) or at least 0", f.n_predict);
 
   OpenedModel m = open_from_flags(f.model);
@@ -106,7 +111,8 @@ void run(const RunFlags& f) {
   std::unique_ptr<LayerDumper> dumper;
   if (!f.dump_layers.empty()) {
     dumper = std::make_unique<LayerDumper>(f.dump_layers, info);
-    m.prefill_chunk = std::max<int>(m.prefill_chunk, static_cast<int>(prompt.size()));  // the prompt is one step
+    m.prefill_chunk =
+        std::max<int>(m.prefill_chunk, static_cast<int>(prompt.size()));  // the prompt is one step
   }
   auto session_ptr = make_session(m, n_ctx);
   Session& session = *session_ptr;
@@ -160,8 +166,9 @@ void run(const RunFlags& f) {
                  r.prompt_tokens, r.prefill_seconds, pre_tps, r.tokens.size(), dec_tps,
                  stop_reason_name(r.reason), m.n_threads, n_ctx);
     if (f.stats && m.tiers)
-      std::fprintf(stderr, "device tier (%s; reads = copies up from RAM):\n%s", m.tiers->describe().c_str(),
-                   stream::format_telemetry_table(m.tiers->telemetry()).c_str());
+      std::fprintf(stderr, "device tier (%s; reads = copies up from RAM):\n%s",
+                   m.describe_device_tiers().c_str(),
+                   stream::format_telemetry_table(m.device_telemetry()).c_str());
     if (f.stats && m.cache)
       std::fprintf(stderr, "%s%s", m.tiers ? "RAM tier (reads from disk):\n" : "",
                    stream::format_telemetry_table(m.cache->telemetry()).c_str());
@@ -182,7 +189,8 @@ void register_run(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--chat", flags->chat, "render -p as a user message through the model's chat template");
   cmd->add_option("--system", flags->system, "system message (with --chat)");
-  cmd->add_flag("--print-ids", flags->print_ids, "print only the generated ids, space-separated, on one line");
+  cmd->add_flag("--print-ids", flags->print_ids,
+                "print only the generated ids, space-separated, on one line");
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "do not stop at end-of-generation tokens");
   cmd->add_flag("--no-display-prompt", flags->no_display_prompt, "do not echo the prompt");
   cmd->add_flag("--stats", flags->stats, "print timings and counters to stderr");

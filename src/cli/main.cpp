@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
     if (a == "--") break;
     if (a == "-hf") a = "--hf-repo";
     if (a == "-np") a = "--parallel";  // llama-server's spelling, the same trap
+    if (a == "-ts") a = "--tensor-split";
   }
   std::vector<const char*> arg_ptrs;
   for (const std::string& a : args) arg_ptrs.push_back(a.c_str());

@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <random>
 
 #include "backend/backend_factory.h"
@@ -22,8 +24,10 @@ void ModelFlags::add(CLI::App* app) {
       "-hf ORG/NAME[:QUANT], or a known model's name: pulled from the Hugging Face hub into a store "
       "on first use (`diskformer pull`), then run from there");
   hub.add(app);
-  app->add_option("--store", store, "where the expert store of a GGUF lives (default: $XDG_CACHE_HOME/diskformer)");
-  app->add_flag("--resident", resident, "keep every expert in RAM, read from the GGUF (no store, no streaming)");
+  app->add_option("--store", store,
+                  "where the expert store of a GGUF lives (default: $XDG_CACHE_HOME/diskformer)");
+  app->add_flag("--resident", resident,
+                "keep every expert in RAM, read from the GGUF (no store, no streaming)");
   app->add_option(
       "--expert-cache,--ram-cache", expert_cache,
       "expert cache budget in RAM, e.g. 512M, 2G (default: from free memory); under --device cuda "
@@ -31,7 +35,12 @@ void ModelFlags::add(CLI::App* app) {
   app->add_option(
       "--gpu-cache", gpu_cache,
       "with --device cuda: VRAM for expert records streamed from RAM, e.g. 4G (default: what is free "
-      "after the trunk, 1 GiB or a tenth kept)");
+      "after the trunk, 1 GiB or a tenth kept); with several devices the size of each, or one per device "
+      "(4G,8G)");
+  app->add_option(
+      "--tensor-split", tensor_split,
+      "(-ts) with several devices: each one's share of the layers, e.g. 3,1 (default: in proportion "
+      "to each GPU's free memory)");
   app->add_option("--io", io, "expert reads: direct (O_DIRECT) or buffered (page cache)")
       ->check(CLI::IsMember({"direct", "buffered"}))
       ->capture_default_str();
@@ -46,24 +55,56 @@ void ModelFlags::add(CLI::App* app) {
   app->add_option("--lookahead", lookahead, "MoE layers whose experts are guessed and read ahead (0 = off)")
       ->check(CLI::Range(0, 8))
       ->capture_default_str();
-  app->add_flag("--cpu-misses", cpu_misses,
-                "with --device cuda and a --gpu-cache tier: a decode step computes the experts missing from "
-                "VRAM on the CPU from their RAM records (the GPU's bits) while the GPU does the others, instead "
-                "of waiting for their copies");
-  app->add_option("--miss-copies", miss_copies,
-                  "with --cpu-misses: experts a MoE layer still copies up per step (guesses included), so that "
-                  "the link and the CPU share the misses")
+  app->add_flag(
+      "--cpu-misses", cpu_misses,
+      "with --device cuda and a --gpu-cache tier: a decode step computes the experts missing from "
+      "VRAM on the CPU from their RAM records (the GPU's bits) while the GPU does the others, instead "
+      "of waiting for their copies");
+  app->add_option(
+         "--miss-copies", miss_copies,
+         "with --cpu-misses: experts a MoE layer still copies up per step (guesses included), so that "
+         "the link and the CPU share the misses")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
-  app->add_option("--device", device,
-                  fmt::format("where the model computes: {}", fmt::join(backend::device_names(), ", ")))
+  app->add_option("--device,--devices", device,
+                  fmt::format("where the model computes: {}; a list (cuda:0,cuda:1 or cuda:all) splits the "
+                              "layers over the devices in contiguous ranges",
+                              fmt::join(backend::device_names(), ", ")))
       ->capture_default_str();
   app->add_option("-t,--threads", threads, "CPU threads (default: one per CPU this process may use)");
-  app->add_option("-c,--ctx-size", ctx, "context size in tokens (default: the training context, at most 4096)");
+  app->add_option("-c,--ctx-size", ctx,
+                  "context size in tokens (default: the training context, at most 4096)");
   app->add_option("-b,--batch-size", batch,
                   "prompt tokens per forward pass (prefill chunk; default 64 on the CPU, 512 on a GPU)")
       ->check(CLI::PositiveNumber);
 }
+
+namespace {
+
+// "A,B,C" as its comma-separated items (an empty item is an error naming the flag).
+std::vector<std::string> comma_items(const std::string& list, const char* flag) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (true) {
+    const size_t comma = list.find(',', at);
+    out.push_back(list.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (out.back().empty()) fail("{} {}: an empty item in the list", flag, list);
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
+}
+
+double parse_share(const std::string& s) {
+  double v = 0;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || !(v >= 0) || !std::isfinite(v))
+    fail("--tensor-split: '{}' is not a non-negative number", s);
+  return v;
+}
+
+}  // namespace
+
+bool ModelFlags::names_cuda() const { return device.find("cuda") != std::string::npos; }
 
 ModelSourceOptions ModelFlags::source() const {
   ModelSourceOptions o;
@@ -71,7 +112,17 @@ ModelSourceOptions ModelFlags::source() const {
   o.store_dir = store;
   o.resident = resident;
   if (!expert_cache.empty()) o.expert_cache_bytes = stream::parse_byte_size(expert_cache, "--expert-cache");
-  if (!gpu_cache.empty()) o.gpu_cache_bytes = stream::parse_byte_size(gpu_cache, "--gpu-cache");
+  if (!gpu_cache.empty()) {
+    const auto sizes = comma_items(gpu_cache, "--gpu-cache");
+    if (sizes.size() == 1)
+      o.gpu_cache_bytes = stream::parse_byte_size(gpu_cache, "--gpu-cache");
+    else
+      for (const auto& size : sizes)
+        o.gpu_cache_per_device.push_back(stream::parse_byte_size(size, "--gpu-cache"));
+  }
+  if (!tensor_split.empty())
+    for (const auto& share : comma_items(tensor_split, "--tensor-split"))
+      o.tensor_split.push_back(parse_share(share));
   o.io = io;
   o.cache_policy = cache_policy;
   o.n_threads = threads;
@@ -85,7 +136,7 @@ ModelSourceOptions ModelFlags::source() const {
   // chunks (llama.cpp's default micro-batch is 512); the CPU's products gain little past 64 rows, and a
   // short chunk keeps the streaming cache's pinned waves small.
   constexpr int kCpuPrefillChunk = 64, kGpuPrefillChunk = 512;
-  o.prefill_chunk = batch > 0 ? batch : device.starts_with("cuda") ? kGpuPrefillChunk : kCpuPrefillChunk;
+  o.prefill_chunk = batch > 0 ? batch : names_cuda() ? kGpuPrefillChunk : kCpuPrefillChunk;
   o.n_sequences = n_sequences;
   o.record_routing = record_routing;
   return o;
@@ -103,12 +154,12 @@ OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx) {
     fail(
         "--resident keeps every expert in the device's memory: it cannot be combined with --expert-cache, "
         "--gpu-cache or --store");
-  if (!flags.gpu_cache.empty() && !flags.device.starts_with("cuda"))
+  if (!flags.gpu_cache.empty() && !flags.names_cuda())
     fail(
         "--gpu-cache {} is the GPU's tier of the expert cache: it needs --device cuda (the CPU uses "
         "--expert-cache)",
         flags.gpu_cache);
-  if (flags.cpu_misses && (!flags.device.starts_with("cuda") || flags.resident))
+  if (flags.cpu_misses && (!flags.names_cuda() || flags.resident))
     fail(
         "--cpu-misses computes on the CPU the experts a GPU's tier of the expert cache misses: it needs "
         "--device cuda without --resident");
@@ -133,7 +184,8 @@ OpenedModel open_from_flags(const ModelFlags& flags, int n_ctx) {
   if (n_ctx > 0) options.n_ctx = n_ctx;
   OpenedModel m = open_model(options);
   fmt::print(stderr, "{}\n", m.cache_description);
-  if (m.cache) fmt::print(stderr, "expert cache: {}\n", m.cache->describe());  // what runs: policy, reader, I/O
+  if (m.cache)
+    fmt::print(stderr, "expert cache: {}\n", m.cache->describe());  // what runs: policy, reader, I/O
   return m;
 }
 
@@ -156,7 +208,8 @@ void SamplingFlags::add(CLI::App* app) {
   app->add_option("--top-k", params.top_k, "top-k (0 = off)")->capture_default_str();
   app->add_option("--top-p", params.top_p, "top-p (1 = off)")->capture_default_str();
   app->add_option("--min-p", params.min_p, "min-p (0 = off)")->capture_default_str();
-  app->add_option("--repeat-penalty", params.repeat_penalty, "repetition penalty (1 = off)")->capture_default_str();
+  app->add_option("--repeat-penalty", params.repeat_penalty, "repetition penalty (1 = off)")
+      ->capture_default_str();
   app->add_option("--repeat-last-n", params.repeat_last_n, "tokens the repetition penalty looks back")
       ->capture_default_str();
   app->add_option("-s,--seed", seed, "random seed (default: random)");

@@ -16,14 +16,15 @@ namespace df::cli {
 
 struct ModelFlags {
   std::string model, store, expert_cache, io = "direct", cache_policy = "lru", device = "cpu";
-  std::string gpu_cache;       // --gpu-cache SIZE: the device tier of the expert cache
+  std::string gpu_cache;       // --gpu-cache SIZE[,SIZE...]: the device tier of the expert cache (per device)
+  std::string tensor_split;    // --tensor-split A,B,...: each device's share of the layers
   std::string record_routing;  // --record-routing FILE
-  std::string hf_repo;  // -hf REPO[:QUANT] (or a known model's name): pulled on first use (hub/pull.h)
+  std::string hf_repo;         // -hf REPO[:QUANT] (or a known model's name): pulled on first use (hub/pull.h)
   HubFlags hub;
   bool resident = false;
   int threads = 0;
-  int ctx = 0;     // 0: min(training context, 4096), resolved by open_model (OpenedModel::n_ctx)
-  int batch = 0;   // prefill chunk; 0: the device's default (kCpuPrefillChunk, kGpuPrefillChunk)
+  int ctx = 0;    // 0: min(training context, 4096), resolved by open_model (OpenedModel::n_ctx)
+  int batch = 0;  // prefill chunk; 0: the device's default (kCpuPrefillChunk, kGpuPrefillChunk)
   int lookahead = 1;
   bool cpu_misses = false;
   int miss_copies = 1;
@@ -31,6 +32,8 @@ struct ModelFlags {
   int n_sequences = 1;           // set by serve (-np): sessions side by side, each in the memory plan
   void add(CLI::App* app);
   ModelSourceOptions source() const;
+  // Whether --device names a CUDA device (alone or in a list).
+  bool names_cuda() const;
   const std::string& display_name() const { return hf_repo.empty() ? model : hf_repo; }
 };
 

@@ -1,13 +1,17 @@
 #include "engine/model_source.h"
 
+#include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
 #include "backend/backend_factory.h"
 #include "engine/memory_plan.h"
 #include "gguf/tensor_names.h"
+#include "models/layer_split.h"
+#include "models/state_size.h"
 #include "store/ingest.h"
 #include "store/progress.h"
 #include "stream/byte_size.h"
@@ -83,13 +87,46 @@ uint64_t tensor_bytes(const gguf::File& f, bool experts) {
 
 void OpenedModel::on_step(uint64_t tokens, uint64_t ns) {
   if (cache) cache->record_step(tokens, ns);
-  if (tiers) tiers->record_step(tokens, ns);
+  for (auto* t : device_tiers) t->record_step(tokens, ns);
 }
 
 void OpenedModel::on_failure() {
   if (!model) return;
-  if (auto* p = dynamic_cast<stream::StreamingExpertProvider*>(&model->experts())) p->abandon();
-  if (tiers) tiers->abandon();
+  for (auto* p : ram_readers) p->abandon();
+  for (auto* t : device_tiers) t->abandon();
+}
+
+stream::TelemetrySnapshot OpenedModel::device_telemetry() const {
+  std::vector<stream::TelemetrySnapshot> parts;
+  for (const auto* t : device_tiers) parts.push_back(t->telemetry());
+  return stream::merge_disjoint_layers(parts);
+}
+
+void OpenedModel::reset_device_telemetry() {
+  for (auto* t : device_tiers) t->reset_telemetry();
+}
+
+std::string OpenedModel::describe_device_tiers() const {
+  if (device_tiers.size() == 1) return device_tiers.front()->describe();
+  std::string out;
+  for (size_t i = 0; i < device_tiers.size(); ++i)
+    out += fmt::format("{}{}", i ? "; " : "", device_tiers[i]->describe());
+  return out;
+}
+
+uint64_t OpenedModel::device_tier_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto* t : device_tiers) bytes += t->slots() * t->slot_bytes();
+  return bytes;
+}
+
+int64_t OpenedModel::batch_invariant_rows() const {
+  int64_t rows = 0;
+  for (const auto& be : backends) {
+    const int64_t r = be->batch_invariant_rows();
+    if (r > 0) rows = rows == 0 ? r : std::min(rows, r);
+  }
+  return rows;
 }
 
 void OpenedModel::finish_recording() {
@@ -114,10 +151,30 @@ OpenedModel open_model(const ModelSourceOptions& options) {
   models::LoadOptions load;
   m.n_threads = options.n_threads > 0 ? options.n_threads : read_cpu_limits().usable();
   load.n_threads = m.n_threads;
-  load.backend = backend::make_backend(backend::BackendOptions{options.device, m.n_threads});
-  if (options.resident && options.gpu_cache_bytes)
+  const std::vector<std::string> devices = backend::device_list(options.device);
+  const size_t n_dev = devices.size();
+  for (const std::string& d : devices) m.backends.push_back(backend::make_backend({d, m.n_threads}));
+  m.backend = m.backends.front();
+  // --gpu-cache: one size for every device, or one each.
+  std::vector<std::optional<uint64_t>> asked(n_dev, options.gpu_cache_bytes);
+  if (!options.gpu_cache_per_device.empty()) {
+    if (options.gpu_cache_per_device.size() != n_dev)
+      fail("--gpu-cache lists {} sizes for {} device{} ({})", options.gpu_cache_per_device.size(), n_dev,
+           n_dev == 1 ? "" : "s", fmt::join(devices, ","));
+    for (size_t k = 0; k < n_dev; ++k) asked[k] = options.gpu_cache_per_device[k];
+  }
+  const bool any_asked = std::any_of(asked.begin(), asked.end(), [](const auto& a) { return a.has_value(); });
+  if (options.resident && any_asked)
     fail("--resident keeps every expert in the device's memory: it cannot be combined with --gpu-cache");
-  const bool device_tier = options.gpu_cache_bytes.has_value() || !load.backend->reads_host_memory();
+  if (!options.tensor_split.empty() && options.tensor_split.size() != n_dev)
+    fail("--tensor-split gives {} shares for {} device{} ({})", options.tensor_split.size(), n_dev,
+         n_dev == 1 ? "" : "s", fmt::join(devices, ","));
+  std::vector<bool> device_tier(n_dev);
+  for (size_t k = 0; k < n_dev; ++k)
+    device_tier[k] = asked[k].has_value() || !m.backends[k]->reads_host_memory();
+  std::vector<
+      std::function<std::unique_ptr<models::ExpertProvider>(const gguf::File&, const models::ExpertLayout&)>>
+      make_provider(n_dev);
   load.prefetch_lookahead = options.lookahead;
   m.prefill_chunk = options.prefill_chunk;
   const auto memory = [&] { return options.memory ? *options.memory : stream::read_memory_snapshot(); };
@@ -192,49 +249,88 @@ OpenedModel open_model(const ModelSourceOptions& options) {
     m.cache_description = choice.description;
     m.prefill_chunk = stream::max_prefill_chunk(choice.slots, top_k, layout.n_expert, options.prefill_chunk);
     const store::Store& st = *m.store;
-    if (!device_tier) {
-      load.make_expert_provider =
-          [&m, &st, co](const gguf::File&,
-                        const models::ExpertLayout& ml) -> std::unique_ptr<models::ExpertProvider> {
-        stream::check_layout_matches(st.layout(), ml, st.dir());
-        m.cache = std::make_unique<stream::ExpertCache>(stream::record_source_of(st), co);
-        return std::make_unique<stream::StreamingExpertProvider>(*m.cache);
-      };
-    } else {
+    // One RAM tier for every device: made by the first stage that asks.
+    auto ram_tier = [&m, &st, co]() -> stream::ExpertCache& {
+      if (!m.cache) m.cache = std::make_unique<stream::ExpertCache>(stream::record_source_of(st), co);
+      return *m.cache;
+    };
+    for (size_t k = 0; k < n_dev; ++k) {
+      if (!device_tier[k]) {
+        make_provider[k] = [&m, &st, ram_tier](
+                               const gguf::File&,
+                               const models::ExpertLayout& ml) -> std::unique_ptr<models::ExpertProvider> {
+          stream::check_layout_matches(st.layout(), ml, st.dir());
+          auto p = std::make_unique<stream::StreamingExpertProvider>(ram_tier());
+          m.ram_readers.push_back(p.get());
+          return p;
+        };
+        continue;
+      }
       stream::DeviceTierOptions dt;
       dt.min_slots = static_cast<uint64_t>(top_k);
       dt.policy = co.policy;
       dt.cpu_misses = options.cpu_misses;
       dt.miss_copies = options.miss_copies;
       dt.notice = notice;
-      const std::optional<uint64_t> asked = options.gpu_cache_bytes;
-      const std::string device = options.device;
+      const std::optional<uint64_t> asked_k = asked[k];
+      const std::string device = devices[k];
+      backend::Backend& be = *m.backends[k];
       // The chunk must fit the device tier too (its slots are known only once the trunk is loaded: planned
       // here from the size asked for, or all records when automatic, and trimmed below).
-      if (asked)
-        m.prefill_chunk = stream::max_prefill_chunk(std::max<uint64_t>(*asked / layout.record_bytes, 1),
+      if (asked_k)
+        m.prefill_chunk = stream::max_prefill_chunk(std::max<uint64_t>(*asked_k / layout.record_bytes, 1),
                                                     top_k, layout.n_expert, m.prefill_chunk);
-      load.make_expert_provider =
-          [&m, &st, co, dt, asked, device, notice](
-              const gguf::File&, const models::ExpertLayout& ml) -> std::unique_ptr<models::ExpertProvider> {
+      make_provider[k] = [&m, &st, &be, ram_tier, dt, asked_k, device, notice, n_dev](
+                             const gguf::File&,
+                             const models::ExpertLayout& ml) -> std::unique_ptr<models::ExpertProvider> {
         stream::check_layout_matches(st.layout(), ml, st.dir());
         stream::DeviceTierOptions o = dt;
-        o.slots = asked ? *asked / st.layout().record_bytes
-                        : default_device_slots(*m.backend, st.layout(), device, o.min_slots);
-        m.cache = std::make_unique<stream::ExpertCache>(stream::record_source_of(st), co);
-        auto p = std::make_unique<stream::TieredExpertProvider>(*m.cache, *m.backend, o);
-        m.tiers = p.get();
+        o.slots = asked_k ? *asked_k / st.layout().record_bytes
+                          : default_device_slots(be, st.layout(), device, o.min_slots);
+        auto p = std::make_unique<stream::TieredExpertProvider>(ram_tier(), be, o);
+        if (!m.tiers) m.tiers = p.get();
+        m.device_tiers.push_back(p.get());
         m.prefill_chunk = stream::max_prefill_chunk(p->slots(), static_cast<int>(o.min_slots),
                                                     st.layout().n_expert, m.prefill_chunk);
-        m.cache_description = fmt::format("{}; device tier {}", m.cache_description, p->describe());
-        if (!asked) notice(fmt::format("--gpu-cache not given: the device tier holds {}", p->describe()));
+        const std::string on = n_dev > 1 ? " on " + device : "";
+        m.cache_description = fmt::format("{}; device tier{} {}", m.cache_description, on, p->describe());
+        if (!asked_k)
+          notice(fmt::format("--gpu-cache not given: the device tier{} holds {}", on, p->describe()));
         return p;
       };
     }
   }
 
-  m.backend = load.backend;
-  m.model = models::load_model(*m.file, load);
+  if (n_dev == 1) {
+    load.backend = m.backend;
+    load.make_expert_provider = make_provider.front();
+    m.layer_ranges = {{0, models::state_dims(*m.file).n_layer}};
+    m.model = models::load_model(*m.file, load);
+  } else {
+    std::vector<double> shares = options.tensor_split;
+    if (shares.empty()) {
+      // In proportion to free device memory when every device reports it (llama.cpp's default split).
+      for (const auto& be : m.backends)
+        if (const auto free_bytes = be->free_device_bytes())
+          shares.push_back(static_cast<double>(*free_bytes));
+      if (shares.size() != n_dev) shares.assign(n_dev, 1.0);
+    }
+    m.layer_ranges = models::split_layers(models::state_dims(*m.file).n_layer, shares);
+    std::vector<models::LoadOptions> stages;
+    std::string split;
+    for (size_t k = 0; k < n_dev; ++k) {
+      models::LoadOptions o = load;
+      o.backend = m.backends[k];
+      o.first_layer = m.layer_ranges[k].first;
+      o.end_layer = m.layer_ranges[k].second;
+      o.make_expert_provider = make_provider[k];
+      stages.push_back(o);
+      split += fmt::format("{}{} layers {}-{}", k ? ", " : "", devices[k], o.first_layer, o.end_layer - 1);
+    }
+    m.model = models::load_layer_split(*m.file, stages);
+    m.cache_description = fmt::format("{}; layers split: {}", m.cache_description, split);
+  }
+
   if (!options.record_routing.empty()) {
     m.routing = std::make_unique<RoutingRecorder>(options.record_routing);
     m.model->set_routing_sink(m.routing.get());

@@ -123,6 +123,10 @@ class ExpertProvider {
   // chunk's experts go to the backend in as few grouped FFNs as that allows; 0: only what one decode step
   // holds (the model's top-k), the safe default for a provider that must find room for each acquire.
   virtual size_t max_held(int /*moe_layer*/) const { return 0; }
+  // Lets go of every pin held beyond the experts in use (a device tier's RAM records of copies issued or
+  // pending, announced experts never acquired), so that another provider sharing the cache below has all of
+  // it: a layer split (models/layer_split.h) calls it once a stage has run its layers. Optional.
+  virtual void release_spare() {}
   // A view valid until the matching release(). Throws df::Error for an id out of range or a failed read.
   virtual ExpertView acquire(int moe_layer, int expert) = 0;
   virtual void release(int moe_layer, int expert) = 0;

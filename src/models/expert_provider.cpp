@@ -42,11 +42,13 @@ backend::UploadedWeights upload_all(const gguf::File& file, backend::Backend& ba
 }  // namespace
 
 ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout,
-                                               backend::Backend& backend) {
+                                               backend::Backend& backend, int first_layer, int end_layer) {
   layers_.reserve(layout.layers.size());
   for (const auto& l : layout.layers) {
     Layer& layer = layers_.emplace_back();
     layer.layout = l;
+    layer.held = l.model_layer >= first_layer && (end_layer < 0 || l.model_layer < end_layer);
+    if (!layer.held) continue;
     const int64_t gate_up_rows = l.gate_up_slab_rows();
     layer.gate = upload_all(file, backend, l.gate_name, l.gate_type, l.n_embd, l.n_ff, gate_up_rows,
                             l.gate_row0, l.n_expert);
@@ -57,10 +59,18 @@ ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const Exp
   }
 }
 
-std::optional<backend::RoutedExperts> ResidentExpertProvider::resident_stacks(int moe_layer) const {
+const ResidentExpertProvider::Layer& ResidentExpertProvider::held_layer(int moe_layer) const {
   if (moe_layer < 0 || moe_layer >= static_cast<int>(layers_.size()))
     fail("expert provider: MoE layer {} out of range ({} layers)", moe_layer, layers_.size());
   const Layer& l = layers_[static_cast<size_t>(moe_layer)];
+  if (!l.held)
+    fail("expert provider: MoE layer {} (model layer {}) is computed by another stage of the layer split",
+         moe_layer, l.layout.model_layer);
+  return l;
+}
+
+std::optional<backend::RoutedExperts> ResidentExpertProvider::resident_stacks(int moe_layer) const {
+  const Layer& l = held_layer(moe_layer);
   backend::RoutedExperts ex;
   ex.gate = {l.gate.first, l.gate.slab_bytes};
   ex.up = {l.up.first, l.up.slab_bytes};
@@ -70,9 +80,7 @@ std::optional<backend::RoutedExperts> ResidentExpertProvider::resident_stacks(in
 }
 
 ExpertView ResidentExpertProvider::acquire(int moe_layer, int expert) {
-  if (moe_layer < 0 || moe_layer >= static_cast<int>(layers_.size()))
-    fail("expert provider: MoE layer {} out of range ({} layers)", moe_layer, layers_.size());
-  const Layer& l = layers_[static_cast<size_t>(moe_layer)];
+  const Layer& l = held_layer(moe_layer);
   if (expert < 0 || expert >= l.layout.n_expert)
     fail("expert provider: expert {} out of range (MoE layer {} has {})", expert, moe_layer,
          l.layout.n_expert);

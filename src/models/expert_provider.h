@@ -22,7 +22,10 @@ using experts::ExpertView;
 // for the CPU, VRAM for a GPU), each matrix in the layout the backend reads fastest.
 class ResidentExpertProvider final : public ExpertProvider {
  public:
-  ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout, backend::Backend& backend);
+  // Holds the MoE layers of model layers [first_layer, end_layer) (a stage of a layer split; end_layer -1:
+  // to the last); acquiring another layer's expert is a df::Error.
+  ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout, backend::Backend& backend,
+                         int first_layer = 0, int end_layer = -1);
 
   void prefetch(int, std::span<const int32_t>) override {}
   bool uses_prefetch() const override { return false; }
@@ -37,8 +40,10 @@ class ResidentExpertProvider final : public ExpertProvider {
  private:
   struct Layer {
     ExpertLayerLayout layout;
+    bool held = false;                        // in this provider's range of layers
     backend::UploadedWeights gate, up, down;  // every expert's matrix of each kind
   };
+  const Layer& held_layer(int moe_layer) const;
   std::vector<Layer> layers_;
 };
 

@@ -76,6 +76,11 @@ struct LoadOptions {
   std::shared_ptr<backend::Backend> backend;
   int n_threads = 0;           // CPU threads of the default backend; <= 0: one per hardware core
   int prefetch_lookahead = 1;  // MoE layers guessed ahead with the current state; 0 turns prefetching off
+  // The model layers [first_layer, end_layer) this model computes, as one stage of a layer split
+  // (models/layer_split.h); end_layer -1: to the last. Only those layers' weights and states are loaded
+  // (with the embeddings when the range starts at 0, the head when it ends at the last layer).
+  int first_layer = 0;
+  int end_layer = -1;
   // Builds the provider of the routed experts; empty: a ResidentExpertProvider (every expert in RAM).
   std::function<std::unique_ptr<ExpertProvider>(const gguf::File&, const ExpertLayout&)> make_expert_provider;
 };

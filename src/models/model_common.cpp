@@ -133,10 +133,11 @@ void ActRowBytes::add(const ExpertLayout& layout) {
 }
 
 std::unique_ptr<ExpertProvider> make_expert_provider(const gguf::File& file, const LoadOptions& options,
-                                                     const ExpertLayout& layout, backend::Backend& backend) {
-  auto experts = options.make_expert_provider
-                     ? options.make_expert_provider(file, layout)
-                     : std::make_unique<ResidentExpertProvider>(file, layout, backend);
+                                                     const ExpertLayout& layout, backend::Backend& backend,
+                                                     int first_layer, int end_layer) {
+  auto experts = options.make_expert_provider ? options.make_expert_provider(file, layout)
+                                              : std::make_unique<ResidentExpertProvider>(
+                                                    file, layout, backend, first_layer, end_layer);
   if (!experts) fail("{}: the expert provider factory returned nothing", file.path());
   return experts;
 }

@@ -15,6 +15,7 @@
 #include "models/expert_provider.h"
 #include "models/model.h"
 #include "models/sequence_state.h"
+#include "util/error.h"
 
 namespace df::models {
 
@@ -34,6 +35,15 @@ struct TrunkWeights {
   float logit_softcap = 0.0f;  // when not 0: logits = c · tanh(logits / c) (gemma4's final soft-capping)
 };
 
+// The layers one model of a layer split runs (models/layer_split.h; all of them otherwise) and the residual
+// stream crossing its ends: a stage that starts after layer 0 takes x from `hidden` (T × n_embd host floats)
+// instead of embedding the tokens; one that ends before the last layer leaves x in `hidden` instead of
+// computing logits.
+struct TrunkStage {
+  int first = 0, end = 0;
+  std::span<float> hidden;
+};
+
 // The key of a forward step (Backend::begin_step): what its op sequence depends on besides the positions
 // (each sequence's state, rows and logit rows).
 uint64_t step_key(const SequenceBatch& batch, size_t n_logits);
@@ -46,15 +56,21 @@ void capture_layer(backend::Backend& be, ForwardCapture* capture, int il, backen
 
 // The forward skeleton over a batch of sequences: token ids and positions (each segment's from its n_past)
 // uploaded, the capture cleared for the batch, embeddings into the work state's x, run_layer(il) for every
-// layer (recording the residual stream when the capture wants it), then the final norm of each segment's
-// logit rows gathered into xn, the head on those rows at once, each segment's logits read back into its
-// span, and each n_past advanced.
+// layer of the stage (recording the residual stream when the capture wants it), then the final norm of each
+// segment's logit rows gathered into xn, the head on those rows at once, each segment's logits read back into
+// its span, and each n_past advanced. A stage of a layer split replaces the embeddings or the head by the
+// hand-over of x (TrunkStage).
 template <class RunLayer>
 void run_trunk(backend::Backend& be, const TrunkWeights& w, const SequenceBatch& batch, int n_layer,
                int64_t n_embd, size_t n_moe, int k, int n_vocab, ForwardCapture* capture, bool reads_back,
-               RunLayer&& run_layer) {
+               const TrunkStage& stage, RunLayer&& run_layer) {
   TrunkBuffers& b = batch.work->trunk;
   const int64_t T = batch.T, H = n_embd;
+  const bool embeds = stage.first == 0, heads = stage.end == n_layer;
+  const size_t hidden_floats = static_cast<size_t>(T * H);
+  if ((!embeds || !heads) && stage.hidden.size() < hidden_floats)
+    fail("internal: layer split hand-over of {} floats for a batch of {}", stage.hidden.size(),
+         hidden_floats);
   for (const BatchSegment& s : batch.segments)
     for (int64_t t = 0; t < s.rows; ++t) {
       const size_t r = static_cast<size_t>(s.row0 + t);
@@ -63,37 +79,45 @@ void run_trunk(backend::Backend& be, const TrunkWeights& w, const SequenceBatch&
     }
   be.upload(b.pos.view(), b.pos_host.data(), static_cast<size_t>(T));
   be.upload(b.tokens.view(), b.tokens_host.data(), static_cast<size_t>(T));
-  begin_capture(capture, n_moe, T, k, n_layer, H);
+  if (embeds) begin_capture(capture, n_moe, T, k, n_layer, H);
+  if (!embeds) be.upload(b.x.view(), stage.hidden.data(), hidden_floats);
 
-  const size_t n_logits = static_cast<size_t>(batch.logit_rows) * static_cast<size_t>(n_vocab);
-  b.logits.resize(be, n_logits, "logits");
+  const size_t n_logits = heads ? static_cast<size_t>(batch.logit_rows) * static_cast<size_t>(n_vocab) : 0;
+  if (heads) b.logits.resize(be, n_logits, "logits");
   // With a capture (residuals and routing) or `reads_back` (a routing sink), the host reads between the ops:
   // such a forward is not one step.
   std::optional<backend::StepScope> step;
   if (!capture && !reads_back) step.emplace(be, step_key(batch, n_logits));
 
-  be.get_rows(w.tok_embd, b.tokens.view(), T, b.x.view());
-  if (w.embd_scale != 1.0f) be.scale(b.x.view(), T * H, w.embd_scale);
-  for (int il = 0; il < n_layer; ++il) {
+  if (embeds) {
+    be.get_rows(w.tok_embd, b.tokens.view(), T, b.x.view());
+    if (w.embd_scale != 1.0f) be.scale(b.x.view(), T * H, w.embd_scale);
+  }
+  for (int il = stage.first; il < stage.end; ++il) {
     run_layer(il);
     capture_layer(be, capture, il, b.x.view(), T, H);
   }
 
+  if (heads) {
+    int64_t out = 0;
+    for (const BatchSegment& s : batch.segments) {
+      const auto last = b.x.view().sub(static_cast<size_t>((s.row0 + s.rows - s.logit_rows) * H));
+      be.rms_norm(last, s.logit_rows, H, w.output_norm, w.eps, b.xn.view().sub(static_cast<size_t>(out * H)));
+      out += s.logit_rows;
+    }
+    be.matmul(w.output, b.xn.view(), batch.logit_rows, b.logits.view(), b.scratch.view());
+    if (w.logit_softcap != 0.0f) be.softcap(b.logits.view(), static_cast<int64_t>(n_logits), w.logit_softcap);
+  }
+  if (step) step->end();
+  if (!heads) be.download(stage.hidden.data(), backend::Buf<const float>(b.x.view()), hidden_floats);
   int64_t out = 0;
   for (const BatchSegment& s : batch.segments) {
-    const auto last = b.x.view().sub(static_cast<size_t>((s.row0 + s.rows - s.logit_rows) * H));
-    be.rms_norm(last, s.logit_rows, H, w.output_norm, w.eps, b.xn.view().sub(static_cast<size_t>(out * H)));
-    out += s.logit_rows;
-  }
-  be.matmul(w.output, b.xn.view(), batch.logit_rows, b.logits.view(), b.scratch.view());
-  if (w.logit_softcap != 0.0f) be.softcap(b.logits.view(), static_cast<int64_t>(n_logits), w.logit_softcap);
-  if (step) step->end();
-  out = 0;
-  for (const BatchSegment& s : batch.segments) {
-    const size_t n = static_cast<size_t>(s.logit_rows) * static_cast<size_t>(n_vocab);
-    be.download(s.logits.data(),
-                b.logits.view().sub(static_cast<size_t>(out) * static_cast<size_t>(n_vocab), n), n);
-    out += s.logit_rows;
+    if (heads) {
+      const size_t n = static_cast<size_t>(s.logit_rows) * static_cast<size_t>(n_vocab);
+      be.download(s.logits.data(),
+                  b.logits.view().sub(static_cast<size_t>(out) * static_cast<size_t>(n_vocab), n), n);
+      out += s.logit_rows;
+    }
     s.state->n_past += static_cast<int>(s.rows);
   }
 }
@@ -154,8 +178,10 @@ class ActRowBytes {
 };
 
 // The options' provider of the routed experts, else every expert resident.
+// The resident provider holds the MoE layers of model layers [first_layer, end_layer) only.
 std::unique_ptr<ExpertProvider> make_expert_provider(const gguf::File& file, const LoadOptions& options,
-                                                     const ExpertLayout& layout, backend::Backend& backend);
+                                                     const ExpertLayout& layout, backend::Backend& backend,
+                                                     int first_layer, int end_layer);
 
 // The ModelInfo fields every MoE config has (name, sizes, head and expert counts, eps), the MoE layers from
 // the layout.

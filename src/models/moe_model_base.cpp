@@ -9,8 +9,18 @@ namespace df::models {
 
 MoeModelBase::MoeModelBase(const LoadOptions& options)
     : prefetch_lookahead_(std::max(0, options.prefetch_lookahead)),
+      first_layer_(options.first_layer),
       backend_(options.backend ? options.backend
-                               : backend::make_backend(backend::BackendOptions{"cpu", options.n_threads})) {}
+                               : backend::make_backend(backend::BackendOptions{"cpu", options.n_threads})),
+      requested_end_layer_(options.end_layer) {}
+
+void MoeModelBase::resolve_stage(int n_layer) {
+  const int end = requested_end_layer_ < 0 ? n_layer : requested_end_layer_;
+  if (first_layer_ < 0 || first_layer_ >= end || end > n_layer)
+    fail("layers [{}, {}) asked of a model of {} layers: a stage of a layer split runs at least one of them",
+         first_layer_, end, n_layer);
+  end_layer_ = end;
+}
 
 void MoeModelBase::check_n_ctx(int n_ctx) const {
   if (n_ctx < 1) fail("{}: context size {} must be at least 1", info_.arch, n_ctx);
@@ -66,6 +76,17 @@ void MoeModelBase::forward_many(std::span<const SequenceStep> steps) {
   run_batch(batch_, nullptr);
 }
 
+void MoeModelBase::forward_stage(std::span<const SequenceStep> steps, std::span<float> hidden,
+                                 ForwardCapture* capture) {
+  make_batch(steps);
+  stage_hidden_ = hidden;
+  struct Clear {
+    std::span<float>& h;
+    ~Clear() { h = {}; }
+  } clear{stage_hidden_};
+  run_batch(batch_, capture);
+}
+
 void MoeModelBase::finish_load(const gguf::File& file, const LoadOptions& options, WeightLoader& w,
                                ActRowBytes& act_row) {
   storage_ = w.take_storage();
@@ -73,7 +94,10 @@ void MoeModelBase::finish_load(const gguf::File& file, const LoadOptions& option
   act_row.add(expert_layout_);
   max_act_row_bytes_ = act_row.bytes();
   state_dims_.act_row_bytes = max_act_row_bytes_;
-  experts_ = make_expert_provider(file, options, expert_layout_, *backend_);
+  stage_moe_end_ = 0;
+  for (const auto& l : expert_layout_.layers)
+    if (l.model_layer < end_layer_) ++stage_moe_end_;
+  experts_ = make_expert_provider(file, options, expert_layout_, *backend_, first_layer_, end_layer_);
 }
 
 }  // namespace df::models

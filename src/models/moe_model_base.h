@@ -33,6 +33,17 @@ class MoeModelBase : public Model {
                ForwardCapture* capture = nullptr) final;
   void forward_many(std::span<const SequenceStep> steps) final;
 
+  // One stage of a layer split (models/layer_split.h): forward_many() over this model's layers only
+  // (LoadOptions::first_layer/end_layer), x taken from `hidden` unless the stage starts at layer 0 and left
+  // in it unless the stage ends at the last layer (then the steps' logits are written). The capture's
+  // routing and residuals of this stage's layers are filled in (the first stage clears it).
+  void forward_stage(std::span<const SequenceStep> steps, std::span<float> hidden, ForwardCapture* capture);
+  // Whether model layer il is this model's to compute (all are, unless it is a stage of a layer split).
+  bool runs_layer(int il) const { return il >= first_layer_ && il < end_layer_; }
+  int first_layer() const { return first_layer_; }
+  int end_layer() const { return end_layer_; }
+  backend::Backend& backend() const { return *backend_; }
+
  protected:
   explicit MoeModelBase(const LoadOptions& options);
 
@@ -77,8 +88,8 @@ class MoeModelBase : public Model {
   void route_with_read_ahead(MoeBuffers& m, int moe, int64_t T, backend::Buf<float> xn,
                              RouteMoe&& route_moe) {
     route_moe(moe, RoutingOut{xn, m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
-    prefetch_next_layers(*backend_, *experts_, m, moe, static_cast<int>(expert_layout_.layers.size()),
-                         prefetch_lookahead_, T, info_.n_expert_used, info_.n_expert, [&](int target) {
+    prefetch_next_layers(*backend_, *experts_, m, moe, stage_moe_end_, prefetch_lookahead_, T,
+                         info_.n_expert_used, info_.n_expert, [&](int target) {
                            route_moe(target, RoutingOut{m.guess_xn.view(), m.guess_logits.view(),
                                                         m.guess_ids.view(), m.guess_weights.view()});
                          });
@@ -100,6 +111,9 @@ class MoeModelBase : public Model {
 
   ModelInfo info_;
   int prefetch_lookahead_ = 1;
+  // The layers this model runs (LoadOptions::first_layer/end_layer, resolved by bind_tensors) and the end of
+  // their MoE layers (read-ahead guesses stop there: the next stage's routers live on its device).
+  int first_layer_ = 0, end_layer_ = 0, stage_moe_end_ = 0;
   std::shared_ptr<backend::Backend> backend_;   // LoadOptions::backend, or the default device's
   std::vector<backend::DeviceBuffer> storage_;  // the dense weights, in the backend's memory
   backend::Weight tok_embd_, output_;
@@ -114,10 +128,15 @@ class MoeModelBase : public Model {
  private:
   // `state` as a sequence state when this model made it, else null.
   MoeSequenceState* own_state(ModelState& state) const;
+  // first_layer_/end_layer_ from the options for a model of n_layer layers (df::Error for a range that is
+  // empty or outside them).
+  void resolve_stage(int n_layer);
   // The checks of forward() and forward_many() (a state of this model, check_forward_args, distinct states),
   // then batch_ refilled from the steps.
   void make_batch(std::span<const SequenceStep> steps);
   SequenceBatch batch_;
+  int requested_end_layer_ = -1;   // LoadOptions::end_layer, until bind_tensors resolves it
+  std::span<float> stage_hidden_;  // forward_stage's hand-over of x
 };
 
 // The work state of an architecture whose every layer keeps a KV cache of one shape and that needs no batch
@@ -160,18 +179,26 @@ class UniformKvState final : public MoeSequenceState {
 template <class Layer, class LayerTarget>
 bool MoeModelBase::bind_tensors(TensorBinder& bind, const std::vector<TensorDesc>& tensors,
                                 std::vector<Layer>& layers, LayerTarget&& layer_target) {
+  resolve_stage(static_cast<int>(layers.size()));
+  const bool embeds = first_layer_ == 0, heads = end_layer_ == static_cast<int>(layers.size());
+  bool file_has_output = false;
+  for (const TensorDesc& t : tensors)
+    if (t.kind == TensorKind::output) file_has_output = bind.present(t);
   bool has_output = false;
   for (const TensorDesc& t : tensors) {
-    if (t.kind == TensorKind::token_embd)
-      bind.bind(t, {.weight = &tok_embd_});
-    else if (t.kind == TensorKind::output_norm)
-      bind.bind(t, {.f32 = &output_norm_});
-    else if (t.kind == TensorKind::output)
-      has_output = bind.bind(t, {.weight = &output_});
-    else
+    if (t.kind == TensorKind::token_embd) {
+      if (embeds || (heads && !file_has_output)) bind.bind(t, {.weight = &tok_embd_});  // or the tied head
+    } else if (t.kind == TensorKind::output_norm) {
+      if (heads) bind.bind(t, {.f32 = &output_norm_});
+    } else if (t.kind == TensorKind::output) {
+      if (heads) has_output = bind.bind(t, {.weight = &output_});
+    } else if (t.role == TensorRole::expert || runs_layer(t.layer)) {
+      // Every layer's experts go into the layout (the MoE layers keep their model-wide numbers); only this
+      // stage's are loaded (make_expert_provider).
       bind.bind(t, layer_target(layers[static_cast<size_t>(t.layer)], t.kind));
+    }
   }
-  return has_output;
+  return heads ? has_output : true;  // a stage without the head has nothing to tie
 }
 
 template <class RunLayer>
@@ -179,7 +206,8 @@ void MoeModelBase::forward_trunk(const SequenceBatch& batch, ForwardCapture* cap
   run_trunk(*backend_,
             TrunkWeights{tok_embd_, output_norm_, info_.rms_eps, output_, embd_scale_, logit_softcap_}, batch,
             info_.n_layer, info_.n_embd, expert_layout_.layers.size(), info_.n_expert_used, info_.n_vocab,
-            capture, routing_sink_ != nullptr, std::forward<RunLayer>(run_layer));
+            capture, routing_sink_ != nullptr, TrunkStage{first_layer_, end_layer_, stage_hidden_},
+            std::forward<RunLayer>(run_layer));
 }
 
 }  // namespace df::models

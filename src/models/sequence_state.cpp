@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "models/moe_model_base.h"
 #include "util/error.h"
 
 namespace df::models {
@@ -203,9 +204,22 @@ size_t TrunkBuffers::bytes_for(size_t t, size_t H, size_t q_dim, size_t kv_dim, 
   return t * (4 * sizeof(int32_t) + (3 * H + 2 * q_dim + 2 * kv_dim) * sizeof(float) + act_row_bytes);
 }
 
-MoeSequenceState::MoeSequenceState(const Model& owner, backend::Backend& backend, int n_ctx,
+namespace {
+
+std::vector<LayerStateSpec> run_layers_only(const MoeModelBase& owner, std::vector<LayerStateSpec> specs) {
+  for (size_t il = 0; il < specs.size(); ++il)
+    if (!owner.runs_layer(static_cast<int>(il))) specs[il] = LayerStateSpec{};
+  return specs;
+}
+
+}  // namespace
+
+MoeSequenceState::MoeSequenceState(const MoeModelBase& owner, backend::Backend& backend, int n_ctx,
                                    std::vector<LayerStateSpec> specs, int attn_head_dim)
-    : be(backend), layers(backend, std::move(specs), n_ctx), owner_(&owner), n_ctx_(n_ctx) {
+    : be(backend),
+      layers(backend, run_layers_only(owner, std::move(specs)), n_ctx),
+      owner_(&owner),
+      n_ctx_(n_ctx) {
   if (attn_head_dim > 0)
     trunk.attn_scratch.resize(be, be.attention_scratch_floats(n_ctx, attn_head_dim), "attention scratch");
 }

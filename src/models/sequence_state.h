@@ -95,6 +95,7 @@ struct BatchDims {
 };
 
 class MoeSequenceState;
+class MoeModelBase;
 
 // One sequence's rows in a batch (Model::forward_many; forward() is a batch of one).
 struct BatchSegment {
@@ -117,10 +118,11 @@ struct SequenceBatch {
 
 class MoeSequenceState : public ModelState {
  public:
-  // owner: the model that made the state (own_state() and copy_sequence_from() check it). attn_head_dim: the
-  // head size attention scratch is sized for (0: no attention layer).
-  MoeSequenceState(const Model& owner, backend::Backend& be, int n_ctx, std::vector<LayerStateSpec> specs,
-                   int attn_head_dim);
+  // owner: the model that made the state (own_state() and copy_sequence_from() check it); the layers it
+  // does not run (a stage of a layer split) hold no state. attn_head_dim: the head size attention scratch is
+  // sized for (0: no attention layer).
+  MoeSequenceState(const MoeModelBase& owner, backend::Backend& be, int n_ctx,
+                   std::vector<LayerStateSpec> specs, int attn_head_dim);
 
   int n_ctx() const override { return n_ctx_; }
   void reset() override {

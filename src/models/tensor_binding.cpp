@@ -22,6 +22,10 @@ ExpertLayerLayout& TensorBinder::expert_layer(int il) {
   return experts_.layers.back();
 }
 
+bool TensorBinder::present(const TensorDesc& t) const {
+  return w_.has(t.name) || (!t.alias.empty() && w_.has(t.alias));
+}
+
 bool TensorBinder::bind(const TensorDesc& t, TensorTarget target) {
   if (t.optional && !w_.has(t.name)) return false;
   if (!t.replaced_by.empty() && w_.has(t.replaced_by)) {

@@ -29,6 +29,8 @@ class TensorBinder {
   // Checks and loads `t` into `target` (an expert tensor into the layout entry of its layer, appended when it
   // is that layer's first). An absent optional tensor is skipped: false.
   bool bind(const TensorDesc& t, TensorTarget target);
+  // Whether the file holds `t` (under its name or its alias).
+  bool present(const TensorDesc& t) const;
 
  private:
   ExpertLayerLayout& expert_layer(int il);

@@ -87,7 +87,7 @@ Scheduler::Scheduler(OpenedModel& model, int n_slots, int n_ctx) : m_(model), n_
   // were planned for). A backend whose results depend on the batch beyond some rows (CUDA: its tensor-core
   // tiles) keeps a sequence's answer the same alone or beside others only within them: its forwards carry
   // at most that many decode steps, and prompts run alone in the chunks a lone request's would.
-  const int64_t invariant = m_.backend ? m_.backend->batch_invariant_rows() : 0;
+  const int64_t invariant = m_.batch_invariant_rows();
   const size_t chunk = static_cast<size_t>(std::max(1, m_.prefill_chunk));
   size_t per_forward = static_cast<size_t>(n_slots);
   if (invariant > 0) per_forward = std::min(per_forward, static_cast<size_t>(invariant));

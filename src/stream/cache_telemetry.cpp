@@ -62,6 +62,20 @@ TelemetrySnapshot CacheTelemetry::snapshot() const {
   return s;
 }
 
+TelemetrySnapshot merge_disjoint_layers(const std::vector<TelemetrySnapshot>& parts) {
+  TelemetrySnapshot s;
+  if (parts.empty()) return s;
+  s.tokens = parts.front().tokens;
+  s.step_ns = parts.front().step_ns;
+  for (const TelemetrySnapshot& p : parts) {
+    if (s.layers.size() < p.layers.size()) s.layers.resize(p.layers.size());
+    for (size_t l = 0; l < p.layers.size(); ++l) s.layers[l].add(p.layers[l]);
+    s.total.add(p.total);
+    s.read_busy_ns += p.read_busy_ns;
+  }
+  return s;
+}
+
 void CacheTelemetry::reset() {
   for (auto& l : layers_) l = LayerCounters{};
   tokens_ = step_ns_ = busy_ns_ = 0;

@@ -64,6 +64,10 @@ class CacheTelemetry {
   uint64_t tokens_ = 0, step_ns_ = 0, busy_ns_ = 0;
 };
 
+// The telemetry of several caches over the same steps that each serve their own MoE layers (the device
+// tiers of a layer split): counters and busy time summed, tokens and step time those of the first.
+TelemetrySnapshot merge_disjoint_layers(const std::vector<TelemetrySnapshot>& parts);
+
 // A human table: one row per MoE layer and a total row, then the run's figures.
 std::string format_telemetry_table(const TelemetrySnapshot& s);
 

@@ -84,6 +84,11 @@ void StreamingExpertProvider::release_unclaimed() {
   announced_keys_.clear();
 }
 
+void StreamingExpertProvider::release_spare() {
+  std::lock_guard lock(mu_);
+  release_unclaimed();
+}
+
 void StreamingExpertProvider::will_acquire(int moe_layer, std::span<const int32_t> ids) {
   std::lock_guard lock(mu_);
   release_unclaimed();

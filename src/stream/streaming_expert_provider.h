@@ -27,6 +27,7 @@ class StreamingExpertProvider final : public experts::ExpertProvider {
   void will_acquire(int moe_layer, std::span<const int32_t> ids) override;
   experts::ExpertView acquire(int moe_layer, int expert) override;
   void release(int moe_layer, int expert) override;
+  void release_spare() override;
   // After a failed step: drops every pin this provider (and anyone else) holds on the cache.
   void abandon();
 

@@ -446,6 +446,14 @@ void TieredExpertProvider::release_locked(int moe_layer, int expert) {
   book_.unpin(slot);
 }
 
+void TieredExpertProvider::release_spare() {
+  std::lock_guard lock(mu_);
+  release_unclaimed();
+  for (size_t s = 0; s < copy_pending_.size(); ++s)
+    if (copy_pending_[s]) finish_copy(static_cast<int>(s));
+  release_host_copies(/*wait=*/true);
+}
+
 void TieredExpertProvider::abandon() {
   std::lock_guard lock(mu_);
   for (size_t s = 0; s < copy_pending_.size(); ++s) {

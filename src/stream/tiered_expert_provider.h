@@ -72,6 +72,9 @@ class TieredExpertProvider final : public experts::ExpertProvider {
   // they fit), so they can all be held for one grouped FFN.
   size_t max_held(int) const override { return static_cast<size_t>(book_.n_slots()); }
   void release(int moe_layer, int expert) override;
+  // Issues the copies still pending, waits for every copy that reads a RAM record, and unpins those records
+  // and the announced experts never acquired: the RAM tier is then free for another device's tier.
+  void release_spare() override;
   // After a failed step: drops every pin in both tiers.
   void abandon();
 

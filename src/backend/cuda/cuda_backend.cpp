@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "backend/buffer_access.h"
 #include "backend/cuda/cuda_record_slots.h"
@@ -287,10 +289,32 @@ std::unique_ptr<RecordSlots> CudaBackend::make_record_slots(int n_slots, size_t 
   return std::make_unique<CudaRecordSlots>(*this, n_slots, record_bytes);
 }
 
+namespace {
+
+// Host memory page-locked by the backends of this process, with how many registered it: the RAM tier of a
+// layer split is one pool that the tier of every GPU copies from, locked once (portable: every device sees
+// it locked) and unlocked when the last one lets go.
+struct HostRegistry {
+  std::mutex mu;
+  std::map<void*, int> users;
+};
+HostRegistry& host_registry() {
+  static HostRegistry r;
+  return r;
+}
+
+}  // namespace
+
 void CudaBackend::register_host_memory(void* data, size_t bytes) {
   if (!data || bytes == 0) return;
+  HostRegistry& reg = host_registry();
+  std::lock_guard lock(reg.mu);
+  if (auto it = reg.users.find(data); it != reg.users.end()) {
+    ++it->second;
+    return;
+  }
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  const cudaError_t err = cudaHostRegister(data, bytes, cudaHostRegisterDefault);
+  const cudaError_t err = cudaHostRegister(data, bytes, cudaHostRegisterPortable);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     fail(
@@ -299,10 +323,17 @@ void CudaBackend::register_host_memory(void* data, size_t bytes) {
         "--ram-cache may fit",
         bytes, cudaGetErrorString(err));
   }
+  reg.users[data] = 1;
 }
 
 void CudaBackend::unregister_host_memory(void* data) noexcept {
   if (!data) return;
+  HostRegistry& reg = host_registry();
+  std::lock_guard lock(reg.mu);
+  auto it = reg.users.find(data);
+  if (it == reg.users.end()) return;
+  if (--it->second > 0) return;
+  reg.users.erase(it);
   (void)cudaSetDevice(device_);
   (void)cudaHostUnregister(data);
 }

@@ -1,0 +1,265 @@
+// A model split over several backends in contiguous ranges of layers (models/layer_split.h), with CPU
+// backends standing in for the devices: for every golden architecture and every place the split can fall,
+// the logits, the residual stream after each layer and the expert choices are the unsplit model's bits
+// (prompt chunks, decode steps, sequences batched together, a state restored from a copy); each stage's ops
+// were handed only memory of its own backend (what a GPU of its own requires); each stage loaded only its
+// layers' weights; ranges that do not tile the layers are clear errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "backend/backend_factory.h"
+#include "error_matchers.h"
+#include "forwarding_backend.h"
+#include "gguf/gguf.h"
+#include "golden_json.h"
+#include "models/layer_split.h"
+#include "models/model.h"
+
+namespace df::models {
+namespace {
+
+using df::testing::every_logit;
+using df::testing::expect_error;
+using df::testing::ForwardingBackend;
+
+const char* const kGolden[] = {"lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny", "gpt-oss-tiny",
+                               "hy_v3-tiny",   "gemma4-tiny",      "qwen35moe-tiny"};
+
+struct Split {
+  std::unique_ptr<Model> model;
+  std::vector<std::shared_ptr<ForwardingBackend>> devices;  // one per stage
+};
+
+// The model split at `bounds` (the first layer of every stage after the first), each stage on a backend of
+// its own (a forwarding one over a one-thread CPU backend, so that foreign operands are counted).
+Split split_at(const gguf::File& file, const std::vector<int>& bounds) {
+  Split s;
+  std::vector<LoadOptions> stages;
+  for (size_t k = 0; k <= bounds.size(); ++k) {
+    LoadOptions o;
+    s.devices.push_back(std::make_shared<ForwardingBackend>(backend::make_backend({"cpu", 1})));
+    o.backend = s.devices.back();
+    o.first_layer = k == 0 ? 0 : bounds[k - 1];
+    o.end_layer = k == bounds.size() ? -1 : bounds[k];
+    stages.push_back(o);
+  }
+  s.model = load_layer_split(file, stages);
+  return s;
+}
+
+std::unique_ptr<Model> whole(const gguf::File& file) {
+  LoadOptions o;
+  o.n_threads = 1;
+  return load_model(file, o);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The tokens of the golden teacher-forced prompt.
+std::vector<int32_t> prompt(const std::string& name) {
+  return df::testing::golden_json(name)["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
+}
+
+// What a forward with a capture reports, over the whole prompt in one batch.
+struct Captured {
+  std::vector<float> logits, l_out, weights;
+  std::vector<int32_t> ids;
+};
+Captured capture_prompt(Model& m, const std::vector<int32_t>& tokens) {
+  auto st = m.new_state(static_cast<int>(tokens.size()));
+  Captured c;
+  c.logits.resize(tokens.size() * static_cast<size_t>(m.info().n_vocab));
+  ForwardCapture cap;
+  cap.want_layers = true;
+  m.forward(*st, tokens, c.logits, true, &cap);
+  c.l_out = cap.l_out;
+  c.ids = cap.expert_ids;
+  c.weights = cap.expert_weights;
+  return c;
+}
+
+class LayerSplit : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LayerSplit, EveryTwoWaySplitGivesTheWholeModelsBitsAndEachStageTouchesOnlyItsOwnMemory) {
+  const std::string name = GetParam();
+  const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));
+  const auto tokens = prompt(name);
+  auto one = whole(file);
+  const int n_layer = one->info().n_layer;
+  ASSERT_GE(n_layer, 2);
+  const auto want = every_logit(*one, tokens);
+  for (int b = 1; b < n_layer; ++b) {
+    SCOPED_TRACE("split before layer " + std::to_string(b));
+    Split s = split_at(file, {b});
+    EXPECT_TRUE(same_bits(every_logit(*s.model, tokens), want));
+    for (size_t k = 0; k < s.devices.size(); ++k) {
+      EXPECT_GT(s.devices[k]->calls["rms_norm"], 0) << "stage " << k << " computed nothing";
+      for (const auto& [op, n] : s.devices[k]->foreign)
+        ADD_FAILURE() << "stage " << k << ": " << op << " was handed " << n
+                      << " operands outside its backend's memory";
+    }
+  }
+}
+
+TEST_P(LayerSplit, ThreeStagesReportTheWholeModelsResidualsAndExpertChoices) {
+  const std::string name = GetParam();
+  const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));
+  const auto tokens = prompt(name);
+  auto one = whole(file);
+  const int n_layer = one->info().n_layer;
+  if (n_layer < 3) GTEST_SKIP() << name << " has " << n_layer << " layers: no three-way split";
+  const Captured want = capture_prompt(*one, tokens);
+  Split s = split_at(file, {1, n_layer - 1});
+  const Captured got = capture_prompt(*s.model, tokens);
+  EXPECT_TRUE(same_bits(got.logits, want.logits));
+  EXPECT_TRUE(same_bits(got.l_out, want.l_out));
+  EXPECT_TRUE(same_bits(got.weights, want.weights));
+  EXPECT_EQ(got.ids, want.ids);
+  EXPECT_EQ(std::count(got.ids.begin(), got.ids.end(), -1), 0) << "a MoE layer's routing was not captured";
+}
+
+TEST_P(LayerSplit, SequencesBatchedTogetherAndARestoredCopyMatchTheWholeModel) {
+  const std::string name = GetParam();
+  const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));
+  const auto tokens = prompt(name);
+  auto one = whole(file);
+  const int n_layer = one->info().n_layer;
+  Split s = split_at(file, {n_layer / 2});
+  const size_t V = static_cast<size_t>(one->info().n_vocab), half = tokens.size() / 2;
+  const std::span<const int32_t> a(tokens.data(), half), b(tokens.data() + half, tokens.size() - half);
+
+  // Two sequences, each prefilled alone, then one decode step of both as one batch.
+  auto run = [&](Model& m) {
+    auto sa = m.new_state(static_cast<int>(tokens.size())), sb = m.new_state(static_cast<int>(tokens.size()));
+    std::vector<float> la(V), lb(V), out;
+    m.forward(*sa, a.first(a.size() - 1), la, false);
+    m.forward(*sb, b.first(b.size() - 1), lb, false);
+    auto snapshot = m.new_state(static_cast<int>(tokens.size()));
+    snapshot->copy_sequence_from(*sa);
+    const SequenceStep steps[] = {{sa.get(), a.last(1), la, false}, {sb.get(), b.last(1), lb, false}};
+    m.forward_many(steps);
+    out.insert(out.end(), la.begin(), la.end());
+    out.insert(out.end(), lb.begin(), lb.end());
+    // The copy taken before the step continues as the original did.
+    m.forward(*snapshot, a.last(1), la, false);
+    out.insert(out.end(), la.begin(), la.end());
+    EXPECT_EQ(snapshot->n_past, sa->n_past);
+    return out;
+  };
+  EXPECT_TRUE(same_bits(run(*s.model), run(*one)));
+}
+
+TEST_P(LayerSplit, EachStageLoadsOnlyItsLayersWeights) {
+  const std::string name = GetParam();
+  const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));
+  auto all = std::make_shared<ForwardingBackend>(backend::make_backend({"cpu", 1}));
+  LoadOptions o;
+  o.backend = all;
+  auto one = load_model(file, o);
+  Split s = split_at(file, {one->info().n_layer / 2});
+  size_t sum = 0;
+  for (const auto& d : s.devices) {
+    EXPECT_LT(d->weight_bytes, all->weight_bytes);
+    sum += d->weight_bytes;
+  }
+  // Nothing but a tied head's embeddings is loaded twice.
+  EXPECT_GE(sum, all->weight_bytes);
+  EXPECT_LT(sum, all->weight_bytes + all->weight_bytes / 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, LayerSplit, ::testing::ValuesIn(kGolden), [](const auto& info) {
+  std::string s = info.param;
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+});
+
+TEST(LayerSplitLoad, RangesThatDoNotTileTheLayersAreClearErrors) {
+  const auto file = gguf::File::open(df::testing::golden_path("lfm2moe-tiny.gguf"));
+  const int n_layer = whole(file)->info().n_layer;
+  auto stages = [](std::vector<std::pair<int, int>> ranges) {
+    std::vector<LoadOptions> out;
+    for (auto [first, end] : ranges) {
+      LoadOptions o;
+      o.n_threads = 1;
+      o.first_layer = first;
+      o.end_layer = end;
+      out.push_back(o);
+    }
+    return out;
+  };
+  expect_error(
+      [&] {
+        (void)load_layer_split(file, stages({{0, 1}, {2, -1}}));
+      },
+      {"stage 1 starts at layer 2, where layer 1"});
+  expect_error(
+      [&] {
+        (void)load_layer_split(file, stages({{0, 2}, {1, -1}}));
+      },
+      {"stage 1 starts at layer 1, where layer 2"});
+  expect_error(
+      [&] {
+        (void)load_layer_split(file, stages({{0, 1}, {1, n_layer - 1}}));
+      },
+      {"the last stage ends at layer " + std::to_string(n_layer - 1)});
+  expect_error(
+      [&] {
+        (void)load_layer_split(file, stages({{0, -1}, {n_layer, -1}}));
+      },
+      {"stage 0 reaches the model's last layer"});
+  expect_error(
+      [&] {
+        (void)load_layer_split(file, stages({{0, n_layer + 1}, {n_layer + 1, -1}}));
+      },
+      {"a stage of a layer split runs at least one of them"});
+  expect_error(
+      [&] {
+        (void)load_layer_split(file, stages({{0, 0}, {0, -1}}));
+      },
+      {"layers [0, 0) asked of a model of"});
+  expect_error([&] { (void)load_layer_split(file, {}); }, {"no stage to load"});
+}
+
+TEST(LayerSplitLoad, AStagesExpertsAreOnlyItsOwnLayers) {
+  const auto file = gguf::File::open(df::testing::golden_path("qwen3moe-tiny.gguf"));
+  LoadOptions o;
+  o.n_threads = 1;
+  o.end_layer = 1;
+  auto first = load_model(file, o);
+  EXPECT_NO_THROW(first->experts().acquire(0, 0));
+  expect_error([&] { (void)first->experts().acquire(1, 0); },
+               {"computed by another stage of the layer split"});
+  // A stage's model still checks its forward arguments and runs (it has no head: the split runs it).
+  EXPECT_EQ(first->info().n_layer, whole(file)->info().n_layer);
+}
+
+TEST(SplitLayers, SharesGiveProportionalContiguousRanges) {
+  using R = std::vector<std::pair<int, int>>;
+  const double even[] = {1, 1}, thirds[] = {1, 2}, four[] = {24, 24, 48, 48}, one[] = {5};
+  EXPECT_EQ(split_layers(24, even), (R{{0, 12}, {12, 24}}));
+  EXPECT_EQ(split_layers(24, thirds), (R{{0, 8}, {8, 24}}));
+  EXPECT_EQ(split_layers(7, even), (R{{0, 4}, {4, 7}}));  // round half away from zero: 3.5 -> 4
+  EXPECT_EQ(split_layers(48, four), (R{{0, 8}, {8, 16}, {16, 32}, {32, 48}}));
+  EXPECT_EQ(split_layers(3, one), (R{{0, 3}}));
+}
+
+TEST(SplitLayers, SharesThatLeaveADeviceWithoutALayerAreClearErrors) {
+  const double tiny[] = {1, 0.01}, three[] = {1, 1, 1}, negative[] = {1, -1}, zero[] = {0, 0};
+  expect_error([&] { (void)split_layers(24, tiny); }, {"device 1 gets no layer of 24 with shares 1,0.01"});
+  expect_error([&] { (void)split_layers(2, three); }, {"device 1 gets no layer of 2"});
+  expect_error([&] { (void)split_layers(24, negative); }, {"share -1 is not a non-negative number"});
+  expect_error([&] { (void)split_layers(24, zero); }, {"add up to 0"});
+  expect_error([&] { (void)split_layers(24, {}); }, {"no device to split 24 layers over"});
+}
+
+}  // namespace
+}  // namespace df::models
