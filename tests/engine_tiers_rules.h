@@ -524,6 +524,19 @@ TEST_P(DF_TIER_SUITE(SplitTieredGolden), TwoDevicesGiveTheOneDeviceBitsAndEachTi
       EXPECT_EQ(merged.total.accesses, m.device_tiers[0]->telemetry().total.accesses +
                                            m.device_tiers[1]->telemetry().total.accesses);
     }
+  if (std::string(DF_TIER_DEVICE) != "cpu") {
+    // A CPU beside the GPU reads the RAM tier directly: --gpu-cache sizes the GPU's tier only. (Its results
+    // are the CPU's numerics for its layers, so only the arrangement is checked.)
+    auto o = options_for(store);
+    o.device = std::string(DF_TIER_DEVICE) + ",cpu";
+    o.gpu_cache_bytes = (2 * k + 1) * record_bytes;
+    df::OpenedModel m = df::open_model(o);
+    ASSERT_EQ(m.tier_of_device.size(), 2u);
+    EXPECT_NE(m.tier_of_device[0], nullptr);
+    EXPECT_EQ(m.tier_of_device[1], nullptr);
+    EXPECT_EQ(m.ram_readers.size(), 1u);
+    EXPECT_EQ(run_every_row(m, prompt).logits.size(), resident_with_chunk(m.prefill_chunk).logits.size());
+  }
 }
 
 DF_TIER_INSTANTIATE(Golden, DF_TIER_SUITE(SplitTieredGolden),

@@ -289,6 +289,7 @@ TEST(CliFlags, ALayerSplitOverTwoDevicesKeepsTheIdsAndMismatchedListsAreClearErr
   ASSERT_EQ(bench.status, 0) << bench.err;
   EXPECT_NE(bench.out.find("\"first_layer\":0"), std::string::npos) << bench.out;
   EXPECT_NE(bench.out.find("\"devices\":[{"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("\"gpu_cache_bytes\":0"), std::string::npos) << bench.out;
   const std::pair<std::string, std::string> bad[] = {
       {"--device cpu,cpu -ts 1,2,3", "--tensor-split gives 3 shares for 2 devices (cpu,cpu)"},
       {"--device cpu,cpu -ts 1,x", "--tensor-split: 'x' is not a non-negative number"},

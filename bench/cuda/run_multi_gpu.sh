@@ -34,8 +34,9 @@ d = json.load(open(path))
 d["args"] = args
 print(json.dumps(d))
 dt = d.get("decode_device_telemetry", {})
-cards = ", ".join("%s layers %d-%d peak %.2f GB" % (c["name"], c["first_layer"], c["end_layer"] - 1,
-                                                    c["peak_device_bytes"] / 1e9) for c in d.get("devices", []))
+cards = ", ".join("%s layers %d-%d tier %.2f GB peak %.2f GB" % (
+    c["name"], c["first_layer"], c["end_layer"] - 1, c.get("gpu_cache_bytes", 0) / 1e9, c["peak_device_bytes"] / 1e9)
+    for c in d.get("devices", []))
 print("%s: decode %s tok/s, prefill %s tok/s, device hit %s, copies up %.1f MB/token; %s; peak RSS %.2f GB" % (
     args, " / ".join("%.1f" % x for x in d["decode_tps_each"]),
     " / ".join("%.1f" % x for x in d["prefill_tps_each"]), "%.3f" % dt["hit_rate"] if dt else "-",

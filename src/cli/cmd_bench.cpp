@@ -187,10 +187,13 @@ void bench(const BenchFlags& f) {
     j["peak_device_bytes"] = peak_device;
     nlohmann::json devices = nlohmann::json::array();
     for (size_t k = 0; k < m.backends.size(); ++k)
-      devices.push_back({{"name", std::string(m.backends[k]->name())},
-                         {"first_layer", m.layer_ranges[k].first},
-                         {"end_layer", m.layer_ranges[k].second},
-                         {"peak_device_bytes", m.backends[k]->peak_device_bytes()}});
+      devices.push_back(
+          {{"name", std::string(m.backends[k]->name())},
+           {"first_layer", m.layer_ranges[k].first},
+           {"end_layer", m.layer_ranges[k].second},
+           {"peak_device_bytes", m.backends[k]->peak_device_bytes()},
+           {"gpu_cache_bytes",
+            m.tier_of_device[k] ? m.tier_of_device[k]->slots() * m.tier_of_device[k]->slot_bytes() : 0}});
     j["devices"] = devices;
     // What ran, which is not always what was asked for (O_DIRECT or io_uring can fall back); resident runs
     // read nothing.

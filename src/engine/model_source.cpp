@@ -169,9 +169,17 @@ OpenedModel open_model(const ModelSourceOptions& options) {
   if (!options.tensor_split.empty() && options.tensor_split.size() != n_dev)
     fail("--tensor-split gives {} shares for {} device{} ({})", options.tensor_split.size(), n_dev,
          n_dev == 1 ? "" : "s", fmt::join(devices, ","));
+  // A device with memory of its own has a tier; a host-memory device (the CPU) reads the RAM tier directly
+  // beside a GPU, and has a tier only where no device has memory of its own (the stand-in tests run on).
+  const bool any_gpu = std::any_of(m.backends.begin(), m.backends.end(),
+                                   [](const auto& be) { return !be->reads_host_memory(); });
   std::vector<bool> device_tier(n_dev);
-  for (size_t k = 0; k < n_dev; ++k)
-    device_tier[k] = asked[k].has_value() || !m.backends[k]->reads_host_memory();
+  for (size_t k = 0; k < n_dev; ++k) {
+    const bool host = m.backends[k]->reads_host_memory();
+    if (host && any_gpu) asked[k].reset();
+    device_tier[k] = !host || asked[k].has_value();
+  }
+  m.tier_of_device.assign(n_dev, nullptr);
   std::vector<
       std::function<std::unique_ptr<models::ExpertProvider>(const gguf::File&, const models::ExpertLayout&)>>
       make_provider(n_dev);
@@ -280,7 +288,7 @@ OpenedModel open_model(const ModelSourceOptions& options) {
       if (asked_k)
         m.prefill_chunk = stream::max_prefill_chunk(std::max<uint64_t>(*asked_k / layout.record_bytes, 1),
                                                     top_k, layout.n_expert, m.prefill_chunk);
-      make_provider[k] = [&m, &st, &be, ram_tier, dt, asked_k, device, notice, n_dev](
+      make_provider[k] = [&m, &st, &be, ram_tier, dt, asked_k, device, notice, n_dev, k](
                              const gguf::File&,
                              const models::ExpertLayout& ml) -> std::unique_ptr<models::ExpertProvider> {
         stream::check_layout_matches(st.layout(), ml, st.dir());
@@ -290,6 +298,7 @@ OpenedModel open_model(const ModelSourceOptions& options) {
         auto p = std::make_unique<stream::TieredExpertProvider>(ram_tier(), be, o);
         if (!m.tiers) m.tiers = p.get();
         m.device_tiers.push_back(p.get());
+        m.tier_of_device[k] = p.get();
         m.prefill_chunk = stream::max_prefill_chunk(p->slots(), static_cast<int>(o.min_slots),
                                                     st.layout().n_expert, m.prefill_chunk);
         const std::string on = n_dev > 1 ? " on " + device : "";

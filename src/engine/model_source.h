@@ -29,7 +29,8 @@ struct ModelSourceOptions {
   std::optional<uint64_t> expert_cache_bytes;  // --expert-cache / --ram-cache; absent: automatic
   // --gpu-cache: the device tier of the expert cache (record slots in the backend's memory, fed from the RAM
   // tier). Absent: none on the CPU, and on a GPU what its free memory holds after the trunk (1 GiB or a tenth
-  // kept free). On the CPU backend the tier is host memory: tests use it to run the tier chain without a GPU.
+  // kept free). On the CPU backend the tier is host memory: tests use it to run the tier chain without a GPU
+  // (a CPU listed beside a GPU gets none: it reads the RAM tier directly).
   std::optional<uint64_t> gpu_cache_bytes;
   // --gpu-cache A,B,...: one size per device of a layer split instead (as many as --device names).
   std::vector<uint64_t> gpu_cache_per_device;
@@ -69,6 +70,7 @@ struct OpenedModel {
   // Every device's tier (one per device of a layer split that has one; tiers is the first), and the
   // providers that read the RAM tier directly.
   std::vector<stream::TieredExpertProvider*> device_tiers;
+  std::vector<stream::TieredExpertProvider*> tier_of_device;  // per device (backends): its tier, or null
   std::vector<stream::StreamingExpertProvider*> ram_readers;
   std::unique_ptr<gguf::File> file;           // the trunk's GGUF: the source, or the store's dense.bin
   std::shared_ptr<backend::Backend> backend;  // what the model computes on (--device; the first of a split)

@@ -1,0 +1,108 @@
+#pragma once
+// The layer split on CUDA devices (models/layer_split.h): for every golden architecture and every split
+// point, the split's logits are the one-GPU model's bits, and each stage's ops were handed only memory of its
+// own device. The second stage runs on DF_SPLIT_SECOND: "cuda:0" (test_models_cuda_split.cpp: one GPU
+// standing in for two, label gpu) or "cuda:1" (test_models_multigpu.cpp, label multigpu: skipped, saying
+// why, on a machine with fewer GPUs). Every test skips with the reason where there is no GPU or the build has
+// no CUDA.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "backend/backend_factory.h"
+#include "forwarding_backend.h"
+#include "gguf/gguf.h"
+#include "golden_json.h"
+#include "models/layer_split.h"
+#include "models/model.h"
+
+#if !defined(DF_SPLIT_SECOND)
+#error "define DF_SPLIT_SECOND before including cuda_split_rules.h"
+#endif
+
+namespace df::models {
+namespace {
+
+using df::testing::every_logit;
+using df::testing::ForwardingBackend;
+
+struct Case {
+  const char* model;
+  const char* second;  // the second stage's device
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model << " split onto cuda:0 and " << c.second; }
+
+// The second device's backend, or why there is none.
+std::shared_ptr<backend::Backend> cuda_or_reason(const std::string& device, std::string& reason) {
+  try {
+    const auto all = backend::device_list("cuda:all");
+    if (device != "cuda:0" && all.size() < 2) {
+      reason = "this machine has " + std::to_string(all.size()) + " GPU: " + device + " needs two";
+      return nullptr;
+    }
+    return backend::make_backend({device, 1});
+  } catch (const Error& e) {
+    reason = e.what();
+    return nullptr;
+  }
+}
+
+class CudaLayerSplit : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaLayerSplit, EverySplitPointGivesTheOneGpuBitsAndEachStageTouchesOnlyItsOwnMemory) {
+  const Case c = GetParam();
+  std::string reason;
+  if (!cuda_or_reason("cuda:0", reason) || !cuda_or_reason(c.second, reason)) GTEST_SKIP() << reason;
+  const auto file = gguf::File::open(df::testing::golden_path(std::string(c.model) + ".gguf"));
+  const auto tokens =
+      df::testing::golden_json(c.model)["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
+  LoadOptions o;
+  o.backend = std::make_shared<ForwardingBackend>(backend::make_backend({"cuda:0", 1}));
+  auto one = load_model(file, o);
+  const int n_layer = one->info().n_layer;
+  const auto want = every_logit(*one, tokens);
+  for (int b = 1; b < n_layer; ++b) {
+    SCOPED_TRACE("split before layer " + std::to_string(b));
+    std::vector<std::shared_ptr<ForwardingBackend>> devices;
+    std::vector<LoadOptions> stages;
+    for (const char* d : {"cuda:0", c.second}) {
+      devices.push_back(std::make_shared<ForwardingBackend>(backend::make_backend({d, 1})));
+      LoadOptions s;
+      s.backend = devices.back();
+      s.first_layer = stages.empty() ? 0 : b;
+      s.end_layer = stages.empty() ? b : -1;
+      stages.push_back(s);
+    }
+    auto split = load_layer_split(file, stages);
+    const auto got = every_logit(*split, tokens);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
+    for (size_t k = 0; k < devices.size(); ++k)
+      for (const auto& [op, n] : devices[k]->foreign)
+        ADD_FAILURE() << "stage " << k << ": " << op << " was handed " << n << " operands outside its device";
+  }
+}
+
+std::vector<Case> cases(const char* second) {
+  std::vector<Case> out;
+  for (const char* m : {"lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny",
+                        "gemma4-tiny", "qwen35moe-tiny"})
+    out.push_back({m, second});
+  return out;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string s = std::string(info.param.model) + "_on_" + info.param.second;
+  for (char& ch : s)
+    if (ch == '-' || ch == ':') ch = '_';
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Split, CudaLayerSplit, ::testing::ValuesIn(cases(DF_SPLIT_SECOND)), case_name);
+
+}  // namespace
+}  // namespace df::models
