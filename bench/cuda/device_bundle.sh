@@ -25,12 +25,12 @@ case "$mode" in
     mkdir -p .device/build/tests .device/golden .device/lib
     # Every shared library the chosen test binaries link but the C and C++ runtimes (the engine tests link
     # liburing, libxxhash, ICU, ...; the model tests only libfmt: leaving ICU out makes room for a model).
-    for t in ${DF_TESTS:-test_backend_cuda_ops test_models_cuda_golden test_models_cuda_graphs test_engine_cuda_tiers}; do
+    for t in ${DF_TESTS:-test_backend_cuda_ops test_models_cuda_golden test_models_cuda_graphs test_models_cuda_split test_engine_cuda_tiers}; do
       ldd "$build/tests/$t" | awk '$3 ~ /^\// {print $3}' |
         grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|ld-linux[^/]*)\.so' |
         while read -r lib; do cp "$lib" .device/lib/; done
     done
-    for t in ${DF_TESTS:-test_backend_cuda_ops test_models_cuda_golden test_models_cuda_graphs test_engine_cuda_tiers}; do
+    for t in ${DF_TESTS:-test_backend_cuda_ops test_models_cuda_golden test_models_cuda_graphs test_models_cuda_split test_engine_cuda_tiers}; do
       strip -o ".device/build/tests/$t" "$build/tests/$t"
       cp "$build/tests/${t}[1]_tests.cmake" ".device/build/tests/${t}_tests.cmake"
       echo "include(\"$(cd "$build" && pwd)/tests/${t}_tests.cmake\")" >> .device/build/tests/CTestTestfile.cmake
@@ -54,7 +54,7 @@ case "$mode" in
     ldd "$build/diskformer" | awk '$3 ~ /^\// {print $3}' |
       grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|ld-linux[^/]*)\.so' |
       while read -r lib; do cp "$lib" .device/bench/lib/; done
-    cp bench/cuda/run_gpu_bench.sh bench/cuda/run_gpu_tiers.sh bench/cuda/run_gpu_cgroup.sh bench/cuda/run_gpu_cpu_misses.sh bench/cuda/ncu_step.py bench/cuda/serve_check.py \
+    cp bench/cuda/run_gpu_bench.sh bench/cuda/run_gpu_tiers.sh bench/cuda/run_gpu_cgroup.sh bench/cuda/run_gpu_cpu_misses.sh bench/cuda/run_multi_gpu.sh bench/cuda/common.sh bench/cuda/ncu_step.py bench/cuda/serve_check.py \
       .device/bench/
     ;;
   *)

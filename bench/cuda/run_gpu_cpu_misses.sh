@@ -14,22 +14,17 @@ OUT=${3:-.}
 P=${4:-512}
 N=${5:-64}
 "$BIN/df_cuda_bandwidth" 4 20 | tee "$OUT/bandwidth.json"
-m="$MODELS/lfm2-24b.gguf"
-[ -f "$m" ] || "$BIN/diskformer" make-model --preset lfm2-24b -o "$m" -q
-store="$MODELS/lfm2-24b.store"
-[ -d "$store" ] || { /usr/bin/time -f "ingest %e s" "$BIN/diskformer" ingest "$m" -o "$store" 2>&1 | tail -2; }
+source "$(dirname "$0")/common.sh"
+lfm2_24b "$BIN" "$MODELS"
 threads=()
 [ -n "${THREADS:-}" ] && threads=(-t "$THREADS")
 run() {
-  "$BIN/diskformer" bench -m "$store" --device cuda -p "$P" -n "$N" -r 2 --gpu-cache "${GPU:-4G}" \
-    --ram-cache "${RAM:-14G}" --lookahead "${LA:-1}" "${threads[@]}" "$@" --json 2>"$OUT/last.err" |
-    tail -1 > "$OUT/last.json" || { cat "$OUT/last.err" >&2; return 1; }
-  python3 - "$*" "$OUT/last.json" <<'PY' | tee -a "$OUT/cpu_misses.jsonl" >/dev/null
+  bench_json "$BIN/diskformer" "$OUT" "$OUT/cpu_misses.jsonl" -m "$store" --device cuda -p "$P" -n "$N" -r 2 \
+    --gpu-cache "${GPU:-4G}" --ram-cache "${RAM:-14G}" --lookahead "${LA:-1}" "${threads[@]}" "$@" || return 1
+  python3 - "$*" "$OUT/last.json" <<'PY'
 import json, sys
 args, path = sys.argv[1:]
 d = json.load(open(path))
-d["args"] = args
-print(json.dumps(d))
 dt = d.get("decode_device_telemetry", {})
 host = dt.get("total", {}).get("host_computed", 0)
 tokens = max(dt.get("tokens", 0), 1)

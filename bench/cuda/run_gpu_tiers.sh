@@ -16,21 +16,16 @@ OUT=${3:-.}
 P=${4:-128}
 N=${5:-64}
 "$BIN/df_cuda_bandwidth" 4 20 | tee "$OUT/bandwidth.json"
-m="$MODELS/lfm2-24b.gguf"
-[ -f "$m" ] || "$BIN/diskformer" make-model --preset lfm2-24b -o "$m" -q
-store="$MODELS/lfm2-24b.store"
-[ -d "$store" ] || { /usr/bin/time -f "ingest %e s" "$BIN/diskformer" ingest "$m" -o "$store" 2>&1 | tail -2; }
+source "$(dirname "$0")/common.sh"
+lfm2_24b "$BIN" "$MODELS"
 run() {  # binary, then bench's arguments
   local exe=$1
   shift
-  "$exe" bench -m "$@" --device cuda -p "$P" -n "$N" -r 2 --json 2>"$OUT/last.err" | tail -1 > "$OUT/last.json" ||
-    { cat "$OUT/last.err" >&2; return 1; }
-  python3 - "$exe" "$*" "$OUT/last.json" <<'PY' | tee -a "$OUT/tiers.jsonl" >/dev/null
+  bench_json "$exe" "$OUT" "$OUT/tiers.jsonl" -m "$@" --device cuda -p "$P" -n "$N" -r 2 || return 1
+  python3 - "$exe" "$*" "$OUT/last.json" <<'PY'
 import json, sys
 exe, args, path = sys.argv[1:]
 d = json.load(open(path))
-d["binary"], d["args"] = exe, args
-print(json.dumps(d))
 dt = d.get("decode_device_telemetry", {})
 print("%s %s: decode %s tok/s, prefill %s tok/s, copies up %.1f MB/token, device hit %s (held %s), "
       "RAM hit %s, disk %.1f MB/token, device prefetch precision %s recall %s, peak VRAM %.2f GB, "

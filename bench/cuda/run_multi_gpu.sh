@@ -20,19 +20,14 @@ N=${5:-64}
 DEVICES=${DEVICES:-cuda:0,cuda:1}
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off (it can take a shared host's GPUs out of service)
 nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv | tee "$OUT/gpus.csv" >&2
-m="$MODELS/lfm2-24b.gguf"
-[ -f "$m" ] || "$BIN/diskformer" make-model --preset lfm2-24b -o "$m" -q
-store="$MODELS/lfm2-24b.store"
-[ -d "$store" ] || { /usr/bin/time -f "ingest %e s" "$BIN/diskformer" ingest "$m" -o "$store" 2>&1 | tail -2; }
+source "$(dirname "$0")/common.sh"
+lfm2_24b "$BIN" "$MODELS"
 run() {  # bench's arguments
-  "$BIN/diskformer" bench -m "$@" -p "$P" -n "$N" -r 2 --json 2>"$OUT/last.err" | tail -1 > "$OUT/last.json" ||
-    { cat "$OUT/last.err" >&2; return 1; }
-  python3 - "$*" "$OUT/last.json" <<'PY' | tee -a "$OUT/multi_gpu.jsonl" >/dev/null
+  bench_json "$BIN/diskformer" "$OUT" "$OUT/multi_gpu.jsonl" -m "$@" -p "$P" -n "$N" -r 2 || return 1
+  python3 - "$*" "$OUT/last.json" <<'PY'
 import json, sys
 args, path = sys.argv[1:]
 d = json.load(open(path))
-d["args"] = args
-print(json.dumps(d))
 dt = d.get("decode_device_telemetry", {})
 cards = ", ".join("%s layers %d-%d tier %.2f GB peak %.2f GB" % (
     c["name"], c["first_layer"], c["end_layer"] - 1, c.get("gpu_cache_bytes", 0) / 1e9, c["peak_device_bytes"] / 1e9)

@@ -313,8 +313,8 @@ OpenedModel open_model(const ModelSourceOptions& options) {
   if (n_dev == 1) {
     load.backend = m.backend;
     load.make_expert_provider = make_provider.front();
-    m.layer_ranges = {{0, models::state_dims(*m.file).n_layer}};
     m.model = models::load_model(*m.file, load);
+    m.layer_ranges = {{0, m.model->info().n_layer}};
   } else {
     std::vector<double> shares = options.tensor_split;
     if (shares.empty()) {
