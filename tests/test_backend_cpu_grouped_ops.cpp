@@ -15,18 +15,13 @@
 #include "error_matchers.h"
 #include "quant/q4_0x16.h"
 #include "quant/quant.h"
+#include "random_data.h"
 #include "util/error.h"
 
 namespace df::backend {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using df::testing::random_floats;
 
 // A random n_out × n_in matrix of type t (its bytes live in the returned vector).
 struct Matrix {

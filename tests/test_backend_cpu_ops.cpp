@@ -13,18 +13,13 @@
 #include "backend/cpu/kernels/cpu_features.h"
 #include "cpu_host_backend.h"
 #include "quant/quant.h"
+#include "random_data.h"
 #include "util/error.h"
 
 namespace df::backend {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using df::testing::random_floats;
 
 std::vector<float> dequantized(GgmlType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t n) {
   std::vector<float> out(static_cast<size_t>(rows * n));

@@ -14,18 +14,13 @@
 #include "backend/cpu/cpu_backend.h"
 #include "cpu_host_backend.h"
 #include "quant/quant.h"
+#include "random_data.h"
 #include "util/error.h"
 
 namespace df::backend {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using df::testing::random_floats;
 
 // gpt-oss-20b's RoPE (ARCHITECTURES.md 7.2): d = 64, base 150000, YaRN factor 32 over 4096 positions. The
 // correction band is pairs lo = floor(corr(32)) = 8 .. hi = ceil(corr(1)) = 18: pairs up to 8 keep the
@@ -83,7 +78,7 @@ TEST(BackendRopeAttention, NeoxAndNormalModesWithFrequencyFactorsFollowTheSpec) 
   const std::vector<float> factors = {1.0f, 2.5f, 8.0f};
   for (RopeMode mode : {RopeMode::NeoX, RopeMode::Normal})
     for (bool with_factors : {false, true}) {
-      SCOPED_TRACE(testing::Message()
+      SCOPED_TRACE(::testing::Message()
                    << (mode == RopeMode::NeoX ? "neox" : "normal") << (with_factors ? " factors" : ""));
       auto a = random_floats(static_cast<size_t>(rows * n_head * hd), 7);
       const auto orig = a;

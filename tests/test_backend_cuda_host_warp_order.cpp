@@ -15,26 +15,13 @@
 #include "quant/portable_exp.h"
 #include "quant/q4_0x16.h"
 #include "quant/quant.h"
+#include "random_data.h"
 
 namespace df::backend::cuda_host {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-std::vector<uint8_t> quantized_rows(GgmlType t, int64_t n_in, int64_t rows, uint32_t seed) {
-  const auto x = random_floats(static_cast<size_t>(n_in * rows), seed, 0.5f);
-  std::vector<uint8_t> bytes(ggml_row_bytes(t, n_in) * static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    quant::quantize_row(t, x.data() + r * n_in,
-                        bytes.data() + static_cast<size_t>(r) * ggml_row_bytes(t, n_in), n_in);
-  return bytes;
-}
+using df::testing::quantized_rows;
+using df::testing::random_floats;
 
 std::vector<uint8_t> packed(const std::vector<uint8_t>& rows, int64_t n_out, int64_t n_in) {
   std::vector<uint8_t> out(rows.size());

@@ -18,6 +18,7 @@
 #include "error_matchers.h"
 #include "quant/q4_0x16.h"
 #include "quant/quant.h"
+#include "random_data.h"
 #include "util/error.h"
 
 #if defined(DF_HAVE_CUDA)
@@ -47,13 +48,8 @@ std::shared_ptr<Backend> cuda_backend(std::string& why) {
   Backend& cpu = cpu_backend_;                                      \
   (void)cpu
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using df::testing::quantized_rows;
+using df::testing::random_floats;
 
 template <class T>
 DeviceBuffer put(Backend& b, const std::vector<T>& v) {
@@ -77,16 +73,6 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
     den += static_cast<double>(b[i]) * b[i];
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-// The GGUF bytes of n_matrices × n_out rows of random values quantized to t.
-std::vector<uint8_t> weight_bytes(GgmlType t, int64_t n_in, int64_t rows, uint32_t seed) {
-  const auto x = random_floats(static_cast<size_t>(n_in * rows), seed, 0.5f);
-  std::vector<uint8_t> bytes(ggml_row_bytes(t, n_in) * static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    quant::quantize_row(t, x.data() + r * n_in,
-                        bytes.data() + static_cast<size_t>(r) * ggml_row_bytes(t, n_in), n_in);
-  return bytes;
 }
 
 UploadedWeights upload(Backend& b, GgmlType t, const std::vector<uint8_t>& bytes, int64_t n_in, int64_t n_out,
@@ -126,7 +112,7 @@ TEST(CudaOps, MatmulOfEveryWeightTypeMatchesTheCpu) {
       // 13, 40 and 77 rows take the tensor-core kernels for Q4_0 / Q8_0 (one, two and three column tiles).
       for (int64_t rows : {1, 2, 3, 8, 13, 40, 77}) {
         const int64_t n_out = 70;
-        const auto wb = weight_bytes(t, n_in, n_out, 7 + static_cast<uint32_t>(t));
+        const auto wb = quantized_rows(t, n_in, n_out, 7 + static_cast<uint32_t>(t));
         const auto x = random_floats(static_cast<size_t>(rows * n_in), 100 + static_cast<uint32_t>(rows));
         const auto yc = run_matmul(cpu, t, wb, n_in, n_out, x, rows);
         const auto yg = run_matmul(gpu, t, wb, n_in, n_out, x, rows);
@@ -142,7 +128,7 @@ TEST(CudaOps, MatmulAddIsMatmulThenAddBitForBit) {
   NEED_GPU();
   const int64_t n_in = 512, n_out = 70;
   for (GgmlType t : kMatmulTypes) {
-    UploadedWeights w = upload(gpu, t, weight_bytes(t, n_in, n_out, 9), n_in, n_out);
+    UploadedWeights w = upload(gpu, t, quantized_rows(t, n_in, n_out, 9), n_in, n_out);
     for (int64_t rows : {1, 3, 8, 13}) {
       const auto x = random_floats(static_cast<size_t>(rows * n_in), 200 + static_cast<uint32_t>(rows));
       const auto residual = random_floats(static_cast<size_t>(rows * n_out), 300);
@@ -169,7 +155,7 @@ TEST(CudaOps, MatmulAddIsMatmulThenAddBitForBit) {
 TEST(CudaOps, F32MatmulOfManyRowsGivesEachRowsBitsAlone) {
   NEED_GPU();
   const int64_t n_in = 2048, n_out = 70, rows = 21;
-  UploadedWeights w = upload(gpu, GgmlType::F32, weight_bytes(GgmlType::F32, n_in, n_out, 15), n_in, n_out);
+  UploadedWeights w = upload(gpu, GgmlType::F32, quantized_rows(GgmlType::F32, n_in, n_out, 15), n_in, n_out);
   const auto x = random_floats(static_cast<size_t>(rows * n_in), 16);
   DeviceBuffer dx = put(gpu, x);
   DeviceBuffer y = gpu.alloc_array<float>(static_cast<size_t>(rows * n_out), "y");
@@ -198,7 +184,7 @@ TEST(CudaOps, MatmulManyEqualsMatmulBitForBit) {
   std::vector<MatmulTask> tasks;
   const GgmlType types[] = {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K, GgmlType::F16};
   for (GgmlType t : types) {
-    ws.push_back(upload(gpu, t, weight_bytes(t, n_in, 40, 9), n_in, 40));
+    ws.push_back(upload(gpu, t, quantized_rows(t, n_in, 40, 9), n_in, 40));
     ys.push_back(gpu.alloc_array<float>(rows * 40, "y"));
   }
   for (size_t i = 0; i < ws.size(); ++i)
@@ -221,10 +207,11 @@ struct FfnCase {
 std::vector<float> run_ffn(Backend& b, const FfnCase& c, int64_t n_in, int64_t n_ff, int64_t n_out,
                            int n_experts, const std::vector<float>& x, int64_t x_rows) {
   UploadedWeights gate =
-      upload(b, c.gate, weight_bytes(c.gate, n_in, n_ff * n_experts, 11), n_in, n_ff, n_experts);
-  UploadedWeights up = upload(b, c.up, weight_bytes(c.up, n_in, n_ff * n_experts, 12), n_in, n_ff, n_experts);
+      upload(b, c.gate, quantized_rows(c.gate, n_in, n_ff * n_experts, 11), n_in, n_ff, n_experts);
+  UploadedWeights up =
+      upload(b, c.up, quantized_rows(c.up, n_in, n_ff * n_experts, 12), n_in, n_ff, n_experts);
   UploadedWeights down =
-      upload(b, c.down, weight_bytes(c.down, n_ff, n_out * n_experts, 13), n_ff, n_out, n_experts);
+      upload(b, c.down, quantized_rows(c.down, n_ff, n_out * n_experts, 13), n_ff, n_out, n_experts);
   DeviceBuffer dx = put(b, x);
   DeviceBuffer gb = put(b, random_floats(static_cast<size_t>(n_ff), 21, 0.1f));
   DeviceBuffer ub = put(b, random_floats(static_cast<size_t>(n_ff), 22, 0.1f));
@@ -310,9 +297,9 @@ std::unique_ptr<RoutedSetup> routed_setup(Backend& b, const FfnCase& c, int64_t 
                                           const std::vector<int32_t>& ids,
                                           const std::vector<float>& down_scale) {
   auto r = std::make_unique<RoutedSetup>();
-  r->gate = upload(b, c.gate, weight_bytes(c.gate, n_in, n_ff * E, 11), n_in, n_ff, E);
-  r->up = upload(b, c.up, weight_bytes(c.up, n_in, n_ff * E, 12), n_in, n_ff, E);
-  r->down = upload(b, c.down, weight_bytes(c.down, n_ff, n_out * E, 13), n_ff, n_out, E);
+  r->gate = upload(b, c.gate, quantized_rows(c.gate, n_in, n_ff * E, 11), n_in, n_ff, E);
+  r->up = upload(b, c.up, quantized_rows(c.up, n_in, n_ff * E, 12), n_in, n_ff, E);
+  r->down = upload(b, c.down, quantized_rows(c.down, n_ff, n_out * E, 13), n_ff, n_out, E);
   r->dx = put(b, x);
   r->did = put(b, ids);
   r->gb = put(b, random_floats(static_cast<size_t>(E * n_ff), 21, 0.1f));
@@ -447,9 +434,10 @@ TEST(CudaOps, RoutedFfnAddWithHostExpertsGivesTheSlotsBits) {
       return out;
     };
     // The same bytes as routed_setup uploads (its seeds), as the RAM tier holds them.
-    const auto gate_b = packed(cs.gate, weight_bytes(cs.gate, cs.n_in, cs.n_ff * E, 11), cs.n_in, cs.n_ff);
-    const auto up_b = packed(cs.gate, weight_bytes(cs.gate, cs.n_in, cs.n_ff * E, 12), cs.n_in, cs.n_ff);
-    const auto down_b = packed(cs.down, weight_bytes(cs.down, cs.n_ff, cs.n_out * E, 13), cs.n_ff, cs.n_out);
+    const auto gate_b = packed(cs.gate, quantized_rows(cs.gate, cs.n_in, cs.n_ff * E, 11), cs.n_in, cs.n_ff);
+    const auto up_b = packed(cs.gate, quantized_rows(cs.gate, cs.n_in, cs.n_ff * E, 12), cs.n_in, cs.n_ff);
+    const auto down_b =
+        packed(cs.down, quantized_rows(cs.down, cs.n_ff, cs.n_out * E, 13), cs.n_ff, cs.n_out);
     const auto host_packing = [&](GgmlType t) {
       return t == GgmlType::Q4_0 ? cs.packing : quant::RowPacking::kNone;
     };
@@ -516,9 +504,9 @@ TEST(CudaOps, RoutedFfnWithDownScaleMatchesTheCpuAndTheGroupedFfn) {
   const auto plain = run_routed(gpu, c, n_in, n_ff, n_out, E, x, T, k, ids);
   EXPECT_GT(rel_l2(og, plain), 0.1) << "the scales were not applied";
 
-  UploadedWeights gate = upload(gpu, c.gate, weight_bytes(c.gate, n_in, n_ff * E, 11), n_in, n_ff, E);
-  UploadedWeights up = upload(gpu, c.up, weight_bytes(c.up, n_in, n_ff * E, 12), n_in, n_ff, E);
-  UploadedWeights down = upload(gpu, c.down, weight_bytes(c.down, n_ff, n_out * E, 13), n_ff, n_out, E);
+  UploadedWeights gate = upload(gpu, c.gate, quantized_rows(c.gate, n_in, n_ff * E, 11), n_in, n_ff, E);
+  UploadedWeights up = upload(gpu, c.up, quantized_rows(c.up, n_in, n_ff * E, 12), n_in, n_ff, E);
+  UploadedWeights down = upload(gpu, c.down, quantized_rows(c.down, n_ff, n_out * E, 13), n_ff, n_out, E);
   std::vector<int32_t> in_rows, out_rows;
   for (size_t i = 0; i < ids.size(); ++i) {
     in_rows.push_back(static_cast<int32_t>(i / k));
@@ -550,7 +538,7 @@ TEST(CudaOps, GetRowsDequantizesEveryTableTypeExactly) {
   const int64_t n_in = 512, n_rows = 9;
   const std::vector<int32_t> ids = {3, 0, 8, 3};
   for (GgmlType t : types) {
-    const auto wb = weight_bytes(t, n_in, n_rows, 31);
+    const auto wb = quantized_rows(t, n_in, n_rows, 31);
     std::vector<float> res[2];
     int i = 0;
     for (Backend* b : {&cpu, &gpu}) {
@@ -563,7 +551,7 @@ TEST(CudaOps, GetRowsDequantizesEveryTableTypeExactly) {
     EXPECT_EQ(res[1], res[0]) << ggml_type_name(t);
   }
   // An id out of range is found on the device and reported at the next synchronisation.
-  UploadedWeights w = upload(gpu, GgmlType::F32, weight_bytes(GgmlType::F32, 32, 4, 1), 32, 4, 1, true);
+  UploadedWeights w = upload(gpu, GgmlType::F32, quantized_rows(GgmlType::F32, 32, 4, 1), 32, 4, 1, true);
   DeviceBuffer bad = put(gpu, std::vector<int32_t>{7});
   DeviceBuffer out = gpu.alloc_array<float>(32, "rows");
   gpu.get_rows(w.first, bad.as<const int32_t>(), 1, out.as<float>());
