@@ -72,6 +72,30 @@ bool computes_swiglu_host_experts(const df::backend::Backend& be, const df::stor
                                   shape(parts.down), top_k, false);
 }
 
+// The resident model's every row with a prefill chunk of each size asked for, run once per size: a small
+// tier shrinks the chunk (its union must fit), and while the CPU's results do not depend on the chunk, a
+// GPU's trunk products may (tensor cores for long chunks), so a tiered run's reference has its chunk.
+class ResidentRuns {
+ public:
+  ResidentRuns(std::string model, std::vector<int32_t> prompt)
+      : model_(std::move(model)), prompt_(std::move(prompt)) {}
+  void add(int chunk, const RunRecord& r) { runs_.emplace(chunk, r); }
+  const RunRecord& operator()(int chunk) {
+    auto it = runs_.find(chunk);
+    if (it != runs_.end()) return it->second;
+    auto o = on_device(options_for(golden_path(model_ + ".gguf")));
+    o.resident = true;
+    o.prefill_chunk = chunk;
+    df::OpenedModel r = df::open_model(o);
+    return runs_.emplace(chunk, run_every_row(r, prompt_)).first->second;
+  }
+
+ private:
+  std::string model_;
+  std::vector<int32_t> prompt_;
+  std::map<int, RunRecord> runs_;
+};
+
 class DF_TIER_SUITE(TieredGolden) : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(DF_TIER_SUITE(TieredGolden),
@@ -92,20 +116,8 @@ TEST_P(DF_TIER_SUITE(TieredGolden),
   }
   const std::string store = ingest_once(model);
   const uint64_t record_bytes = store_layout(store).record_bytes;
-  // A small tier shrinks the prefill chunk (its union must fit). The CPU's results do not depend on the
-  // chunk; a GPU's trunk products may (tensor cores for long chunks), so the reference is the resident
-  // model run with the same chunk.
-  std::map<int, RunRecord> resident_by_chunk;
-  resident_by_chunk.emplace(resident.prefill_chunk, expected);
-  const auto resident_with_chunk = [&](int chunk) -> const RunRecord& {
-    auto it = resident_by_chunk.find(chunk);
-    if (it != resident_by_chunk.end()) return it->second;
-    auto o = on_device(options_for(golden_path(model + ".gguf")));
-    o.resident = true;
-    o.prefill_chunk = chunk;
-    df::OpenedModel r = df::open_model(o);
-    return resident_by_chunk.emplace(chunk, run_every_row(r, prompt)).first->second;
-  };
+  ResidentRuns resident_with_chunk(model, prompt);
+  resident_with_chunk.add(resident.prefill_chunk, expected);
   const auto policies = df::stream::policy_names();
   size_t run = 0;
   const std::vector<uint64_t> device_budgets = {static_cast<uint64_t>(top_k),
@@ -371,8 +383,8 @@ TEST_P(DF_TIER_SUITE(TieredCpuMissesGolden), EveryRowBitIdenticalToResident) {
   const std::string store = ingest_once(model);
   const df::store::Layout layout = store_layout(store);
   const uint64_t record_bytes = layout.record_bytes;
-  std::map<int, RunRecord> resident_by_chunk;
-  resident_by_chunk.emplace(resident.prefill_chunk, expected);
+  ResidentRuns resident_with_chunk(model, prompt);
+  resident_with_chunk.add(resident.prefill_chunk, expected);
   uint64_t host_total = 0;
   for (uint64_t device_slots : {static_cast<uint64_t>(top_k), static_cast<uint64_t>(2 * top_k + 1)})
     for (int lookahead : {0, 1, 2})
@@ -387,15 +399,7 @@ TEST_P(DF_TIER_SUITE(TieredCpuMissesGolden), EveryRowBitIdenticalToResident) {
         o.miss_copies = copies;
         df::OpenedModel m = df::open_model(o);
         ASSERT_NE(m.tiers, nullptr);
-        auto it = resident_by_chunk.find(m.prefill_chunk);
-        if (it == resident_by_chunk.end()) {
-          auto ro = on_device(options_for(golden_path(model + ".gguf")));
-          ro.resident = true;
-          ro.prefill_chunk = m.prefill_chunk;
-          df::OpenedModel r = df::open_model(ro);
-          it = resident_by_chunk.emplace(m.prefill_chunk, run_every_row(r, prompt)).first;
-        }
-        expect_same_bits(run_every_row(m, prompt), it->second, info);
+        expect_same_bits(run_every_row(m, prompt), resident_with_chunk(m.prefill_chunk), info);
         host_total += m.tiers->telemetry().total.host_computed;
       }
   std::cout << "[   INFO   ] " << model << ": " << host_total << " experts computed on the host\n";
@@ -438,16 +442,7 @@ TEST_P(DF_TIER_SUITE(SplitTieredGolden), TwoDevicesGiveTheOneDeviceBitsAndEachTi
   const auto info = resident.model->info();
   const int n_moe = static_cast<int>(info.moe_layers.size()), top_k = info.n_expert_used;
   const uint64_t all_records = static_cast<uint64_t>(info.n_expert) * static_cast<uint64_t>(n_moe);
-  std::map<int, RunRecord> by_chunk;
-  const auto resident_with_chunk = [&](int chunk) -> const RunRecord& {
-    auto it = by_chunk.find(chunk);
-    if (it != by_chunk.end()) return it->second;
-    auto o = on_device(options_for(golden_path(model + ".gguf")));
-    o.resident = true;
-    o.prefill_chunk = chunk;
-    df::OpenedModel r = df::open_model(o);
-    return by_chunk.emplace(chunk, run_every_row(r, prompt)).first->second;
-  };
+  ResidentRuns resident_with_chunk(model, prompt);
   {
     auto o = options_for(golden_path(model + ".gguf"));
     o.device = two;
