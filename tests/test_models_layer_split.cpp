@@ -238,8 +238,13 @@ TEST(LayerSplitLoad, AStagesExpertsAreOnlyItsOwnLayers) {
   EXPECT_NO_THROW(first->experts().acquire(0, 0));
   expect_error([&] { (void)first->experts().acquire(1, 0); },
                {"computed by another stage of the layer split"});
-  // A stage's model still checks its forward arguments and runs (it has no head: the split runs it).
+  // A stage's model reports the whole model's shape, and runs only inside the split.
   EXPECT_EQ(first->info().n_layer, whole(file)->info().n_layer);
+  auto st = first->new_state(8);
+  std::vector<float> logits(static_cast<size_t>(first->info().n_vocab));
+  const int32_t token = 1;
+  expect_error([&] { first->forward(*st, std::span(&token, 1), logits, false); },
+               {"qwen3moe: this model computes layers 0-0 of ", "as a stage of a layer split"});
 }
 
 TEST(SplitLayers, SharesGiveProportionalContiguousRanges) {

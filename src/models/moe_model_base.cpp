@@ -35,6 +35,14 @@ MoeSequenceState* MoeModelBase::own_state(ModelState& state) const {
   return st && st->owner() == this ? st : nullptr;
 }
 
+void MoeModelBase::check_whole() const {
+  if (first_layer_ != 0 || end_layer_ != info_.n_layer)
+    fail(
+        "{}: this model computes layers {}-{} of {} as a stage of a layer split: it runs inside the split "
+        "(load_layer_split), not alone",
+        info_.arch, first_layer_, end_layer_ - 1, info_.n_layer);
+}
+
 void MoeModelBase::make_batch(std::span<const SequenceStep> steps) {
   if (steps.empty()) fail("{}: forward_many() needs at least one sequence", info_.arch);
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -66,12 +74,14 @@ void MoeModelBase::make_batch(std::span<const SequenceStep> steps) {
 
 void MoeModelBase::forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits,
                            bool all_rows, ForwardCapture* capture) {
+  check_whole();
   const SequenceStep one{&state, tokens, logits, all_rows};
   make_batch(std::span(&one, 1));
   run_batch(batch_, capture);
 }
 
 void MoeModelBase::forward_many(std::span<const SequenceStep> steps) {
+  check_whole();
   make_batch(steps);
   run_batch(batch_, nullptr);
 }

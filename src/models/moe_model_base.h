@@ -40,9 +40,7 @@ class MoeModelBase : public Model {
   void forward_stage(std::span<const SequenceStep> steps, std::span<float> hidden, ForwardCapture* capture);
   // Whether model layer il is this model's to compute (all are, unless it is a stage of a layer split).
   bool runs_layer(int il) const { return il >= first_layer_ && il < end_layer_; }
-  int first_layer() const { return first_layer_; }
   int end_layer() const { return end_layer_; }
-  backend::Backend& backend() const { return *backend_; }
 
  protected:
   explicit MoeModelBase(const LoadOptions& options);
@@ -128,6 +126,8 @@ class MoeModelBase : public Model {
  private:
   // `state` as a sequence state when this model made it, else null.
   MoeSequenceState* own_state(ModelState& state) const;
+  // forward()'s and forward_many()'s check: df::Error for a model loaded as a stage of a layer split.
+  void check_whole() const;
   // first_layer_/end_layer_ from the options for a model of n_layer layers (df::Error for a range that is
   // empty or outside them).
   void resolve_stage(int n_layer);
