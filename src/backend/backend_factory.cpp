@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
+#include "util/comma_list.h"
 #include "util/error.h"
 #if defined(DF_HAVE_CUDA)
 #include "backend/cuda/cuda_backend.h"
@@ -56,10 +57,7 @@ std::vector<std::string> device_names() {
 
 std::vector<std::string> device_list(const std::string& spec) {
   std::vector<std::string> out;
-  size_t at = 0;
-  while (true) {
-    const size_t comma = spec.find(',', at);
-    const std::string name = spec.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+  for (const std::string& name : comma_items(spec)) {
     if (name.empty()) fail("--device {}: an empty device name in the list", spec);
     if (name == "cuda:all") {
 #if defined(DF_HAVE_CUDA)
@@ -78,8 +76,6 @@ std::vector<std::string> device_list(const std::string& spec) {
       check_device(name);
       out.push_back(name);
     }
-    if (comma == std::string::npos) break;
-    at = comma + 1;
   }
   return out;
 }

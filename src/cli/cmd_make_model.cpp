@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "synth/writer.h"
+#include "util/comma_list.h"
 #include "util/error.h"
 
 namespace df::cli {
@@ -48,17 +49,12 @@ struct MakeModelArgs {
 std::vector<int> parse_layer_list(const std::string& text, const char* flag = "--attn-layers") {
   std::vector<int> out;
   if (text.empty() || text == "none") return out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t comma = text.find(',', pos);
-    if (comma == std::string::npos) comma = text.size();
-    const std::string item = text.substr(pos, comma - pos);
+  for (const std::string& item : comma_items(text)) {
     int v = 0;
     auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || end != item.data() + item.size())
       fail("{} '{}': '{}' is not a layer index (expected e.g. 2,5 or none)", flag, text, item);
     out.push_back(v);
-    pos = comma + 1;
   }
   return out;
 }

@@ -23,6 +23,7 @@
 #include "stream/byte_size.h"
 #include "stream/trace_replay.h"
 #include "util/atomic_file.h"
+#include "util/comma_list.h"
 #include "util/error.h"
 
 namespace df::cli {
@@ -165,14 +166,9 @@ void replay(const ReplayFlags& f) {
   if (f.layout != "per-layer" && f.split != "even")
     fail("--split learned divides per-layer caches: add --layout per-layer");
 
-  std::vector<std::string> policies;
-  for (size_t start = 0; start <= f.policies.size();) {
-    const size_t comma = std::min(f.policies.find(',', start), f.policies.size());
-    const std::string p = f.policies.substr(start, comma - start);
+  const std::vector<std::string> policies = comma_items(f.policies);
+  for (const std::string& p : policies)
     if (p != "belady") stream::parse_policy(p);  // a clear error before any work
-    policies.push_back(p);
-    start = comma + 1;
-  }
 
   const int L = t.n_layers;
   if (f.guess_quality) {

@@ -11,6 +11,7 @@
 #include "backend/backend_factory.h"
 #include "stream/byte_size.h"
 #include "stream/eviction_policy.h"
+#include "util/comma_list.h"
 #include "util/cpu_limits.h"
 #include "util/error.h"
 
@@ -81,17 +82,12 @@ void ModelFlags::add(CLI::App* app) {
 
 namespace {
 
-// "A,B,C" as its comma-separated items (an empty item is an error naming the flag).
-std::vector<std::string> comma_items(const std::string& list, const char* flag) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (true) {
-    const size_t comma = list.find(',', at);
-    out.push_back(list.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
-    if (out.back().empty()) fail("{} {}: an empty item in the list", flag, list);
-    if (comma == std::string::npos) return out;
-    at = comma + 1;
-  }
+// The items of a list flag; an empty one is an error naming the flag.
+std::vector<std::string> list_items(const std::string& list, const char* flag) {
+  std::vector<std::string> out = comma_items(list);
+  for (const std::string& item : out)
+    if (item.empty()) fail("{} {}: an empty item in the list", flag, list);
+  return out;
 }
 
 double parse_share(const std::string& s) {
@@ -113,7 +109,7 @@ ModelSourceOptions ModelFlags::source() const {
   o.resident = resident;
   if (!expert_cache.empty()) o.expert_cache_bytes = stream::parse_byte_size(expert_cache, "--expert-cache");
   if (!gpu_cache.empty()) {
-    const auto sizes = comma_items(gpu_cache, "--gpu-cache");
+    const auto sizes = list_items(gpu_cache, "--gpu-cache");
     if (sizes.size() == 1)
       o.gpu_cache_bytes = stream::parse_byte_size(gpu_cache, "--gpu-cache");
     else
@@ -121,7 +117,7 @@ ModelSourceOptions ModelFlags::source() const {
         o.gpu_cache_per_device.push_back(stream::parse_byte_size(size, "--gpu-cache"));
   }
   if (!tensor_split.empty())
-    for (const auto& share : comma_items(tensor_split, "--tensor-split"))
+    for (const auto& share : list_items(tensor_split, "--tensor-split"))
       o.tensor_split.push_back(parse_share(share));
   o.io = io;
   o.cache_policy = cache_policy;
