@@ -459,7 +459,7 @@ TEST_P(DF_TIER_SUITE(SplitTieredGolden), TwoDevicesGiveTheOneDeviceBitsAndEachTi
     o.expert_cache_bytes = static_cast<uint64_t>(top_k) * record_bytes;
     df::OpenedModel split = df::open_model(o);
     EXPECT_EQ(split.ram_readers.size(), 2u);
-    EXPECT_TRUE(split.device_tiers.empty());
+    EXPECT_EQ(std::count(split.device_tiers.begin(), split.device_tiers.end(), nullptr), 2);
     expect_same_bits(run_every_row(split, prompt), resident_with_chunk(split.prefill_chunk), info);
   }
   struct Budgets {
@@ -496,6 +496,7 @@ TEST_P(DF_TIER_SUITE(SplitTieredGolden), TwoDevicesGiveTheOneDeviceBitsAndEachTi
       expect_same_bits(got, resident_with_chunk(m.prefill_chunk), info);
       for (size_t d = 0; d < 2; ++d) {
         const auto* tier = m.device_tiers[d];
+        ASSERT_NE(tier, nullptr);
         EXPECT_EQ(tier->slots(), std::min(b.device_slots[b.device_slots.size() == 1 ? 0 : d], all_records));
         const auto tel = tier->telemetry();
         const auto [first, end] = m.layer_ranges[d];
@@ -526,9 +527,9 @@ TEST_P(DF_TIER_SUITE(SplitTieredGolden), TwoDevicesGiveTheOneDeviceBitsAndEachTi
     o.device = std::string(DF_TIER_DEVICE) + ",cpu";
     o.gpu_cache_bytes = (2 * k + 1) * record_bytes;
     df::OpenedModel m = df::open_model(o);
-    ASSERT_EQ(m.tier_of_device.size(), 2u);
-    EXPECT_NE(m.tier_of_device[0], nullptr);
-    EXPECT_EQ(m.tier_of_device[1], nullptr);
+    ASSERT_EQ(m.device_tiers.size(), 2u);
+    EXPECT_NE(m.device_tiers[0], nullptr);
+    EXPECT_EQ(m.device_tiers[1], nullptr);
     EXPECT_EQ(m.ram_readers.size(), 1u);
     EXPECT_EQ(run_every_row(m, prompt).logits.size(), resident_with_chunk(m.prefill_chunk).logits.size());
   }

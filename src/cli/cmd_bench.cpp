@@ -193,7 +193,7 @@ void bench(const BenchFlags& f) {
            {"end_layer", m.layer_ranges[k].second},
            {"peak_device_bytes", m.backends[k]->peak_device_bytes()},
            {"gpu_cache_bytes",
-            m.tier_of_device[k] ? m.tier_of_device[k]->slots() * m.tier_of_device[k]->slot_bytes() : 0}});
+            m.device_tiers[k] ? m.device_tiers[k]->slots() * m.device_tiers[k]->slot_bytes() : 0}});
     j["devices"] = devices;
     // What ran, which is not always what was asked for (O_DIRECT or io_uring can fall back); resident runs
     // read nothing.
@@ -216,7 +216,8 @@ void bench(const BenchFlags& f) {
       if (m.tiers) {
         j["gpu_cache_bytes"] = m.device_tier_bytes();
         uint64_t slots = 0;
-        for (const auto* t : m.device_tiers) slots += t->slots();
+        for (const auto* t : m.device_tiers)
+          if (t) slots += t->slots();
         j["gpu_cache_slots"] = slots;
         j["cpu_misses"] = f.model.cpu_misses;
         if (f.model.cpu_misses) j["miss_copies"] = f.model.miss_copies;

@@ -87,36 +87,40 @@ uint64_t tensor_bytes(const gguf::File& f, bool experts) {
 
 void OpenedModel::on_step(uint64_t tokens, uint64_t ns) {
   if (cache) cache->record_step(tokens, ns);
-  for (auto* t : device_tiers) t->record_step(tokens, ns);
+  for (auto* t : device_tiers)
+    if (t) t->record_step(tokens, ns);
 }
 
 void OpenedModel::on_failure() {
   if (!model) return;
   for (auto* p : ram_readers) p->abandon();
-  for (auto* t : device_tiers) t->abandon();
+  for (auto* t : device_tiers)
+    if (t) t->abandon();
 }
 
 stream::TelemetrySnapshot OpenedModel::device_telemetry() const {
   std::vector<stream::TelemetrySnapshot> parts;
-  for (const auto* t : device_tiers) parts.push_back(t->telemetry());
+  for (const auto* t : device_tiers)
+    if (t) parts.push_back(t->telemetry());
   return stream::merge_disjoint_layers(parts);
 }
 
 void OpenedModel::reset_device_telemetry() {
-  for (auto* t : device_tiers) t->reset_telemetry();
+  for (auto* t : device_tiers)
+    if (t) t->reset_telemetry();
 }
 
 std::string OpenedModel::describe_device_tiers() const {
-  if (device_tiers.size() == 1) return device_tiers.front()->describe();
   std::string out;
-  for (size_t i = 0; i < device_tiers.size(); ++i)
-    out += fmt::format("{}{}", i ? "; " : "", device_tiers[i]->describe());
+  for (const auto* t : device_tiers)
+    if (t) out += fmt::format("{}{}", out.empty() ? "" : "; ", t->describe());
   return out;
 }
 
 uint64_t OpenedModel::device_tier_bytes() const {
   uint64_t bytes = 0;
-  for (const auto* t : device_tiers) bytes += t->slots() * t->slot_bytes();
+  for (const auto* t : device_tiers)
+    if (t) bytes += t->slots() * t->slot_bytes();
   return bytes;
 }
 
@@ -179,7 +183,7 @@ OpenedModel open_model(const ModelSourceOptions& options) {
     if (host && any_gpu) asked[k].reset();
     device_tier[k] = !host || asked[k].has_value();
   }
-  m.tier_of_device.assign(n_dev, nullptr);
+  m.device_tiers.assign(n_dev, nullptr);
   std::vector<
       std::function<std::unique_ptr<models::ExpertProvider>(const gguf::File&, const models::ExpertLayout&)>>
       make_provider(n_dev);
@@ -297,8 +301,7 @@ OpenedModel open_model(const ModelSourceOptions& options) {
                           : default_device_slots(be, st.layout(), device, o.min_slots);
         auto p = std::make_unique<stream::TieredExpertProvider>(ram_tier(), be, o);
         if (!m.tiers) m.tiers = p.get();
-        m.device_tiers.push_back(p.get());
-        m.tier_of_device[k] = p.get();
+        m.device_tiers[k] = p.get();
         m.prefill_chunk = stream::max_prefill_chunk(p->slots(), static_cast<int>(o.min_slots),
                                                     st.layout().n_expert, m.prefill_chunk);
         const std::string on = n_dev > 1 ? " on " + device : "";

@@ -67,10 +67,9 @@ struct OpenedModel {
   std::optional<store::Store> store;
   std::unique_ptr<stream::ExpertCache> cache;     // null when resident; the RAM tier under a device tier
   stream::TieredExpertProvider* tiers = nullptr;  // the model's provider when it has a device tier
-  // Every device's tier (one per device of a layer split that has one; tiers is the first), and the
-  // providers that read the RAM tier directly.
+  // Each device's tier (per backend, in layer order; null for a device without one: tiers is the first that
+  // has one), and the providers that read the RAM tier directly.
   std::vector<stream::TieredExpertProvider*> device_tiers;
-  std::vector<stream::TieredExpertProvider*> tier_of_device;  // per device (backends): its tier, or null
   std::vector<stream::StreamingExpertProvider*> ram_readers;
   std::unique_ptr<gguf::File> file;           // the trunk's GGUF: the source, or the store's dense.bin
   std::shared_ptr<backend::Backend> backend;  // what the model computes on (--device; the first of a split)

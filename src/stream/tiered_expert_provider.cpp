@@ -111,6 +111,11 @@ void TieredExpertProvider::make_ram_room() {
   if (static_cast<uint64_t>(ram_pins_) < ram_.slots()) return;
   release_host_copies(/*wait=*/true);
   if (static_cast<uint64_t>(ram_pins_) < ram_.slots()) return;
+  finish_every_copy();
+}
+
+// Every pending copy issued and every copy waited for: no RAM record stays pinned for a copy.
+void TieredExpertProvider::finish_every_copy() {
   for (size_t s = 0; s < copy_pending_.size(); ++s)
     if (copy_pending_[s]) finish_copy(static_cast<int>(s));
   release_host_copies(/*wait=*/true);
@@ -449,9 +454,7 @@ void TieredExpertProvider::release_locked(int moe_layer, int expert) {
 void TieredExpertProvider::release_spare() {
   std::lock_guard lock(mu_);
   release_unclaimed();
-  for (size_t s = 0; s < copy_pending_.size(); ++s)
-    if (copy_pending_[s]) finish_copy(static_cast<int>(s));
-  release_host_copies(/*wait=*/true);
+  finish_every_copy();
 }
 
 void TieredExpertProvider::abandon() {

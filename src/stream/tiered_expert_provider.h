@@ -98,6 +98,7 @@ class TieredExpertProvider final : public experts::ExpertProvider {
   void release_host_copies(bool wait);
   void finish_host_read(int slot);
   void make_ram_room();
+  void finish_every_copy();
   void release_unclaimed();
   void issue_guess_copies();
   void announce(int moe_layer, std::span<const int32_t> ids);  // will_acquire under the lock
