@@ -18,6 +18,7 @@ class HostCpuBackend : public CpuBackend {
   using CpuBackend::attention;
   using CpuBackend::CpuBackend;
   using CpuBackend::ffn;
+  using CpuBackend::gather_rows;
   using CpuBackend::get_rows;
   using CpuBackend::kv_store;
   using CpuBackend::matmul;

@@ -1,10 +1,10 @@
 #pragma once
-// The layer split on CUDA devices (models/layer_split.h): for every golden architecture and every split
-// point, the split's logits are the one-GPU model's bits, and each stage's ops were handed only memory of its
-// own device. The second stage runs on DF_SPLIT_SECOND: "cuda:0" (test_models_cuda_split.cpp: one GPU
-// standing in for two, label gpu) or "cuda:1" (test_models_multigpu.cpp, label multigpu: skipped, saying
-// why, on a machine with fewer GPUs). Every test skips with the reason where there is no GPU or the build has
-// no CUDA.
+// The layer split (models/layer_split.h) and the expert split (models/expert_parallel.h) on CUDA devices:
+// for every golden architecture and every split point, the split's logits are the one-GPU model's bits, and
+// each stage's (part's) ops were handed only memory of its own device. The second stage runs on
+// DF_SPLIT_SECOND: "cuda:0" (test_models_cuda_split.cpp: one GPU standing in for two, label gpu) or "cuda:1"
+// (test_models_multigpu.cpp, label multigpu: skipped, saying why, on a machine with fewer GPUs). Every test
+// skips with the reason where there is no GPU or the build has no CUDA.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -17,6 +17,7 @@
 #include "forwarding_backend.h"
 #include "gguf/gguf.h"
 #include "golden_json.h"
+#include "models/expert_parallel.h"
 #include "models/layer_split.h"
 #include "models/model.h"
 
@@ -87,6 +88,50 @@ TEST_P(CudaLayerSplit, EverySplitPointGivesTheOneGpuBitsAndEachStageTouchesOnlyI
   }
 }
 
+// The expert split (models/expert_parallel.h): the trunk and the first part of every layer's experts on
+// cuda:0, the rest on the second device; the logits are the one-GPU model's bits at each boundary tried
+// (the one-GPU model decodes with the routed op, the split with grouped FFNs: Backend::routed_ffn's promise
+// that both give the same rows is tested here too).
+class CudaExpertSplit : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaExpertSplit, ExpertsOnTwoDevicesGiveTheOneGpuBitsAndEachPartTouchesOnlyItsOwnMemory) {
+  const Case c = GetParam();
+  std::string reason;
+  if (!cuda_or_reason("cuda:0", reason) || !cuda_or_reason(c.second, reason)) GTEST_SKIP() << reason;
+  const auto file = gguf::File::open(df::testing::golden_path(std::string(c.model) + ".gguf"));
+  const auto tokens =
+      df::testing::golden_json(c.model)["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
+  LoadOptions o;
+  o.backend = backend::make_backend({"cuda:0", 1});
+  auto one = load_model(file, o);
+  const int E = one->info().n_expert;
+  const auto want = every_logit(*one, tokens);
+  for (int b : {1, E / 2, E - 1}) {
+    SCOPED_TRACE("second part from expert " + std::to_string(b));
+    std::vector<std::shared_ptr<ForwardingBackend>> devices;
+    std::vector<experts::ExpertPart> parts;
+    for (const char* d : {"cuda:0", c.second}) {
+      devices.push_back(std::make_shared<ForwardingBackend>(backend::make_backend({d, 1})));
+      parts.push_back({devices.back().get(), parts.empty() ? 0 : b, parts.empty() ? b : E});
+    }
+    LoadOptions s;
+    s.backend = devices.front();
+    backend::Backend& trunk = *devices.front();
+    s.make_expert_provider = [&trunk, parts](const gguf::File& f, const ExpertLayout& layout) {
+      return std::make_unique<ExpertParallelProvider>(f, layout, trunk, parts);
+    };
+    auto split = load_model(file, s);
+    const auto got = every_logit(*split, tokens);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
+    for (size_t k = 0; k < devices.size(); ++k) {
+      EXPECT_GT(devices[k]->calls["ffn"], 0) << "part " << k << " computed no expert";
+      for (const auto& [op, n] : devices[k]->foreign)
+        ADD_FAILURE() << "part " << k << ": " << op << " was handed " << n << " operands outside its device";
+    }
+  }
+}
+
 std::vector<Case> cases(const char* second) {
   std::vector<Case> out;
   for (const char* m : {"lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny", "gpt-oss-tiny", "hy_v3-tiny",
@@ -103,6 +148,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Split, CudaLayerSplit, ::testing::ValuesIn(cases(DF_SPLIT_SECOND)), case_name);
+INSTANTIATE_TEST_SUITE_P(Split, CudaExpertSplit, ::testing::ValuesIn(cases(DF_SPLIT_SECOND)), case_name);
 
 }  // namespace
 }  // namespace df::models

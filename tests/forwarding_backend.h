@@ -155,6 +155,14 @@ class ForwardingBackend final : public backend::Backend {
     owned(out, "get_rows");
     inner_->get_rows(table, ids, n, out);
   }
+  void gather_rows(backend::Buf<const float> table, int64_t width, backend::Buf<const int32_t> ids, int64_t n,
+                   backend::Buf<float> out) override {
+    ++calls["gather_rows"];
+    owned(table, "gather_rows");
+    owned(ids, "gather_rows");
+    owned(out, "gather_rows");
+    inner_->gather_rows(table, width, ids, n, out);
+  }
   void rms_norm(backend::Buf<const float> x, int64_t rows, int64_t n, backend::Buf<const float> weight,
                 float eps, backend::Buf<float> y) override {
     ++calls["rms_norm"];

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -212,6 +214,33 @@ TEST(GetRows, DequantizesRowsExactlyAndChecksIds) {
         ASSERT_EQ(out[i * n + static_cast<size_t>(j)], all[static_cast<size_t>(ids[i] * n + j)]);
     const std::vector<int32_t> bad = {11};
     EXPECT_THROW(be.get_rows(w, bad, out.data()), Error);
+  }
+}
+
+TEST(GatherRows, CopiesTheRowsAskedInTheirOrderBitForBitAndChecksIds) {
+  HostCpuBackend be(1);
+  const int64_t width = 37, n_rows = 6;
+  const auto table = random_floats(static_cast<size_t>(width * n_rows), 5);
+  const std::vector<int32_t> ids = {5, 0, 2, 2, 4};
+  std::vector<float> out(ids.size() * static_cast<size_t>(width), -1.0f);
+  const auto t = CpuBackend::host(table.data(), table.size());
+  be.gather_rows(t, width, CpuBackend::host(ids.data(), ids.size()), static_cast<int64_t>(ids.size()),
+                 CpuBackend::host(out.data(), out.size()));
+  for (size_t i = 0; i < ids.size(); ++i)
+    EXPECT_EQ(std::memcmp(out.data() + i * static_cast<size_t>(width),
+                          table.data() + static_cast<size_t>(ids[i]) * static_cast<size_t>(width),
+                          static_cast<size_t>(width) * sizeof(float)),
+              0)
+        << "row " << i;
+  for (const int32_t bad : {6, -1}) {
+    try {
+      be.gather_rows(t, width, CpuBackend::host(&bad, 1), 1, CpuBackend::host(out.data(), out.size()));
+      ADD_FAILURE() << "row " << bad << " was not refused";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("row " + std::to_string(bad) + " is outside a table of 6 rows"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

@@ -564,6 +564,28 @@ TEST(CudaOps, GetRowsDequantizesEveryTableTypeExactly) {
   }
 }
 
+TEST(CudaOps, GatherRowsCopiesTheRowsLikeTheCpu) {
+  NEED_GPU();
+  const int64_t width = 2048, n_rows = 19;
+  const auto table = random_floats(static_cast<size_t>(width * n_rows), 8);
+  const std::vector<int32_t> ids = {18, 0, 7, 7, 3, 12, 1};
+  std::vector<float> res[2];
+  int i = 0;
+  for (Backend* b : {&cpu, &gpu}) {
+    DeviceBuffer dt = put(*b, table), did = put(*b, ids);
+    DeviceBuffer out = b->alloc_array<float>(ids.size() * static_cast<size_t>(width), "rows");
+    b->gather_rows(dt.as<const float>(), width, did.as<const int32_t>(), static_cast<int64_t>(ids.size()),
+                   out.as<float>());
+    res[i++] = get<float>(*b, out, ids.size() * static_cast<size_t>(width));
+  }
+  EXPECT_EQ(res[1], res[0]);
+  // A row outside the table is found on the device and reported at the next synchronisation.
+  DeviceBuffer dt = put(gpu, table), bad = put(gpu, std::vector<int32_t>{19});
+  DeviceBuffer out = gpu.alloc_array<float>(static_cast<size_t>(width), "rows");
+  gpu.gather_rows(dt.as<const float>(), width, bad.as<const int32_t>(), 1, out.as<float>());
+  EXPECT_THROW(get<float>(gpu, out, static_cast<size_t>(width)), df::Error);
+}
+
 template <class F>
 std::vector<float> on_both(Backend& cpu, Backend& gpu, F&& f, std::vector<float>* cpu_out) {
   *cpu_out = f(cpu);

@@ -304,3 +304,32 @@ TEST(CliFlags, ALayerSplitOverTwoDevicesKeepsTheIdsAndMismatchedListsAreClearErr
     EXPECT_EQ(r.out, "") << flags;
   }
 }
+
+TEST(CliFlags, AnExpertSplitOverTwoDevicesKeepsTheIdsAndNeedsResidentExperts) {
+  const std::string model = golden_path("gpt-oss-tiny.gguf");
+  const std::string run = "run -m " + model + " -p hi -n 12 --temp 0 --print-ids --resident ";
+  auto one = run_cli_split(run);
+  ASSERT_EQ(one.status, 0) << one.err;
+  for (const std::string flags :
+       {"--device cpu,cpu --split-mode expert", "--devices cpu,cpu,cpu -sm expert -ts 1,2,1"}) {
+    auto split = run_cli_split(run + flags);
+    EXPECT_EQ(split.status, 0) << flags << ": " << split.err;
+    EXPECT_EQ(split.out, one.out) << flags;
+  }
+  auto bench =
+      run_cli_split("bench -m " + model + " --resident --device cpu,cpu -sm expert -ts 3,1 -p 4 -n 2 --json");
+  ASSERT_EQ(bench.status, 0) << bench.err;
+  EXPECT_NE(bench.out.find("\"split_mode\":\"expert\""), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("\"first_expert\":0"), std::string::npos) << bench.out;
+  const std::pair<std::string, std::string> bad[] = {
+      {"run -m " + model + " -p hi -n 2 --device cpu,cpu --split-mode expert",
+       "--split-mode expert keeps every expert resident, spread over the devices: add --resident"},
+      {run + "--device cpu,cpu --split-mode rows", "--split-mode: rows not in {layer,expert}"},
+      {run + "--device cpu,cpu -sm expert -ts 1,0", "expert split: device 1 gets no expert of"}};
+  for (const auto& [command, message] : bad) {
+    auto r = run_cli_split(command);
+    EXPECT_NE(r.status, 0) << command;
+    EXPECT_NE(r.err.find(message), std::string::npos) << command << ": " << r.err;
+    EXPECT_EQ(r.out, "") << command;
+  }
+}

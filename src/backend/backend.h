@@ -317,6 +317,11 @@ class Backend {
                                      bool /*gate_up_biases*/) const {
     return false;
   }
+  // out[i] = row ids[i] of `table` (rows of `width` floats) for i < n, copied exactly: results formed in
+  // one row order read in another (an expert split gathers its parts' results, grouped by expert, into the
+  // (token, slot) order of moe_combine_add). df::Error for an id outside the table.
+  virtual void gather_rows(Buf<const float> table, int64_t width, Buf<const int32_t> ids, int64_t n,
+                           Buf<float> out) = 0;
   // out[i] = row ids[i] of the table for i < n, dequantized exactly (no activation rounding).
   virtual void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) = 0;
 

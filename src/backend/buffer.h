@@ -42,6 +42,8 @@ class Buf {
   }
   // The first count elements.
   Buf first(size_t count) const { return sub(0, count); }
+  // Whether both views are the same elements (an identity test that does not reveal the address).
+  bool same_view(const Buf& other) const { return p_ == other.p_ && n_ == other.n_; }
   // The same memory as bytes (what the untyped transfer calls take).
   using Byte = std::conditional_t<std::is_const_v<T>, const uint8_t, uint8_t>;
   Buf<Byte> bytes() const { return Buf<Byte>(reinterpret_cast<Byte*>(p_), n_ * sizeof(T)); }

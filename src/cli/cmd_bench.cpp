@@ -133,8 +133,12 @@ void bench(const BenchFlags& f) {
     const uint64_t peak = be->peak_device_bytes();
     peak_device = std::max(peak_device, peak);
     const auto [first, end] = m.layer_ranges[k];
-    const std::string layers =
-        m.backends.size() > 1 ? fmt::format(" (layers {}-{})", first, end - 1) : std::string();
+    std::string layers;
+    if (!m.expert_ranges.empty())
+      layers = fmt::format(" ({}experts {}-{})", k == 0 ? "trunk, " : "", m.expert_ranges[k].first,
+                           m.expert_ranges[k].second - 1);
+    else if (m.backends.size() > 1)
+      layers = fmt::format(" (layers {}-{})", first, end - 1);
     if (peak > 0)
       fmt::print("device       {}{}: peak {} allocated\n", be->name(), layers, stream::format_bytes(peak));
     else if (!layers.empty())
@@ -186,15 +190,22 @@ void bench(const BenchFlags& f) {
     j["device"] = m.backend ? std::string(m.backend->name()) : "cpu";
     j["peak_device_bytes"] = peak_device;
     nlohmann::json devices = nlohmann::json::array();
-    for (size_t k = 0; k < m.backends.size(); ++k)
-      devices.push_back(
-          {{"name", std::string(m.backends[k]->name())},
-           {"first_layer", m.layer_ranges[k].first},
-           {"end_layer", m.layer_ranges[k].second},
-           {"peak_device_bytes", m.backends[k]->peak_device_bytes()},
-           {"gpu_cache_bytes",
-            m.device_tiers[k] ? m.device_tiers[k]->slots() * m.device_tiers[k]->slot_bytes() : 0}});
+    for (size_t k = 0; k < m.backends.size(); ++k) {
+      nlohmann::json d = {
+          {"name", std::string(m.backends[k]->name())},
+          {"first_layer", m.layer_ranges[k].first},
+          {"end_layer", m.layer_ranges[k].second},
+          {"peak_device_bytes", m.backends[k]->peak_device_bytes()},
+          {"gpu_cache_bytes",
+           m.device_tiers[k] ? m.device_tiers[k]->slots() * m.device_tiers[k]->slot_bytes() : 0}};
+      if (!m.expert_ranges.empty()) {
+        d["first_expert"] = m.expert_ranges[k].first;
+        d["end_expert"] = m.expert_ranges[k].second;
+      }
+      devices.push_back(std::move(d));
+    }
     j["devices"] = devices;
+    j["split_mode"] = m.expert_ranges.empty() ? "layer" : "expert";
     // What ran, which is not always what was asked for (O_DIRECT or io_uring can fall back); resident runs
     // read nothing.
     j["lookahead"] = m.cache ? f.model.lookahead : 0;

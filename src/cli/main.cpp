@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
     if (a == "-hf") a = "--hf-repo";
     if (a == "-np") a = "--parallel";  // llama-server's spelling, the same trap
     if (a == "-ts") a = "--tensor-split";
+    if (a == "-sm") a = "--split-mode";
   }
   std::vector<const char*> arg_ptrs;
   for (const std::string& a : args) arg_ptrs.push_back(a.c_str());

@@ -38,10 +38,15 @@ void ModelFlags::add(CLI::App* app) {
       "with --device cuda: VRAM for expert records streamed from RAM, e.g. 4G (default: what is free "
       "after the trunk, 1 GiB or a tenth kept); with several devices the size of each, or one per device "
       "(4G,8G)");
-  app->add_option(
-      "--tensor-split", tensor_split,
-      "(-ts) with several devices: each one's share of the layers, e.g. 3,1 (default: in proportion "
-      "to each GPU's free memory)");
+  app->add_option("--tensor-split", tensor_split,
+                  "(-ts) with several devices: each one's share of the layers (of every layer's experts with "
+                  "--split-mode expert), e.g. 3,1 (default: in proportion to each GPU's free memory)");
+  app->add_option("--split-mode", split_mode,
+                  "(-sm) with several devices: layer (each device a range of layers, its experts streamed "
+                  "or resident) or expert (the trunk on the first device, every layer's experts spread over "
+                  "all of them; needs --resident)")
+      ->check(CLI::IsMember({"layer", "expert"}))
+      ->capture_default_str();
   app->add_option("--io", io, "expert reads: direct (O_DIRECT) or buffered (page cache)")
       ->check(CLI::IsMember({"direct", "buffered"}))
       ->capture_default_str();
@@ -123,6 +128,7 @@ ModelSourceOptions ModelFlags::source() const {
   o.cache_policy = cache_policy;
   o.n_threads = threads;
   o.device = device;
+  o.split_mode = split_mode;
   o.prompt_snapshot = prompt_snapshot;
   o.lookahead = lookahead;
   o.cpu_misses = cpu_misses;

@@ -16,10 +16,11 @@ namespace df::cli {
 
 struct ModelFlags {
   std::string model, store, expert_cache, io = "direct", cache_policy = "lru", device = "cpu";
-  std::string gpu_cache;       // --gpu-cache SIZE[,SIZE...]: the device tier of the expert cache (per device)
-  std::string tensor_split;    // --tensor-split A,B,...: each device's share of the layers
-  std::string record_routing;  // --record-routing FILE
-  std::string hf_repo;         // -hf REPO[:QUANT] (or a known model's name): pulled on first use (hub/pull.h)
+  std::string gpu_cache;     // --gpu-cache SIZE[,SIZE...]: the device tier of the expert cache (per device)
+  std::string tensor_split;  // --tensor-split A,B,...: each device's share of the layers (or experts)
+  std::string split_mode = "layer";  // --split-mode layer|expert (-sm)
+  std::string record_routing;        // --record-routing FILE
+  std::string hf_repo;  // -hf REPO[:QUANT] (or a known model's name): pulled on first use (hub/pull.h)
   HubFlags hub;
   bool resident = false;
   int threads = 0;

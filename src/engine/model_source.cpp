@@ -10,6 +10,7 @@
 #include "backend/backend_factory.h"
 #include "engine/memory_plan.h"
 #include "gguf/tensor_names.h"
+#include "models/expert_parallel.h"
 #include "models/layer_split.h"
 #include "models/state_size.h"
 #include "store/ingest.h"
@@ -170,6 +171,13 @@ OpenedModel open_model(const ModelSourceOptions& options) {
   const bool any_asked = std::any_of(asked.begin(), asked.end(), [](const auto& a) { return a.has_value(); });
   if (options.resident && any_asked)
     fail("--resident keeps every expert in the device's memory: it cannot be combined with --gpu-cache");
+  if (options.split_mode != "layer" && options.split_mode != "expert")
+    fail("--split-mode {}: unknown (layer or expert)", options.split_mode);
+  const bool expert_split = n_dev > 1 && options.split_mode == "expert";
+  if (expert_split && !options.resident)
+    fail(
+        "--split-mode expert keeps every expert resident, spread over the devices: add --resident (a model "
+        "streamed from its store splits by layer)");
   if (!options.tensor_split.empty() && options.tensor_split.size() != n_dev)
     fail("--tensor-split gives {} shares for {} device{} ({})", options.tensor_split.size(), n_dev,
          n_dev == 1 ? "" : "s", fmt::join(devices, ","));
@@ -313,21 +321,47 @@ OpenedModel open_model(const ModelSourceOptions& options) {
     }
   }
 
-  if (n_dev == 1) {
-    load.backend = m.backend;
-    load.make_expert_provider = make_provider.front();
-    m.model = models::load_model(*m.file, load);
-    m.layer_ranges = {{0, m.model->info().n_layer}};
-  } else {
+  // Each device's share of a split: --tensor-split, else in proportion to free device memory when every
+  // device reports it (llama.cpp's default split), else equal.
+  const auto split_shares = [&] {
     std::vector<double> shares = options.tensor_split;
     if (shares.empty()) {
-      // In proportion to free device memory when every device reports it (llama.cpp's default split).
       for (const auto& be : m.backends)
         if (const auto free_bytes = be->free_device_bytes())
           shares.push_back(static_cast<double>(*free_bytes));
       if (shares.size() != n_dev) shares.assign(n_dev, 1.0);
     }
-    m.layer_ranges = models::split_layers(models::state_dims(*m.file).n_layer, shares);
+    return shares;
+  };
+  if (expert_split) {
+    // The trunk on the first device, each device a range of every layer's experts.
+    load.backend = m.backend;
+    const std::vector<double> shares = split_shares();
+    load.make_expert_provider =
+        [&m, &devices, shares](const gguf::File& file,
+                               const models::ExpertLayout& ml) -> std::unique_ptr<models::ExpertProvider> {
+      if (ml.layers.empty()) fail("--split-mode expert: the model has no MoE layer to spread");
+      m.expert_ranges = models::split_items(ml.layers.front().n_expert, shares, "expert");
+      std::vector<experts::ExpertPart> parts;
+      for (size_t k = 0; k < m.backends.size(); ++k)
+        parts.push_back({m.backends[k].get(), m.expert_ranges[k].first, m.expert_ranges[k].second});
+      std::string split;
+      for (size_t k = 0; k < parts.size(); ++k)
+        split += fmt::format("{}{} experts {}-{}", k ? ", " : "", devices[k], parts[k].first_expert,
+                             parts[k].end_expert - 1);
+      m.cache_description = fmt::format("{}; experts split: {}", m.cache_description, split);
+      return std::make_unique<models::ExpertParallelProvider>(file, ml, *m.backend, std::move(parts));
+    };
+    m.model = models::load_model(*m.file, load);
+    m.layer_ranges.assign(n_dev, {0, 0});
+    m.layer_ranges.front() = {0, m.model->info().n_layer};
+  } else if (n_dev == 1) {
+    load.backend = m.backend;
+    load.make_expert_provider = make_provider.front();
+    m.model = models::load_model(*m.file, load);
+    m.layer_ranges = {{0, m.model->info().n_layer}};
+  } else {
+    m.layer_ranges = models::split_layers(models::state_dims(*m.file).n_layer, split_shares());
     std::vector<models::LoadOptions> stages;
     std::string split;
     for (size_t k = 0; k < n_dev; ++k) {

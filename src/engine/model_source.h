@@ -43,6 +43,10 @@ struct ModelSourceOptions {
   // --tensor-split: each device's share of the layers (as many as devices); empty: in proportion to each
   // device's free memory when all of them report it, else equal.
   std::vector<double> tensor_split;
+  // --split-mode: how a device list shares the model. "layer" (the default): contiguous ranges of layers.
+  // "expert": the trunk on the first device and every MoE layer's experts spread over all of them in
+  // contiguous ranges sized by the shares (models/expert_parallel.h); it needs --resident.
+  std::string split_mode = "layer";
   bool prompt_snapshot = false;  // the session keeps a prompt snapshot (chat): one more state in the plan
   int n_sequences = 1;  // sessions that will run side by side (serve -np): each one's state is in the plan
   int n_threads = 0;    // -t; <= 0: one per CPU this process may use (util/cpu_limits.h)
@@ -75,6 +79,8 @@ struct OpenedModel {
   std::shared_ptr<backend::Backend> backend;  // what the model computes on (--device; the first of a split)
   std::vector<std::shared_ptr<backend::Backend>> backends;  // every device of a layer split, in layer order
   std::vector<std::pair<int, int>> layer_ranges;            // each device's layers [first, end)
+  std::vector<std::pair<int, int>>
+      expert_ranges;  // --split-mode expert: each device's experts of every layer
   std::unique_ptr<models::Model> model;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::optional<std::string> chat_template;  // tokenizer.chat_template, if the file has one

@@ -79,6 +79,13 @@ struct ExpertLayout {
   int unrun_from_layer = std::numeric_limits<int>::max();
 };
 
+// One part of a layer's experts spread over several backends (expert parallel: models/expert_parallel.h):
+// experts [first_expert, end_expert) live in `backend`'s memory and are computed there.
+struct ExpertPart {
+  backend::Backend* backend = nullptr;
+  int first_expert = 0, end_expert = 0;
+};
+
 // The routed op a device tier's experts are pinned for (routed_slots).
 struct RoutedOp {
   backend::ActivationParams act{};
@@ -127,6 +134,14 @@ class ExpertProvider {
   // pending, announced experts never acquired), so that another provider sharing the cache below has all of
   // it: a layer split (models/layer_split.h) calls it once a stage has run its layers. Optional.
   virtual void release_spare() {}
+  // The parts of a layer's experts when they are spread over several backends, in expert order (the views
+  // acquire() gives lie in each part's backend's memory; the model sends each part the rows routed to it
+  // and gathers the results on its own backend); empty: every expert is in the model's backend.
+  virtual std::span<const ExpertPart> parts(int /*moe_layer*/) const { return {}; }
+  // The bytes of a constant table in the model's backend (a layer's per-expert biases) in part `part`'s
+  // memory, copied there on first use and kept: what a part's FFNs read instead. Only for a provider with
+  // parts.
+  virtual backend::Buf<const float> part_copy(size_t part, backend::Buf<const float> of_model);
   // A view valid until the matching release(). Throws df::Error for an id out of range or a failed read.
   virtual ExpertView acquire(int moe_layer, int expert) = 0;
   virtual void release(int moe_layer, int expert) = 0;

@@ -6,12 +6,17 @@
 namespace df::models {
 namespace {
 
-// Every expert's matrix of one kind, read straight into the backend's upload buffer: n_out rows from row0 on
-// of each expert's slab of `slab_rows` rows (the whole slab, or one half of a fused gate_up slab), so that
+// Experts [first, first + count) of the tensor.
+struct ExpertSlabs {
+  int first = 0, count = 0;
+};
+
+// Those experts' matrices of one kind, read straight into the backend's upload buffer: n_out rows from row0
+// on of each expert's slab of `slab_rows` rows (the whole slab, or one half of a fused gate_up slab), so that
 // the backend gets the same stack from a fused tensor as from separate ones.
 backend::UploadedWeights upload_all(const gguf::File& file, backend::Backend& backend,
                                     const std::string& name, GgmlType type, int64_t n_in, int64_t n_out,
-                                    int64_t slab_rows, int64_t row0, int n_expert) {
+                                    int64_t slab_rows, int64_t row0, int n_expert, ExpertSlabs slabs) {
   const gguf::TensorInfo& t = file.require_tensor(name);
   const size_t row_bytes = ggml_row_bytes(type, n_in);
   const size_t slab_bytes = row_bytes * static_cast<size_t>(slab_rows);
@@ -20,7 +25,7 @@ backend::UploadedWeights upload_all(const gguf::File& file, backend::Backend& ba
     fail("{}: tensor '{}' holds {} bytes, the expert layout needs {}", file.path(), name, t.nbytes, expected);
   backend::WeightSource src;
   src.type = type;
-  if (slab_rows == n_out) {
+  if (slab_rows == n_out && slabs.count == n_expert) {
     src.read = [&](uint8_t* dst) { file.read_tensor(t, dst); };
   } else {
     if (t.external)
@@ -28,14 +33,14 @@ backend::UploadedWeights upload_all(const gguf::File& file, backend::Backend& ba
     src.read = [&](uint8_t* dst) {
       const size_t matrix_bytes = row_bytes * static_cast<size_t>(n_out);
       const uint64_t first = t.file_offset + row_bytes * static_cast<uint64_t>(row0);
-      for (int e = 0; e < n_expert; ++e)
-        file.read_range(first + slab_bytes * static_cast<uint64_t>(e), matrix_bytes,
-                        dst + matrix_bytes * static_cast<size_t>(e));
+      for (int i = 0; i < slabs.count; ++i)
+        file.read_range(first + slab_bytes * static_cast<uint64_t>(slabs.first + i), matrix_bytes,
+                        dst + matrix_bytes * static_cast<size_t>(i));
     };
   }
   src.n_in = n_in;
   src.n_out = n_out;
-  src.n_matrices = n_expert;
+  src.n_matrices = slabs.count;
   return backend.upload_weights(src);
 }
 
@@ -43,19 +48,36 @@ backend::UploadedWeights upload_all(const gguf::File& file, backend::Backend& ba
 
 ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout,
                                                backend::Backend& backend, int first_layer, int end_layer) {
+  load(file, layout, backend, first_layer, end_layer);
+}
+
+ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout,
+                                               backend::Backend& backend, ExpertRange experts)
+    : first_expert_(experts.first_expert), end_expert_(experts.end_expert), whole_layers_(false) {
+  for (const auto& l : layout.layers)
+    if (experts.first_expert < 0 || experts.end_expert <= experts.first_expert ||
+        experts.end_expert > l.n_expert)
+      fail("expert provider: experts {}-{} are not a range of MoE layer {}'s {} experts",
+           experts.first_expert, experts.end_expert - 1, &l - layout.layers.data(), l.n_expert);
+  load(file, layout, backend, 0, -1);
+}
+
+void ResidentExpertProvider::load(const gguf::File& file, const ExpertLayout& layout,
+                                  backend::Backend& backend, int first_layer, int end_layer) {
   layers_.reserve(layout.layers.size());
   for (const auto& l : layout.layers) {
     Layer& layer = layers_.emplace_back();
     layer.layout = l;
     layer.held = l.model_layer >= first_layer && (end_layer < 0 || l.model_layer < end_layer);
     if (!layer.held) continue;
+    const ExpertSlabs slabs{first_expert_, (end_expert_ < 0 ? l.n_expert : end_expert_) - first_expert_};
     const int64_t gate_up_rows = l.gate_up_slab_rows();
     layer.gate = upload_all(file, backend, l.gate_name, l.gate_type, l.n_embd, l.n_ff, gate_up_rows,
-                            l.gate_row0, l.n_expert);
+                            l.gate_row0, l.n_expert, slabs);
     layer.up = upload_all(file, backend, l.up_name, l.up_type, l.n_embd, l.n_ff, gate_up_rows, l.up_row0,
-                          l.n_expert);
+                          l.n_expert, slabs);
     layer.down =
-        upload_all(file, backend, l.down_name, l.down_type, l.n_ff, l.n_embd, l.n_embd, 0, l.n_expert);
+        upload_all(file, backend, l.down_name, l.down_type, l.n_ff, l.n_embd, l.n_embd, 0, l.n_expert, slabs);
   }
 }
 
@@ -71,6 +93,7 @@ const ResidentExpertProvider::Layer& ResidentExpertProvider::held_layer(int moe_
 
 std::optional<backend::RoutedExperts> ResidentExpertProvider::resident_stacks(int moe_layer) const {
   const Layer& l = held_layer(moe_layer);
+  if (!whole_layers_) return std::nullopt;
   backend::RoutedExperts ex;
   ex.gate = {l.gate.first, l.gate.slab_bytes};
   ex.up = {l.up.first, l.up.slab_bytes};
@@ -84,7 +107,14 @@ ExpertView ResidentExpertProvider::acquire(int moe_layer, int expert) {
   if (expert < 0 || expert >= l.layout.n_expert)
     fail("expert provider: expert {} out of range (MoE layer {} has {})", expert, moe_layer,
          l.layout.n_expert);
-  const backend::Weight g = l.gate.matrix(expert), u = l.up.matrix(expert), d = l.down.matrix(expert);
+  const int end = end_expert_ < 0 ? l.layout.n_expert : end_expert_;
+  if (expert < first_expert_ || expert >= end)
+    fail(
+        "expert provider: expert {} of MoE layer {} lives in another part of the expert split (this one "
+        "holds {}-{})",
+        expert, moe_layer, first_expert_, end - 1);
+  const int64_t i = expert - first_expert_;
+  const backend::Weight g = l.gate.matrix(i), u = l.up.matrix(i), d = l.down.matrix(i);
   return ExpertView{g.data, u.data, d.data, g.type, u.type, d.type, g.packing, u.packing, d.packing};
 }
 

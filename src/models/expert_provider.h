@@ -26,6 +26,14 @@ class ResidentExpertProvider final : public ExpertProvider {
   // to the last); acquiring another layer's expert is a df::Error.
   ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout, backend::Backend& backend,
                          int first_layer = 0, int end_layer = -1);
+  // Holds experts [first_expert, end_expert) of every MoE layer (a part of an expert-parallel spread:
+  // models/expert_parallel.h); acquiring another expert is a df::Error, and there are no resident stacks
+  // (the routed op indexes a whole layer's experts).
+  struct ExpertRange {
+    int first_expert = 0, end_expert = 0;
+  };
+  ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout, backend::Backend& backend,
+                         ExpertRange experts);
 
   void prefetch(int, std::span<const int32_t>) override {}
   bool uses_prefetch() const override { return false; }
@@ -43,8 +51,13 @@ class ResidentExpertProvider final : public ExpertProvider {
     bool held = false;                        // in this provider's range of layers
     backend::UploadedWeights gate, up, down;  // every expert's matrix of each kind
   };
+  void load(const gguf::File& file, const ExpertLayout& layout, backend::Backend& backend, int first_layer,
+            int end_layer);
   const Layer& held_layer(int moe_layer) const;
   std::vector<Layer> layers_;
+  // The experts held of each layer: all (first_expert_ 0, end_expert_ -1) or a part's range.
+  int first_expert_ = 0, end_expert_ = -1;
+  bool whole_layers_ = true;
 };
 
 }  // namespace df::models

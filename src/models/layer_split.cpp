@@ -164,27 +164,32 @@ class LayerSplitModel final : public Model {
 
 }  // namespace
 
-std::vector<std::pair<int, int>> split_layers(int n_layer, std::span<const double> shares) {
-  if (shares.empty()) fail("layer split: no device to split {} layers over", n_layer);
+std::vector<std::pair<int, int>> split_items(int n, std::span<const double> shares, std::string_view item) {
+  if (shares.empty()) fail("{} split: no device to split {} {}s over", item, n, item);
   double total = 0;
   for (double s : shares) {
-    if (!std::isfinite(s) || s < 0) fail("layer split: a device's share {} is not a non-negative number", s);
+    if (!std::isfinite(s) || s < 0)
+      fail("{} split: a device's share {} is not a non-negative number", item, s);
     total += s;
   }
-  if (!(total > 0)) fail("layer split: the devices' shares add up to 0");
+  if (!(total > 0)) fail("{} split: the devices' shares add up to 0", item);
   std::vector<std::pair<int, int>> ranges;
   double sum = 0;
   int first = 0;
   for (size_t i = 0; i < shares.size(); ++i) {
     sum += shares[i];
-    const int end = i + 1 == shares.size() ? n_layer : static_cast<int>(std::lround(n_layer * (sum / total)));
+    const int end = i + 1 == shares.size() ? n : static_cast<int>(std::lround(n * (sum / total)));
     if (end <= first)
-      fail("layer split: device {} gets no layer of {} with shares {} (each device computes at least one)", i,
-           n_layer, fmt::join(shares, ","));
+      fail("{} split: device {} gets no {} of {} with shares {} (each device computes at least one)", item, i,
+           item, n, fmt::join(shares, ","));
     ranges.emplace_back(first, end);
     first = end;
   }
   return ranges;
+}
+
+std::vector<std::pair<int, int>> split_layers(int n_layer, std::span<const double> shares) {
+  return split_items(n_layer, shares, "layer");
 }
 
 std::unique_ptr<Model> load_layer_split(const gguf::File& file, std::vector<LoadOptions> stages) {

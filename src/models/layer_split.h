@@ -7,6 +7,7 @@
 // unsplit model with CPU backends standing in for the devices).
 #include <memory>
 #include <span>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,6 +24,8 @@ namespace df::models {
 // round(n_layer · (share_0 + ... + share_i) / total). df::Error for no share, a negative or non-finite one,
 // a zero total, or shares that leave a device without a layer (naming the device and the shares).
 std::vector<std::pair<int, int>> split_layers(int n_layer, std::span<const double> shares);
+// The same for n items of any kind (split_layers: "layer"; the expert split: "expert"), the errors naming it.
+std::vector<std::pair<int, int>> split_items(int n, std::span<const double> shares, std::string_view item);
 
 // Loads one stage per options entry (each with its backend, expert provider and first_layer/end_layer; the
 // ranges must follow each other from layer 0 to the last) and joins them. One stage is the model itself.

@@ -29,7 +29,12 @@ void MoeBuffers::reserve(backend::Backend& be, size_t t, size_t H, size_t E, siz
 }
 
 size_t MoeBuffers::bytes() const {
-  size_t total = guess_mask.size();
+  size_t total = guess_mask.size() +
+                 (grouped_out.size() + xn_host.size() + rows_host.size()) * sizeof(float) +
+                 grouped_pos_dev.bytes() + positions_dev.bytes() +
+                 (grouped_pos.size() + positions.size()) * sizeof(int32_t);
+  for (const PartBuffers& p : part_buffers)
+    total += p.xn.bytes() + p.out.bytes() + p.in_rows.bytes() + p.positions.bytes();
   for (const auto* buf :
        {&router_logits, &expert_weights, &expert_out, &guess_xn, &guess_logits, &guess_weights})
     total += buf->size() * sizeof(float);
@@ -98,6 +103,15 @@ void route_normed(backend::Backend& be, const RouterInputs& r, backend::Buf<cons
                 out.weights);
 }
 
+namespace {
+
+// Where one wave's FFNs read and write: the entry at grouped position `at` (expert e's are
+// expert_start[e] ..) reads input row in_rows[at - base] and writes output row out_rows[at - base].
+struct WaveRows {
+  backend::Buf<const int32_t> in_rows, out_rows;
+  size_t base = 0;
+};
+
 // The experts go in waves: acquire the wave's experts in order, run them as one backend ffn() (on the CPU
 // two parallel jobs over (expert, row block, token tile), so that even a decode step's k small experts keep
 // every thread busy), release them. How this meets a provider whose acquire() blocks on a read:
@@ -106,11 +120,13 @@ void route_normed(backend::Backend& be, const RouterInputs& r, backend::Buf<cons
 // compute no longer overlaps the later experts' reads, a trade of a few microseconds of compute for a split
 // that uses every core; for a prefill chunk, a wave's compute overlaps the reads of the following waves. A
 // wave of k experts pins no more than a decode step needs anyway.
-void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b, size_t n_used,
-                 ExpertWave& wave, const backend::ActivationParams& act, const ExpertBiases& biases,
-                 backend::Buf<const float> xn, int64_t T, int64_t n_embd, int64_t n_ff) {
+void run_waves(backend::Backend& be, ExpertProvider& experts, int moe_index, const MoeBuffers& b,
+               std::span<const int32_t> used, ExpertWave& wave, const backend::ActivationParams& act,
+               const ExpertBiases& biases, const WaveRows& rows, backend::Buf<const float> xn, int64_t T,
+               int64_t n_embd, int64_t n_ff, backend::Buf<float> out) {
   const int64_t H = n_embd, F = n_ff;
-  experts.will_acquire(moe_index, std::span<const int32_t>(b.used.data(), n_used));
+  const size_t n_used = used.size();
+  experts.will_acquire(moe_index, used);
   // k: what one decode step pins anyway; a provider that can hold more at once (every expert resident, or a
   // device tier whose slots will_acquire has just pinned) gets fewer, larger waves: one backend ffn() for
   // the whole layer where it can, which saves a launch set and a host trip per k experts.
@@ -120,9 +136,9 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
     const size_t n = std::min(wave_size, n_used - w0);
     WaveLeases leases(experts, moe_index, wave.ids.data());
     for (size_t i = 0; i < n; ++i) {
-      const int32_t e = b.used[w0 + i];
+      const int32_t e = used[w0 + i];
       const ExpertView v = leases.acquire(e);
-      const size_t start = static_cast<size_t>(b.expert_start[static_cast<size_t>(e)]);
+      const size_t start = static_cast<size_t>(b.expert_start[static_cast<size_t>(e)]) - rows.base;
       const size_t count = static_cast<size_t>(b.expert_count[static_cast<size_t>(e)]);
       const size_t ue = static_cast<size_t>(e), uf = static_cast<size_t>(F), uh = static_cast<size_t>(H);
       backend::FfnTask& task = wave.tasks[i];
@@ -133,17 +149,128 @@ void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, M
       task.up_bias = biases.up ? biases.up.sub(ue * uf, uf) : backend::Buf<const float>{};
       task.down_bias = biases.down ? biases.down.sub(ue * uh, uh) : backend::Buf<const float>{};
       task.out_scale = biases.down_scale_host.empty() ? 1.0f : biases.down_scale_host[ue];
-      task.in_rows = b.entry_tokens_dev.view().sub(start, count);
-      task.out_rows = b.expert_entries_dev.view().sub(start, count);
+      task.in_rows = rows.in_rows.sub(start, count);
+      task.out_rows = rows.out_rows.sub(start, count);
       task.n_rows = static_cast<int64_t>(count);
     }
-    be.ffn(std::span<const backend::FfnTask>(wave.tasks.data(), n), act, xn, T, b.expert_out.view());
+    be.ffn(std::span<const backend::FfnTask>(wave.tasks.data(), n), act, xn, T, out);
   }
+}
+
+// 0, 1, ..., n - 1 in a backend's memory (uploaded again only when the array grows).
+void ensure_positions(backend::Backend& be, DeviceArray<int32_t>& dev, std::vector<int32_t>& host, size_t n) {
+  if (n > dev.capacity()) {
+    for (size_t i = host.size(); i < n; ++i) host.push_back(static_cast<int32_t>(i));
+    dev.resize(be, n, "expert row lists");
+    be.upload(dev.view(), host.data(), n);
+    return;
+  }
+  dev.resize(be, n, "expert row lists");
+}
+
+// The experts of a layer spread over several backends (ExpertProvider::parts): the routing read back and
+// grouped by expert (each part's experts are a contiguous range, so its entries are a contiguous block of
+// the grouped order); each part on another backend gets a copy of xn and its block's input rows, runs its
+// FFNs there (queued first, so that a device computes while the model's backend runs its own part) and
+// sends its block back into grouped_out; gather_rows puts every result in (token, slot) order and the
+// combine is the one the unsplit model runs. Each result row is the bits its expert's FFN gives on that row
+// wherever it runs (Backend::ffn's promise), so the output is the unsplit model's on backends of one kind.
+void add_spread_experts(backend::Backend& be, ExpertProvider& experts,
+                        std::span<const experts::ExpertPart> parts, int moe_index, MoeBuffers& b,
+                        ExpertWave& wave, const ExpertFfn& f, backend::Buf<const float> xn, int64_t T,
+                        backend::Buf<float> x) {
+  const size_t entries = static_cast<size_t>(T * f.k), H = static_cast<size_t>(f.n_embd);
+  const size_t n_used = fetch_groups(be, b, T, f.k, f.n_expert);
+  const std::span<const int32_t> used(b.used.data(), n_used);
+  b.grouped_pos.resize(entries);
+  for (size_t at = 0; at < entries; ++at)
+    b.grouped_pos[static_cast<size_t>(b.expert_entries[at])] = static_cast<int32_t>(at);
+  b.grouped_pos_dev.resize(be, entries, "expert row lists");
+  be.upload(b.grouped_pos_dev.view(), b.grouped_pos.data(), entries);
+  b.grouped_out.resize(be, entries * H, "expert outputs");
+  ensure_positions(be, b.positions_dev, b.positions, entries);
+  if (b.part_buffers.size() < parts.size()) b.part_buffers.resize(parts.size());
+
+  struct Block {
+    std::span<const int32_t> used;
+    size_t base = 0, rows = 0;
+  };
+  const auto block_of = [&](const experts::ExpertPart& p) {
+    const auto lo = std::lower_bound(used.begin(), used.end(), p.first_expert);
+    const auto hi = std::lower_bound(lo, used.end(), p.end_expert);
+    const size_t base = static_cast<size_t>(b.expert_start[static_cast<size_t>(p.first_expert)]);
+    return Block{std::span<const int32_t>(lo, hi), base,
+                 static_cast<size_t>(b.expert_start[static_cast<size_t>(p.end_expert)]) - base};
+  };
+  bool xn_on_host = false, local_rows = false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Block blk = block_of(parts[i]);
+    if (blk.rows == 0) continue;
+    if (parts[i].backend == &be) {
+      local_rows = true;
+      continue;
+    }
+    backend::Backend& pbe = *parts[i].backend;
+    MoeBuffers::PartBuffers& pb = b.part_buffers[i];
+    if (!xn_on_host) {
+      b.xn_host.resize(static_cast<size_t>(T) * H);
+      be.download(b.xn_host.data(), xn, static_cast<size_t>(T) * H);
+      xn_on_host = true;
+    }
+    pb.xn.resize(pbe, static_cast<size_t>(T) * H, "MoE batch buffers");
+    pbe.upload(pb.xn.view(), b.xn_host.data(), static_cast<size_t>(T) * H);
+    pb.in_rows.resize(pbe, blk.rows, "expert row lists");
+    pbe.upload(pb.in_rows.view(), b.entry_tokens.data() + blk.base, blk.rows);
+    ensure_positions(pbe, pb.positions, b.positions, blk.rows);
+    pb.out.resize(pbe, blk.rows * H, "expert outputs");
+    const ExpertBiases on_part{experts.part_copy(i, f.biases.gate),
+                               experts.part_copy(i, f.biases.up),
+                               experts.part_copy(i, f.biases.down),
+                               {},
+                               f.biases.down_scale_host};
+    run_waves(pbe, experts, moe_index, b, blk.used, wave, f.act, on_part,
+              {pb.in_rows.view(), pb.positions.view(), blk.base}, pb.xn.view(), T, f.n_embd, f.n_ff,
+              pb.out.view());
+  }
+  if (local_rows) {
+    be.upload(b.entry_tokens_dev.view(), b.entry_tokens.data(), entries);
+    for (const experts::ExpertPart& p : parts) {
+      const Block blk = block_of(p);
+      if (blk.rows == 0 || p.backend != &be) continue;
+      run_waves(be, experts, moe_index, b, blk.used, wave, f.act, f.biases,
+                {b.entry_tokens_dev.view().sub(blk.base), b.positions_dev.view(), blk.base}, xn, T, f.n_embd,
+                f.n_ff, b.grouped_out.view().sub(blk.base * H, blk.rows * H));
+    }
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Block blk = block_of(parts[i]);
+    if (blk.rows == 0 || parts[i].backend == &be) continue;
+    b.rows_host.resize(std::max(b.rows_host.size(), blk.rows * H));
+    parts[i].backend->download(b.rows_host.data(), b.part_buffers[i].out.view(), blk.rows * H);
+    be.upload(b.grouped_out.view().sub(blk.base * H, blk.rows * H), b.rows_host.data(), blk.rows * H);
+  }
+  be.gather_rows(b.grouped_out.view(), f.n_embd, b.grouped_pos_dev.view(), static_cast<int64_t>(entries),
+                 b.expert_out.view());
+  be.moe_combine_add(b.expert_out.view(), b.expert_weights.view(), T, f.k, f.n_embd, x);
+}
+
+}  // namespace
+
+void run_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b, size_t n_used,
+                 ExpertWave& wave, const backend::ActivationParams& act, const ExpertBiases& biases,
+                 backend::Buf<const float> xn, int64_t T, int64_t n_embd, int64_t n_ff) {
+  run_waves(be, experts, moe_index, b, std::span<const int32_t>(b.used.data(), n_used), wave, act, biases,
+            {b.entry_tokens_dev.view(), b.expert_entries_dev.view(), 0}, xn, T, n_embd, n_ff,
+            b.expert_out.view());
 }
 
 void add_experts(backend::Backend& be, ExpertProvider& experts, int moe_index, MoeBuffers& b,
                  ExpertWave& wave, const ExpertFfn& f, backend::Buf<const float> xn, int64_t T,
                  backend::Buf<float> x) {
+  if (const auto parts = experts.parts(moe_index); !parts.empty()) {
+    add_spread_experts(be, experts, parts, moe_index, b, wave, f, xn, T, x);
+    return;
+  }
   // The routed op on experts the provider holds in the backend's memory (resident stacks or a device tier).
   const auto routed_add = [&](backend::RoutedExperts& ex) {
     ex.gate_bias = f.biases.gate;

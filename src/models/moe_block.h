@@ -30,6 +30,7 @@ class DeviceArray {
   }
   backend::Buf<T> view() const { return memory_.as<T>().first(count_); }
   size_t size() const { return count_; }
+  size_t capacity() const { return capacity_; }
   size_t bytes() const { return count_ * sizeof(T); }
 
  private:
@@ -54,6 +55,20 @@ struct MoeBuffers {
   DeviceArray<int32_t> guess_ids;
   std::vector<int32_t> guess_ids_host, guess_list;
   std::vector<uint8_t> guess_mask;
+
+  // Experts spread over several backends (ExpertProvider::parts): every entry's result in the grouped order
+  // (the parts' results side by side), gathered from there into expert_out by each entry's place in that
+  // order; 0, 1, 2, ... (where a part's FFNs write); and, for each part on another backend, its copy of the
+  // input, its input row lists, its 0, 1, 2, ... and its results. Sized by the first batches that need them.
+  struct PartBuffers {
+    DeviceArray<float> xn, out;
+    DeviceArray<int32_t> in_rows, positions;
+  };
+  DeviceArray<float> grouped_out;
+  DeviceArray<int32_t> grouped_pos_dev, positions_dev;
+  std::vector<int32_t> grouped_pos, positions;
+  std::vector<float> xn_host, rows_host;  // rows on their way between backends
+  std::vector<PartBuffers> part_buffers;
 
   void reserve(backend::Backend& be, size_t tokens, size_t n_embd, size_t n_expert, size_t k);
   size_t bytes() const;  // what ModelState::bytes() counts of these buffers

@@ -38,6 +38,23 @@ void CpuBackend::add(Buf<float> x_buf, Buf<const float> y_buf, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+void CpuBackend::gather_rows(Buf<const float> table_buf, int64_t width, Buf<const int32_t> ids_buf, int64_t n,
+                             Buf<float> out_buf) {
+  const auto timer = timed({"gather_rows"});
+  if (n <= 0) return;
+  if (width <= 0) fail("gather_rows: rows of {} values", width);
+  const int64_t n_rows = static_cast<int64_t>(table_buf.size()) / width;
+  const float* table = detail::raw(table_buf.first(static_cast<size_t>(n_rows * width)));
+  const int32_t* ids = detail::raw(ids_buf.first(static_cast<size_t>(n)));
+  float* out = detail::raw(out_buf.first(static_cast<size_t>(n * width)));
+  for (int64_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= n_rows)
+      fail("gather_rows: row {} is outside a table of {} rows", ids[i], n_rows);
+    std::memcpy(out + i * width, table + static_cast<int64_t>(ids[i]) * width,
+                static_cast<size_t>(width) * sizeof(float));
+  }
+}
+
 void CpuBackend::add_bias_rows(Buf<float> x_buf, Buf<const float> bias_buf, int64_t rows, int64_t n) {
   const auto timer = timed({"add_bias_rows"});
   float* x = detail::raw(x_buf.first(rows * n));

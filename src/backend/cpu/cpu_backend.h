@@ -63,6 +63,8 @@ class CpuBackend : public Backend {
   void matmul_add(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<float> acc,
                   Buf<uint8_t> scratch) override;
   void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) override;
+  void gather_rows(Buf<const float> table, int64_t width, Buf<const int32_t> ids, int64_t n,
+                   Buf<float> out) override;
 
   // Products that read the same x (for the same activation format) share its quantization.
   static constexpr size_t kMaxMatmulTasks = 8;

@@ -76,6 +76,8 @@ class CudaBackend final : public Backend {
                       Buf<const float> weights, int64_t T, int k, Buf<const float> x, Buf<float> out,
                       Buf<float> acc) override;
   void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) override;
+  void gather_rows(Buf<const float> table, int64_t width, Buf<const int32_t> ids, int64_t n,
+                   Buf<float> out) override;
 
   void rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
                 Buf<float> y) override;

@@ -69,6 +69,23 @@ void CudaBackend::get_rows(const Weight& table, Buf<const int32_t> ids, int64_t 
                         static_cast<cuda::DeviceError*>(error_word_device_), as_stream(stream_));
 }
 
+void CudaBackend::gather_rows(Buf<const float> table, int64_t width, Buf<const int32_t> ids, int64_t n,
+                              Buf<float> out) {
+  const auto timer = timed({"gather_rows"});
+  if (n <= 0) return;
+  if (width <= 0) fail("gather_rows: rows of {} values", width);
+  const int64_t n_rows = static_cast<int64_t>(table.size()) / width;
+  need(ids, n, "gather_rows ids");
+  need(out, n * width, "gather_rows output");
+  if (graph_.skip("gather_rows", BA::raw(out), n, width)) return;
+  // get_rows' kernel on an F32 table is an exact row copy; an id outside the table is reported (as a token
+  // id) at the next synchronisation.
+  cuda::launch_get_rows(GgmlType::F32, reinterpret_cast<const uint8_t*>(BA::raw(table)),
+                        static_cast<size_t>(width) * sizeof(float), n_rows, width, BA::raw(ids), n,
+                        BA::raw(out), static_cast<cuda::DeviceError*>(error_word_device_),
+                        as_stream(stream_));
+}
+
 void CudaBackend::rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
                            Buf<float> y) {
   const auto timer = timed({"rms_norm"});
