@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The layer split over several GPUs (issue 19; docs/ARCHITECTURE.md "Several devices"): diskformer bench on
 # the make-model preset lfm2-24b, one GPU against the split, alternated in each of ROUNDS rounds:
-#   - all in VRAM: --device cuda:0 --resident against --device $DEVICES --resident;
+#   - all in VRAM: --device cuda:0 --resident against --device $DEVICES --resident (the layer split) and
+#     against --device $DEVICES --resident --split-mode expert (every layer's experts spread over the cards);
 #   - streamed: one GPU with --gpu-cache $ONE against the split with --gpu-cache $EACH on every card, the RAM
 #     tier holding every record (the issue's bar: the split's device hit rate equals one GPU's with the sum
 #     of the cards' tiers, and its decode is at least 0.9x of it).
@@ -29,8 +30,12 @@ import json, sys
 args, path = sys.argv[1:]
 d = json.load(open(path))
 dt = d.get("decode_device_telemetry", {})
-cards = ", ".join("%s layers %d-%d tier %.2f GB peak %.2f GB" % (
-    c["name"], c["first_layer"], c["end_layer"] - 1, c.get("gpu_cache_bytes", 0) / 1e9, c["peak_device_bytes"] / 1e9)
+def part(c):
+    if "first_expert" in c:
+        return "experts %d-%d" % (c["first_expert"], c["end_expert"] - 1)
+    return "layers %d-%d" % (c["first_layer"], c["end_layer"] - 1)
+cards = ", ".join("%s %s tier %.2f GB peak %.2f GB" % (
+    c["name"], part(c), c.get("gpu_cache_bytes", 0) / 1e9, c["peak_device_bytes"] / 1e9)
     for c in d.get("devices", []))
 print("%s: decode %s tok/s, prefill %s tok/s, device hit %s, copies up %.1f MB/token; %s; peak RSS %.2f GB" % (
     args, " / ".join("%.1f" % x for x in d["decode_tps_each"]),
@@ -41,6 +46,7 @@ PY
 for round in $(seq "${ROUNDS:-2}"); do
   run "$m" --device cuda:0 --resident
   run "$m" --device "$DEVICES" --resident
+  run "$m" --device "$DEVICES" --resident --split-mode expert
   run "$store" --device cuda:0 --gpu-cache "${ONE:-4G}" --ram-cache 14G --lookahead 1
   run "$store" --device "$DEVICES" --gpu-cache "${EACH:-2G}" --ram-cache 14G --lookahead 1
 done
