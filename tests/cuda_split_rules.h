@@ -52,20 +52,37 @@ std::shared_ptr<backend::Backend> cuda_or_reason(const std::string& device, std:
   }
 }
 
+// A golden model on one GPU: its file, the teacher-forced tokens and every logit of them.
+struct OneGpu {
+  gguf::File file;
+  std::vector<int32_t> tokens;
+  ModelInfo info;
+  std::vector<float> logits;
+};
+OneGpu one_gpu(const char* model) {
+  OneGpu r{gguf::File::open(df::testing::golden_path(std::string(model) + ".gguf")),
+           df::testing::golden_json(model)["teacher_forced"]["tokens"].get<std::vector<int32_t>>(),
+           {},
+           {}};
+  LoadOptions o;
+  o.backend = backend::make_backend({"cuda:0", 1});
+  auto one = load_model(r.file, o);
+  r.info = one->info();
+  r.logits = every_logit(*one, r.tokens);
+  return r;
+}
+
 class CudaLayerSplit : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaLayerSplit, EverySplitPointGivesTheOneGpuBitsAndEachStageTouchesOnlyItsOwnMemory) {
   const Case c = GetParam();
   std::string reason;
   if (!cuda_or_reason("cuda:0", reason) || !cuda_or_reason(c.second, reason)) GTEST_SKIP() << reason;
-  const auto file = gguf::File::open(df::testing::golden_path(std::string(c.model) + ".gguf"));
-  const auto tokens =
-      df::testing::golden_json(c.model)["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
-  LoadOptions o;
-  o.backend = std::make_shared<ForwardingBackend>(backend::make_backend({"cuda:0", 1}));
-  auto one = load_model(file, o);
-  const int n_layer = one->info().n_layer;
-  const auto want = every_logit(*one, tokens);
+  const OneGpu ref = one_gpu(c.model);
+  const gguf::File& file = ref.file;
+  const std::vector<int32_t>& tokens = ref.tokens;
+  const std::vector<float>& want = ref.logits;
+  const int n_layer = ref.info.n_layer;
   for (int b = 1; b < n_layer; ++b) {
     SCOPED_TRACE("split before layer " + std::to_string(b));
     std::vector<std::shared_ptr<ForwardingBackend>> devices;
@@ -98,14 +115,11 @@ TEST_P(CudaExpertSplit, ExpertsOnTwoDevicesGiveTheOneGpuBitsAndEachPartTouchesOn
   const Case c = GetParam();
   std::string reason;
   if (!cuda_or_reason("cuda:0", reason) || !cuda_or_reason(c.second, reason)) GTEST_SKIP() << reason;
-  const auto file = gguf::File::open(df::testing::golden_path(std::string(c.model) + ".gguf"));
-  const auto tokens =
-      df::testing::golden_json(c.model)["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
-  LoadOptions o;
-  o.backend = backend::make_backend({"cuda:0", 1});
-  auto one = load_model(file, o);
-  const int E = one->info().n_expert;
-  const auto want = every_logit(*one, tokens);
+  const OneGpu ref = one_gpu(c.model);
+  const gguf::File& file = ref.file;
+  const std::vector<int32_t>& tokens = ref.tokens;
+  const std::vector<float>& want = ref.logits;
+  const int E = ref.info.n_expert;
   for (int b : {1, E / 2, E - 1}) {
     SCOPED_TRACE("second part from expert " + std::to_string(b));
     std::vector<std::shared_ptr<ForwardingBackend>> devices;

@@ -19,16 +19,22 @@
 #include "models/expert_parallel.h"
 #include "models/layer_split.h"
 #include "models/model.h"
+#include "split_test_support.h"
 
 namespace df::models {
 namespace {
 
+using df::testing::batched_step_logits;
+using df::testing::capture_prompt;
+using df::testing::Captured;
 using df::testing::every_logit;
 using df::testing::expect_error;
 using df::testing::ForwardingBackend;
-
-const char* const kGolden[] = {"lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny", "gpt-oss-tiny",
-                               "hy_v3-tiny",   "gemma4-tiny",      "qwen35moe-tiny"};
+using df::testing::golden_prompt;
+using df::testing::kSplitGoldenModels;
+using df::testing::same_bits;
+using df::testing::split_case_name;
+using df::testing::whole_model;
 
 struct Spread {
   std::unique_ptr<Model> model;
@@ -55,20 +61,6 @@ Spread spread_over(const gguf::File& file, const std::vector<std::pair<int, int>
   return s;
 }
 
-std::unique_ptr<Model> whole(const gguf::File& file) {
-  LoadOptions o;
-  o.n_threads = 1;
-  return load_model(file, o);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::vector<int32_t> prompt(const std::string& name) {
-  return df::testing::golden_json(name)["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
-}
-
 void expect_only_own_memory(const Spread& s) {
   for (size_t k = 0; k < s.devices.size(); ++k)
     for (const auto& [op, n] : s.devices[k]->foreign)
@@ -81,8 +73,8 @@ class ExpertSplit : public ::testing::TestWithParam<const char*> {};
 TEST_P(ExpertSplit, TwoAndThreePartsGiveTheOneBackendBitsAndEachPartTouchesOnlyItsOwnMemory) {
   const std::string name = GetParam();
   const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));
-  const auto tokens = prompt(name);
-  auto one = whole(file);
+  const auto tokens = golden_prompt(name);
+  auto one = whole_model(file);
   const int E = one->info().n_expert;
   ASSERT_GE(E, 4);
   const auto want = every_logit(*one, tokens);
@@ -111,40 +103,16 @@ TEST_P(ExpertSplit, TwoAndThreePartsGiveTheOneBackendBitsAndEachPartTouchesOnlyI
 TEST_P(ExpertSplit, ResidualsExpertChoicesAndBatchedSequencesMatchTheOneBackendModel) {
   const std::string name = GetParam();
   const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));
-  const auto tokens = prompt(name);
-  auto one = whole(file);
+  const auto tokens = golden_prompt(name);
+  auto one = whole_model(file);
   const int E = one->info().n_expert;
   Spread s = spread_over(file, {{0, E / 3}, {E / 3, E}});
-  auto capture = [&](Model& m) {
-    auto st = m.new_state(static_cast<int>(tokens.size()));
-    std::vector<float> logits(tokens.size() * static_cast<size_t>(m.info().n_vocab));
-    ForwardCapture cap;
-    cap.want_layers = true;
-    m.forward(*st, tokens, logits, true, &cap);
-    return std::make_tuple(logits, cap.l_out, cap.expert_weights, cap.expert_ids);
-  };
-  const auto [wl, wr, ww, wi] = capture(*one);
-  const auto [gl, gr, gw, gi] = capture(*s.model);
-  EXPECT_TRUE(same_bits(gl, wl));
-  EXPECT_TRUE(same_bits(gr, wr));
-  EXPECT_TRUE(same_bits(gw, ww));
-  EXPECT_EQ(gi, wi);
-
-  // Two sequences prefilled alone, then one decode step of both as one batch (the server's shape).
-  const size_t V = static_cast<size_t>(one->info().n_vocab), half = tokens.size() / 2;
-  const std::span<const int32_t> a(tokens.data(), half), b(tokens.data() + half, tokens.size() - half);
-  auto run = [&](Model& m) {
-    auto sa = m.new_state(static_cast<int>(tokens.size())), sb = m.new_state(static_cast<int>(tokens.size()));
-    std::vector<float> la(V), lb(V), out;
-    m.forward(*sa, a.first(a.size() - 1), la, false);
-    m.forward(*sb, b.first(b.size() - 1), lb, false);
-    const SequenceStep steps[] = {{sa.get(), a.last(1), la, false}, {sb.get(), b.last(1), lb, false}};
-    m.forward_many(steps);
-    out.insert(out.end(), la.begin(), la.end());
-    out.insert(out.end(), lb.begin(), lb.end());
-    return out;
-  };
-  EXPECT_TRUE(same_bits(run(*s.model), run(*one)));
+  const Captured want = capture_prompt(*one, tokens), got = capture_prompt(*s.model, tokens);
+  EXPECT_TRUE(same_bits(got.logits, want.logits));
+  EXPECT_TRUE(same_bits(got.l_out, want.l_out));
+  EXPECT_TRUE(same_bits(got.weights, want.weights));
+  EXPECT_EQ(got.ids, want.ids);
+  EXPECT_TRUE(same_bits(batched_step_logits(*s.model, tokens), batched_step_logits(*one, tokens)));
   expect_only_own_memory(s);
 }
 
@@ -163,16 +131,11 @@ TEST_P(ExpertSplit, EachPartLoadsOnlyItsExperts) {
   EXPECT_EQ(s.devices[0]->weight_bytes + s.devices[1]->weight_bytes, all->weight_bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, ExpertSplit, ::testing::ValuesIn(kGolden), [](const auto& info) {
-  std::string s = info.param;
-  for (char& c : s)
-    if (c == '-') c = '_';
-  return s;
-});
+INSTANTIATE_TEST_SUITE_P(Golden, ExpertSplit, ::testing::ValuesIn(kSplitGoldenModels), split_case_name);
 
 TEST(ExpertSplitLoad, RangesThatDoNotTileTheExpertsAndExpertsOfAnotherPartAreClearErrors) {
   const auto file = gguf::File::open(df::testing::golden_path("qwen3moe-tiny.gguf"));
-  const int E = whole(file)->info().n_expert;
+  const int E = whole_model(file)->info().n_expert;
   auto spread = [&](std::vector<std::pair<int, int>> ranges) { (void)spread_over(file, ranges); };
   expect_error([&] { spread({{0, 2}, {3, E}}); }, {"part 1 holds experts 3-", "where expert 2 follows"});
   expect_error([&] { spread({{0, 2}, {1, E}}); }, {"part 1 holds experts 1-", "where expert 2 follows"});
@@ -200,7 +163,7 @@ TEST(ExpertSplitLoad, RangesThatDoNotTileTheExpertsAndExpertsOfAnotherPartAreCle
   expect_error([&] { (void)part->experts().acquire(0, 4); },
                {"expert 4 of MoE layer 0 lives in another part of the expert split (this one holds 2-3)"});
   EXPECT_FALSE(part->experts().resident_stacks(0).has_value());
-  expect_error([&] { (void)whole(file)->experts().part_copy(0, {}); },
+  expect_error([&] { (void)whole_model(file)->experts().part_copy(0, {}); },
                {"part_copy() for part 0 of a provider whose experts are not spread"});
 }
 

@@ -20,16 +20,22 @@
 #include "golden_json.h"
 #include "models/layer_split.h"
 #include "models/model.h"
+#include "split_test_support.h"
 
 namespace df::models {
 namespace {
 
+using df::testing::batched_step_logits;
+using df::testing::capture_prompt;
+using df::testing::Captured;
 using df::testing::every_logit;
 using df::testing::expect_error;
 using df::testing::ForwardingBackend;
-
-const char* const kGolden[] = {"lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny", "gpt-oss-tiny",
-                               "hy_v3-tiny",   "gemma4-tiny",      "qwen35moe-tiny"};
+using df::testing::golden_prompt;
+using df::testing::kSplitGoldenModels;
+using df::testing::same_bits;
+using df::testing::split_case_name;
+using df::testing::whole_model;
 
 struct Split {
   std::unique_ptr<Model> model;
@@ -53,46 +59,13 @@ Split split_at(const gguf::File& file, const std::vector<int>& bounds) {
   return s;
 }
 
-std::unique_ptr<Model> whole(const gguf::File& file) {
-  LoadOptions o;
-  o.n_threads = 1;
-  return load_model(file, o);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// The tokens of the golden teacher-forced prompt.
-std::vector<int32_t> prompt(const std::string& name) {
-  return df::testing::golden_json(name)["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
-}
-
-// What a forward with a capture reports, over the whole prompt in one batch.
-struct Captured {
-  std::vector<float> logits, l_out, weights;
-  std::vector<int32_t> ids;
-};
-Captured capture_prompt(Model& m, const std::vector<int32_t>& tokens) {
-  auto st = m.new_state(static_cast<int>(tokens.size()));
-  Captured c;
-  c.logits.resize(tokens.size() * static_cast<size_t>(m.info().n_vocab));
-  ForwardCapture cap;
-  cap.want_layers = true;
-  m.forward(*st, tokens, c.logits, true, &cap);
-  c.l_out = cap.l_out;
-  c.ids = cap.expert_ids;
-  c.weights = cap.expert_weights;
-  return c;
-}
-
 class LayerSplit : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(LayerSplit, EveryTwoWaySplitGivesTheWholeModelsBitsAndEachStageTouchesOnlyItsOwnMemory) {
   const std::string name = GetParam();
   const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));
-  const auto tokens = prompt(name);
-  auto one = whole(file);
+  const auto tokens = golden_prompt(name);
+  auto one = whole_model(file);
   const int n_layer = one->info().n_layer;
   ASSERT_GE(n_layer, 2);
   const auto want = every_logit(*one, tokens);
@@ -112,8 +85,8 @@ TEST_P(LayerSplit, EveryTwoWaySplitGivesTheWholeModelsBitsAndEachStageTouchesOnl
 TEST_P(LayerSplit, ThreeStagesReportTheWholeModelsResidualsAndExpertChoices) {
   const std::string name = GetParam();
   const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));
-  const auto tokens = prompt(name);
-  auto one = whole(file);
+  const auto tokens = golden_prompt(name);
+  auto one = whole_model(file);
   const int n_layer = one->info().n_layer;
   if (n_layer < 3) GTEST_SKIP() << name << " has " << n_layer << " layers: no three-way split";
   const Captured want = capture_prompt(*one, tokens);
@@ -129,32 +102,11 @@ TEST_P(LayerSplit, ThreeStagesReportTheWholeModelsResidualsAndExpertChoices) {
 TEST_P(LayerSplit, SequencesBatchedTogetherAndARestoredCopyMatchTheWholeModel) {
   const std::string name = GetParam();
   const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));
-  const auto tokens = prompt(name);
-  auto one = whole(file);
+  const auto tokens = golden_prompt(name);
+  auto one = whole_model(file);
   const int n_layer = one->info().n_layer;
   Split s = split_at(file, {n_layer / 2});
-  const size_t V = static_cast<size_t>(one->info().n_vocab), half = tokens.size() / 2;
-  const std::span<const int32_t> a(tokens.data(), half), b(tokens.data() + half, tokens.size() - half);
-
-  // Two sequences, each prefilled alone, then one decode step of both as one batch.
-  auto run = [&](Model& m) {
-    auto sa = m.new_state(static_cast<int>(tokens.size())), sb = m.new_state(static_cast<int>(tokens.size()));
-    std::vector<float> la(V), lb(V), out;
-    m.forward(*sa, a.first(a.size() - 1), la, false);
-    m.forward(*sb, b.first(b.size() - 1), lb, false);
-    auto snapshot = m.new_state(static_cast<int>(tokens.size()));
-    snapshot->copy_sequence_from(*sa);
-    const SequenceStep steps[] = {{sa.get(), a.last(1), la, false}, {sb.get(), b.last(1), lb, false}};
-    m.forward_many(steps);
-    out.insert(out.end(), la.begin(), la.end());
-    out.insert(out.end(), lb.begin(), lb.end());
-    // The copy taken before the step continues as the original did.
-    m.forward(*snapshot, a.last(1), la, false);
-    out.insert(out.end(), la.begin(), la.end());
-    EXPECT_EQ(snapshot->n_past, sa->n_past);
-    return out;
-  };
-  EXPECT_TRUE(same_bits(run(*s.model), run(*one)));
+  EXPECT_TRUE(same_bits(batched_step_logits(*s.model, tokens), batched_step_logits(*one, tokens)));
 }
 
 TEST_P(LayerSplit, EachStageLoadsOnlyItsLayersWeights) {
@@ -175,16 +127,11 @@ TEST_P(LayerSplit, EachStageLoadsOnlyItsLayersWeights) {
   EXPECT_LT(sum, all->weight_bytes + all->weight_bytes / 2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, LayerSplit, ::testing::ValuesIn(kGolden), [](const auto& info) {
-  std::string s = info.param;
-  for (char& c : s)
-    if (c == '-') c = '_';
-  return s;
-});
+INSTANTIATE_TEST_SUITE_P(Golden, LayerSplit, ::testing::ValuesIn(kSplitGoldenModels), split_case_name);
 
 TEST(LayerSplitLoad, RangesThatDoNotTileTheLayersAreClearErrors) {
   const auto file = gguf::File::open(df::testing::golden_path("lfm2moe-tiny.gguf"));
-  const int n_layer = whole(file)->info().n_layer;
+  const int n_layer = whole_model(file)->info().n_layer;
   auto stages = [](std::vector<std::pair<int, int>> ranges) {
     std::vector<LoadOptions> out;
     for (auto [first, end] : ranges) {
@@ -239,7 +186,7 @@ TEST(LayerSplitLoad, AStagesExpertsAreOnlyItsOwnLayers) {
   expect_error([&] { (void)first->experts().acquire(1, 0); },
                {"computed by another stage of the layer split"});
   // A stage's model reports the whole model's shape, and runs only inside the split.
-  EXPECT_EQ(first->info().n_layer, whole(file)->info().n_layer);
+  EXPECT_EQ(first->info().n_layer, whole_model(file)->info().n_layer);
   auto st = first->new_state(8);
   std::vector<float> logits(static_cast<size_t>(first->info().n_vocab));
   const int32_t token = 1;
