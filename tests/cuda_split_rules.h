@@ -65,7 +65,9 @@ OneGpu one_gpu(const char* model) {
            {},
            {}};
   LoadOptions o;
-  o.backend = backend::make_backend({"cuda:0", 1});
+  // Behind the same forwarding backend as the split's devices: it sets max_routed_tokens (8), which picks
+  // between the routed op and grouped FFNs, whose bits may differ on a GPU for batches of several rows.
+  o.backend = std::make_shared<ForwardingBackend>(backend::make_backend({"cuda:0", 1}));
   auto one = load_model(r.file, o);
   r.info = one->info();
   r.logits = every_logit(*one, r.tokens);

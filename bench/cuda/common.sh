@@ -1,11 +1,13 @@
 # Sourced by the GPU bench scripts (run_gpu_tiers.sh, run_gpu_cpu_misses.sh, run_multi_gpu.sh): the lfm2-24b
 # make-model file with its expert store, and one bench run kept as a JSON line.
 
-# lfm2_24b BIN_DIR MODEL_DIR: sets m (the GGUF) and store (its expert store), writing each when missing.
+# lfm2_24b BIN_DIR MODEL_DIR [gguf]: sets m (the GGUF) and store (its expert store), writing each when
+# missing; with "gguf", only the GGUF.
 lfm2_24b() {
   m="$2/lfm2-24b.gguf"
   [ -f "$m" ] || "$1/diskformer" make-model --preset lfm2-24b -o "$m" -q
   store="$2/lfm2-24b.store"
+  [ "${3:-}" != gguf ] || return 0
   [ -d "$store" ] || { /usr/bin/time -f "ingest %e s" "$1/diskformer" ingest "$m" -o "$store" 2>&1 | tail -2; }
 }
 

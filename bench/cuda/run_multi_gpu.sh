@@ -10,7 +10,8 @@
 # summary line per run on stderr with each card's layers and peak VRAM. On a machine with one GPU,
 # DEVICES=cuda:0,cuda:0 runs the same code with that GPU standing in for two (figures then say nothing
 # about two cards' speed, only that the split runs).
-#   [DEVICES=cuda:0,cuda:1] [ONE=4G] [EACH=2G] [ROUNDS=2] bench/cuda/run_multi_gpu.sh
+# STREAMED=0 leaves the streamed runs out (and the store is not ingested).
+#   [DEVICES=cuda:0,cuda:1] [ONE=4G] [EACH=2G] [ROUNDS=2] [STREAMED=1] bench/cuda/run_multi_gpu.sh
 #       [BIN_DIR=.] [MODEL_DIR=/tmp] [OUT_DIR=.] [P=128] [N=64]
 set -euo pipefail
 BIN=${1:-.}
@@ -22,7 +23,7 @@ DEVICES=${DEVICES:-cuda:0,cuda:1}
 export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off (it can take a shared host's GPUs out of service)
 nvidia-smi --query-gpu=index,name,memory.total,memory.used --format=csv | tee "$OUT/gpus.csv" >&2
 source "$(dirname "$0")/common.sh"
-lfm2_24b "$BIN" "$MODELS"
+lfm2_24b "$BIN" "$MODELS" "$([ "${STREAMED:-1}" = 1 ] || echo gguf)"
 run() {  # bench's arguments
   bench_json "$BIN/diskformer" "$OUT" "$OUT/multi_gpu.jsonl" -m "$@" -p "$P" -n "$N" -r 2 || return 1
   python3 - "$*" "$OUT/last.json" <<'PY'
@@ -47,6 +48,7 @@ for round in $(seq "${ROUNDS:-2}"); do
   run "$m" --device cuda:0 --resident
   run "$m" --device "$DEVICES" --resident
   run "$m" --device "$DEVICES" --resident --split-mode expert
+  [ "${STREAMED:-1}" = 1 ] || continue
   run "$store" --device cuda:0 --gpu-cache "${ONE:-4G}" --ram-cache 14G --lookahead 1
   run "$store" --device "$DEVICES" --gpu-cache "${EACH:-2G}" --ram-cache 14G --lookahead 1
 done

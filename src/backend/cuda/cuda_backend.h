@@ -149,6 +149,9 @@ class CudaBackend final : public Backend {
   // matmul's checks and launch, its products written to y or (accumulate) added to it.
   void matmul_rows(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<uint8_t> scratch,
                    bool accumulate);
+  // ffn's tasks whose kernels are one choice (all above kMatvecMaxRows rows, or none).
+  void ffn_group(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x,
+                 int64_t x_rows, Buf<float> out);
   void ffn_launches(const FfnTask& a, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
                     Buf<float> out, int64_t out_rows_total, uint8_t* table, size_t items_off, size_t task_off,
                     size_t map_off, int64_t entries, int64_t n_items, int max_cols, bool row_map_ready);

@@ -162,6 +162,7 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
 }
 
 struct CudaBackend::FfnHost {
+  std::vector<FfnTask> above, upto;  // a mixed call's tasks of more than kMatvecMaxRows rows, and the rest
   std::vector<cuda::FfnDesc> descs;
   std::vector<cuda::FfnItem> items;
   std::vector<int32_t> entry_task;
@@ -176,6 +177,26 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
                             ffns.empty() ? 0 : ffns[0].gate.n_out, ffns.empty() ? 0 : ffns[0].gate.n_in,
                             static_cast<int64_t>(ffns.size())});
   if (ffns.empty()) return;
+  // Each task's rows go to the kernels its own row count picks (tensor cores above kMatvecMaxRows rows, the
+  // matrix-vector kernels up to it), not one choice for the whole call: a task's results are then the same
+  // bits whatever other tasks share the call (a tier's waves, each device's part of an expert split).
+  if (!ffn_host_) ffn_host_.reset(new FfnHost);
+  auto& above = ffn_host_->above;
+  auto& upto = ffn_host_->upto;
+  above.clear();
+  upto.clear();
+  for (const FfnTask& t : ffns) (t.n_rows > cuda::kMatvecMaxRows ? above : upto).push_back(t);
+  if (above.empty() || upto.empty()) {
+    ffn_group(ffns, act, x, x_rows, out);
+    return;
+  }
+  // The two groups go one after the other (the tables below are reused): copies, as the lists are refilled.
+  ffn_group(std::span<const FfnTask>(above), act, x, x_rows, out);
+  ffn_group(std::span<const FfnTask>(upto), act, x, x_rows, out);
+}
+
+void CudaBackend::ffn_group(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x,
+                            int64_t x_rows, Buf<float> out) {
   const FfnTask& a = ffns[0];
   check_weight(a.gate, "ffn gate");
   check_weight(a.up, "ffn up");
@@ -185,7 +206,6 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
   const int64_t out_rows_total = n_out > 0 ? static_cast<int64_t>(out.size()) / n_out : 0;
 
   // The host tables are members, cleared and refilled: a warm decode loop allocates nothing.
-  if (!ffn_host_) ffn_host_.reset(new FfnHost);
   auto& descs = ffn_host_->descs;
   auto& items = ffn_host_->items;
   auto& entry_task = ffn_host_->entry_task;
