@@ -37,8 +37,9 @@ using df::testing::split_case_name;
 using df::testing::whole_model;
 
 struct Spread {
-  std::unique_ptr<Model> model;
+  // Declared first, so destroyed last: the model's parts free their experts into these backends.
   std::vector<std::shared_ptr<ForwardingBackend>> devices;  // devices[0] also runs the trunk
+  std::unique_ptr<Model> model;
 };
 
 // The model with its experts spread over one backend per range (a forwarding one over a one-thread CPU
