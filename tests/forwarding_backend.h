@@ -4,6 +4,7 @@
 // logits helper the seam tests compare.
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <span>
@@ -305,8 +306,15 @@ class ForwardingBackend final : public backend::Backend {
   void free_memory(void*, size_t) noexcept override {}  // every buffer is the inner backend's to free
 
  private:
+  // Buffers are freed by the inner backend, unseen here: a remembered region that overlaps a new one was
+  // freed (live allocations never overlap) and is forgotten, or it would hide the new one from inside().
   void remember(const void* p, size_t bytes) {
-    if (p) regions_[static_cast<const uint8_t*>(p)] = bytes;
+    if (!p) return;
+    const auto* at = static_cast<const uint8_t*>(p);
+    auto it = regions_.lower_bound(at);
+    if (it != regions_.begin() && std::prev(it)->first + std::prev(it)->second > at) --it;
+    while (it != regions_.end() && it->first < at + bytes) it = regions_.erase(it);
+    regions_[at] = bytes;
   }
   // Whether [p, p + bytes) lies inside one remembered region.
   bool inside(const uint8_t* p, size_t bytes) const {
