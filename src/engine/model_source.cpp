@@ -343,12 +343,12 @@ OpenedModel open_model(const ModelSourceOptions& options) {
       if (ml.layers.empty()) fail("--split-mode expert: the model has no MoE layer to spread");
       m.expert_ranges = models::split_items(ml.layers.front().n_expert, shares, "expert");
       std::vector<experts::ExpertPart> parts;
-      for (size_t k = 0; k < m.backends.size(); ++k)
-        parts.push_back({m.backends[k].get(), m.expert_ranges[k].first, m.expert_ranges[k].second});
       std::string split;
-      for (size_t k = 0; k < parts.size(); ++k)
-        split += fmt::format("{}{} experts {}-{}", k ? ", " : "", devices[k], parts[k].first_expert,
-                             parts[k].end_expert - 1);
+      for (size_t k = 0; k < m.backends.size(); ++k) {
+        const auto [first, end] = m.expert_ranges[k];
+        parts.push_back({m.backends[k].get(), first, end});
+        split += fmt::format("{}{} experts {}-{}", k ? ", " : "", devices[k], first, end - 1);
+      }
       m.cache_description = fmt::format("{}; experts split: {}", m.cache_description, split);
       return std::make_unique<models::ExpertParallelProvider>(file, ml, *m.backend, std::move(parts));
     };

@@ -53,7 +53,7 @@ ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const Exp
 
 ResidentExpertProvider::ResidentExpertProvider(const gguf::File& file, const ExpertLayout& layout,
                                                backend::Backend& backend, ExpertRange experts)
-    : first_expert_(experts.first_expert), end_expert_(experts.end_expert), whole_layers_(false) {
+    : first_expert_(experts.first_expert), end_expert_(experts.end_expert) {
   for (const auto& l : layout.layers)
     if (experts.first_expert < 0 || experts.end_expert <= experts.first_expert ||
         experts.end_expert > l.n_expert)
@@ -93,7 +93,7 @@ const ResidentExpertProvider::Layer& ResidentExpertProvider::held_layer(int moe_
 
 std::optional<backend::RoutedExperts> ResidentExpertProvider::resident_stacks(int moe_layer) const {
   const Layer& l = held_layer(moe_layer);
-  if (!whole_layers_) return std::nullopt;
+  if (end_expert_ >= 0) return std::nullopt;  // a part of the layer's experts
   backend::RoutedExperts ex;
   ex.gate = {l.gate.first, l.gate.slab_bytes};
   ex.up = {l.up.first, l.up.slab_bytes};

@@ -57,7 +57,6 @@ class ResidentExpertProvider final : public ExpertProvider {
   std::vector<Layer> layers_;
   // The experts held of each layer: all (first_expert_ 0, end_expert_ -1) or a part's range.
   int first_expert_ = 0, end_expert_ = -1;
-  bool whole_layers_ = true;
 };
 
 }  // namespace df::models

@@ -181,15 +181,16 @@ void CudaBackend::ffn(std::span<const FfnTask> ffns, const ActivationParams& act
   // matrix-vector kernels up to it), not one choice for the whole call: a task's results are then the same
   // bits whatever other tasks share the call (a tier's waves, each device's part of an expert split).
   if (!ffn_host_) ffn_host_.reset(new FfnHost);
+  const auto is_above = [](const FfnTask& t) { return t.n_rows > cuda::kMatvecMaxRows; };
+  if (std::all_of(ffns.begin(), ffns.end(), is_above) || std::none_of(ffns.begin(), ffns.end(), is_above)) {
+    ffn_group(ffns, act, x, x_rows, out);
+    return;
+  }
   auto& above = ffn_host_->above;
   auto& upto = ffn_host_->upto;
   above.clear();
   upto.clear();
-  for (const FfnTask& t : ffns) (t.n_rows > cuda::kMatvecMaxRows ? above : upto).push_back(t);
-  if (above.empty() || upto.empty()) {
-    ffn_group(ffns, act, x, x_rows, out);
-    return;
-  }
+  for (const FfnTask& t : ffns) (is_above(t) ? above : upto).push_back(t);
   // The two groups go one after the other (the tables below are reused): copies, as the lists are refilled.
   ffn_group(std::span<const FfnTask>(above), act, x, x_rows, out);
   ffn_group(std::span<const FfnTask>(upto), act, x, x_rows, out);
