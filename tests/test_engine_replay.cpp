@@ -36,11 +36,15 @@ std::string ingest_once(const std::string& model) {
 struct Recorded {
   std::vector<int32_t> tokens;
   df::stream::TelemetrySnapshot telemetry;
+  df::stream::TelemetrySnapshot device_telemetry;  // with a device tier
   int prefill_chunk = 0;
 };
 
+// device_slots > 0: a device tier of that many slots in host memory (the CPU backend's, as CI tests the tier
+// chain) above the RAM tier of `slots`.
 Recorded generate_once(const std::string& store, uint64_t slots, const std::string& policy,
-                       const std::string& trace, const std::vector<int32_t>& prompt) {
+                       const std::string& trace, const std::vector<int32_t>& prompt,
+                       uint64_t device_slots = 0) {
   df::ModelSourceOptions o;
   o.path = store;
   o.n_threads = 2;
@@ -52,6 +56,7 @@ Recorded generate_once(const std::string& store, uint64_t slots, const std::stri
   {
     df::OpenedModel probe = df::open_model(o);
     o.expert_cache_bytes = slots * probe.store->layout().record_bytes;
+    if (device_slots > 0) o.gpu_cache_bytes = device_slots * probe.store->layout().record_bytes;
   }
   df::OpenedModel m = df::open_model(o);
   df::Session session(*m.model, 256, m.prefill_chunk);
@@ -71,6 +76,10 @@ Recorded generate_once(const std::string& store, uint64_t slots, const std::stri
   r.tokens.insert(r.tokens.end(), more.begin(), more.end());
   m.finish_recording();
   r.telemetry = m.cache->telemetry();
+  if (device_slots > 0) {
+    EXPECT_NE(m.tiers, nullptr) << "no device tier was made";
+    r.device_telemetry = m.device_telemetry();
+  }
   r.prefill_chunk = m.prefill_chunk;
   return r;
 }
@@ -133,6 +142,65 @@ TEST_P(RecordReplay, ReplayingTheRecordedTraceGivesTheEngineTelemetryCounts) {
         EXPECT_EQ(r.reads, e.reads) << "MoE layer " << l;
       }
       EXPECT_GT(run.telemetry.total.misses, 0u);
+    }
+  }
+}
+
+void expect_same_counts(const df::stream::TelemetrySnapshot& engine,
+                        const std::vector<df::stream::LayerCounters>& replayed, const char* tier) {
+  ASSERT_EQ(engine.layers.size(), replayed.size()) << tier;
+  for (size_t l = 0; l < engine.layers.size(); ++l) {
+    const auto& e = engine.layers[l];
+    const auto& r = replayed[l];
+    EXPECT_EQ(r.accesses, e.accesses) << tier << " tier, MoE layer " << l;
+    EXPECT_EQ(r.hits, e.hits) << tier << " tier, MoE layer " << l;
+    EXPECT_EQ(r.misses, e.misses) << tier << " tier, MoE layer " << l;
+    EXPECT_EQ(r.reads, e.reads) << tier << " tier, MoE layer " << l;
+  }
+}
+
+// The same with a device tier above the RAM tier: replay_two_tiers takes the tiered provider's decisions,
+// so both tiers' counts per MoE layer are the engine's.
+TEST_P(RecordReplay, ReplayingTwoTiersGivesBothTiersEngineCounts) {
+  const std::string model = GetParam();
+  auto prompt = golden_json(model)["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
+  if (prompt.size() > 40) prompt.resize(40);
+  const std::string store = ingest_once(model);
+  const std::string dir = std::string(DF_TEST_TMP) + "/traces";
+  std::filesystem::create_directories(dir);
+  const std::string trace_path = dir + "/" + model + "-tiers.csv";
+  int top_k = 0, n_expert = 0;
+  {
+    df::ModelSourceOptions o;
+    o.path = store;
+    o.notice = [](const std::string&) {};
+    df::OpenedModel probe = df::open_model(o);
+    top_k = probe.model->info().n_expert_used;
+    n_expert = probe.model->info().n_expert;
+  }
+  const Recorded plain = generate_once(store, 1u << 20, "lru", "", prompt);
+  const uint64_t k = static_cast<uint64_t>(top_k), E = static_cast<uint64_t>(n_expert);
+  // (device, RAM): the smallest tiers, a device tier above a RAM tier of the same size and of twice it, and
+  // a RAM tier smaller than the device tier's (its records are pinned by copies and given back).
+  const std::pair<uint64_t, uint64_t> sizes[] = {{k, k}, {2 * k + 1, 2 * k + 1}, {k + 1, 4 * k}, {E, 2 * k}};
+  for (const char* policy : {"lru", "lfu", "slru"}) {
+    for (const auto& [device, ram] : sizes) {
+      SCOPED_TRACE(testing::Message() << model << " " << policy << " device " << device << " RAM " << ram);
+      const Recorded run = generate_once(store, ram, policy, trace_path, prompt, device);
+      EXPECT_EQ(run.tokens, plain.tokens) << "the tiers changed the output";
+      const df::stream::RoutingTrace trace = df::stream::read_routing_trace(trace_path);
+      df::stream::ReplayOptions ro;
+      ro.slots = ram;
+      ro.device_slots = device;
+      ro.policy = df::stream::parse_policy(policy);
+      ro.policy_options.top_k = top_k;
+      ro.prefill_chunk = run.prefill_chunk;
+      ro.n_expert = n_expert;
+      const df::stream::ReplayResult replayed = df::stream::replay_trace(trace, ro);
+      expect_same_counts(run.telemetry, replayed.layers, "RAM");
+      expect_same_counts(run.device_telemetry, replayed.device_layers, "device");
+      EXPECT_GT(run.device_telemetry.total.misses, 0u);
+      EXPECT_GT(run.telemetry.total.reads, 0u);
     }
   }
 }

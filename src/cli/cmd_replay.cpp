@@ -36,8 +36,8 @@ constexpr double kDefaultDiskGbps = 1.54;
 struct ReplayFlags {
   std::string trace, model, expert_cache, policies = "lru", layout = "shared", split = "even",
                                           order = "engine";
-  std::string prefill = "cached", guess = "previous-token", plot;
-  std::optional<uint64_t> slots, record_bytes;
+  std::string prefill = "cached", guess = "previous-token", plot, gpu_cache, ram_tier = "inclusive";
+  std::optional<uint64_t> slots, record_bytes, gpu_slots;
   std::optional<int> slots_per_layer;
   std::vector<int> sweep;
   bool sweep_default = false, json = false, per_layer_table = false, guess_quality = false;
@@ -91,7 +91,24 @@ stream::ReplayOptions base_options(const ReplayFlags& f) {
   o.policy_options.crf_half_life_tokens = f.crf_half_life;
   o.policy_options.gate_window_tokens = f.gate_window;
   o.policy_options.slru_protected_percent = f.slru_percent;
+  o.ram_tier = f.ram_tier == "exclusive" ? stream::RamTier::kExclusive : stream::RamTier::kInclusive;
   return o;
+}
+
+// The device tier's slots: --gpu-slots, or --gpu-cache over the record size; 0 without a device tier.
+uint64_t device_tier_slots(const ReplayFlags& f, const std::optional<ModelRecords>& rec) {
+  if (f.gpu_slots && !f.gpu_cache.empty())
+    fail("give the device tier as --gpu-slots or --gpu-cache, not both");
+  if (f.gpu_slots) {
+    if (*f.gpu_slots == 0) fail("--gpu-slots 0: a device tier holds at least one layer's top-k");
+    return *f.gpu_slots;
+  }
+  if (f.gpu_cache.empty()) return 0;
+  if (!rec) fail("--gpu-cache needs the record size: -m MODEL (a GGUF or a store) or --record-bytes");
+  const uint64_t slots = stream::parse_byte_size(f.gpu_cache, "--gpu-cache") / rec->record_bytes;
+  if (slots == 0)
+    fail("--gpu-cache {} holds no record of {}", f.gpu_cache, stream::format_bytes(rec->record_bytes));
+  return slots;
 }
 
 Row run_one(const stream::RoutingTrace& t, const ReplayFlags& f, const std::string& policy, const Size& size,
@@ -107,6 +124,7 @@ Row run_one(const stream::RoutingTrace& t, const ReplayFlags& f, const std::stri
   } else {
     o.slots = size.total;
   }
+  o.device_slots = device_tier_slots(f, rec);
   Row row{policy, size, stream::replay_trace(t, o)};
   if (rec && row.r.decode_tokens > 0) {
     row.bytes_per_token = row.r.reads_per_token() * static_cast<double>(rec->record_bytes);
@@ -137,6 +155,15 @@ nlohmann::json row_json(const Row& row, const ModelRecords* rec, bool per_layer)
   j["bytes_per_token"] =
       std::isfinite(row.bytes_per_token) ? nlohmann::json(row.bytes_per_token) : nlohmann::json();
   j["predicted_decode_tps"] = std::isfinite(row.tps) ? nlohmann::json(row.tps) : nlohmann::json();
+  if (row.r.device_slots > 0) {
+    j["device_slots"] = row.r.device_slots;
+    if (rec) j["device_budget_bytes"] = row.r.device_slots * rec->record_bytes;
+    j["device_hit_rate"] = row.r.device_hit_rate();
+    j["device_accesses"] = row.r.device_total.accesses;
+    j["device_hits"] = row.r.device_total.hits;
+    j["copies"] = row.r.device_total.reads;
+    j["copies_per_token"] = row.r.copies_per_token();
+  }
   if (row.r.total.prefetch_issued > 0) {
     j["prefetch_issued"] = row.r.total.prefetch_issued;
     j["prefetch_hits"] = row.r.total.prefetch_hits;
@@ -165,6 +192,15 @@ void replay(const ReplayFlags& f) {
                rec->from, rec->n_layers, rec->n_expert, t.n_layers, t.n_expert);
   if (f.layout != "per-layer" && f.split != "even")
     fail("--split learned divides per-layer caches: add --layout per-layer");
+  const uint64_t device_slots = device_tier_slots(f, rec);
+  if (device_slots > 0) {
+    if (f.layout == "per-layer")
+      fail("a device tier (--gpu-slots, --gpu-cache) sits above the shared cache: drop --layout per-layer");
+    if (!f.sweep.empty() || f.sweep_default)
+      fail("a device tier (--gpu-slots, --gpu-cache) replays one budget: drop --sweep");
+  } else if (f.ram_tier != "inclusive") {
+    fail("--ram-tier {} is the RAM tier under a device tier: add --gpu-slots or --gpu-cache", f.ram_tier);
+  }
 
   const std::vector<std::string> policies = comma_items(f.policies);
   for (const std::string& p : policies)
@@ -219,6 +255,11 @@ void replay(const ReplayFlags& f) {
         "records  {} each (from {}); disk {:.2f} GB/s{}\n", stream::format_bytes(rec->record_bytes),
         rec->from, f.disk_gbps,
         f.disk_gbps == kDefaultDiskGbps ? " (this project's measured random-read rate; --disk-gbps)" : "");
+  if (device_slots > 0)
+    fmt::print("tiers    a device tier of {} slots{} above the cache given (the RAM tier, {}{})\n",
+               device_slots,
+               rec ? fmt::format(" = {}", stream::format_bytes(device_slots * rec->record_bytes)) : "",
+               f.ram_tier, f.ram_tier == "exclusive" ? ": a study, the engine's RAM tier is inclusive" : "");
   fmt::print("replay   {} cache{}, {} order, prompt rows {}, lookahead {}{}, prefill chunk {}\n",
              f.layout == "per-layer" ? "one per layer" : "one shared",
              f.split == "learned" ? " (split learned from the trace)" : "", f.order, f.prefill, f.lookahead,
@@ -228,8 +269,29 @@ void replay(const ReplayFlags& f) {
   for (const Size& size : sizes)
     for (const std::string& p : policies) rows.push_back(run_one(t, f, p, size, rec));
 
-  const bool table = sizes.size() > 1 || policies.size() > 1;
-  if (table) {
+  const bool table = device_slots == 0 && (sizes.size() > 1 || policies.size() > 1);
+  if (device_slots > 0) {
+    for (const Row& row : rows) {
+      const stream::ReplayResult& r = row.r;
+      const auto bytes = [&](double records) {
+        return rec ? fmt::format(" = {}", stream::format_bytes(static_cast<uint64_t>(
+                                              records * static_cast<double>(rec->record_bytes))))
+                   : std::string();
+      };
+      fmt::print("{}:\n", row.policy);
+      fmt::print(
+          "  device tier {} slots: hit rate {:.1f} % of {} decode accesses, {:.1f} records copied up per "
+          "decode token{}\n",
+          r.device_slots, 100 * r.device_hit_rate(), r.device_decode.accesses, r.copies_per_token(),
+          bytes(r.copies_per_token()));
+      fmt::print(
+          "  RAM tier {} slots: hit rate {:.1f} % of its {} decode accesses, {:.1f} records read from disk "
+          "per decode token{}\n",
+          r.slots, 100 * r.hit_rate(), r.decode.accesses, r.reads_per_token(), bytes(r.reads_per_token()));
+      if (std::isfinite(row.tps))
+        fmt::print("  decode {:.2f} tok/s at most, from the disk's read rate alone\n", row.tps);
+    }
+  } else if (table) {
     fmt::print("\nhit rate on decode rows{}:\n{:>11} {:>7} {:>10}", rec ? " and predicted decode tok/s" : "",
                "slots/layer", "slots", rec ? "budget" : "");
     for (const std::string& p : policies) fmt::print("  {:>15}", p);
@@ -341,6 +403,15 @@ void register_replay(CLI::App& app) {
   cmd->add_option("--expert-cache", f->expert_cache, "budget, e.g. 2G (needs the record size)");
   cmd->add_option("--slots", f->slots, "budget in slots, shared by every layer");
   cmd->add_option("--slots-per-layer", f->slots_per_layer, "budget in slots per MoE layer");
+  cmd->add_option("--gpu-slots", f->gpu_slots,
+                  "a device tier of this many slots above the cache given, which is then the RAM tier");
+  cmd->add_option("--gpu-cache", f->gpu_cache, "the device tier as a size, e.g. 4G (needs the record size)");
+  cmd->add_option(
+         "--ram-tier", f->ram_tier,
+         "under a device tier: inclusive (the engine's) or exclusive (a study: copied up leaves RAM, "
+         "evicted from the device goes back down)")
+      ->check(CLI::IsMember({"inclusive", "exclusive"}))
+      ->capture_default_str();
   CLI::Option* sweep =
       cmd->add_option("--sweep", f->sweep, "slots per layer to sweep (no list: 16,32,48,64,96,128)")
           ->delimiter(',')

@@ -56,6 +56,8 @@ void CacheBook::enter_layer(int layer) {
 void CacheBook::evict(int slot) {
   Slot& s = slots_[static_cast<size_t>(slot)];
   if (s.key >= 0) map_[static_cast<size_t>(s.key)] = -1;
+  if (s.key >= 0 && s.state == State::kReady && evict_listener_.fn)
+    evict_listener_.fn(evict_listener_.ctx, s.key);
   policy_->remove_candidate(slot);
   lists_.remove(slot);
   s.key = -1;
@@ -205,6 +207,38 @@ bool CacheBook::prefetch(int layer, std::span<const int32_t> ids) {
     queued = true;
   }
   return queued;
+}
+
+bool CacheBook::insert_ready(int layer, int expert) {
+  const int key = key_of(layer, expert);
+  if (map_[static_cast<size_t>(key)] >= 0) return false;
+  int victim = -1;
+  for (const List list : {kFree, kStaleGuesses})
+    if (victim < 0 && !lists_.empty(list)) victim = lists_.pop_front(list);
+  if (victim < 0) victim = policy_->victim();
+  if (victim < 0) return false;
+  evict(victim);
+  Slot& s = slots_[static_cast<size_t>(victim)];
+  s.key = key;
+  s.state = State::kReady;
+  s.guessed = false;
+  s.pins = 0;
+  map_[static_cast<size_t>(key)] = victim;
+  policy_->on_admit(victim, key);
+  policy_->add_candidate(victim, key);
+  return true;
+}
+
+void CacheBook::drop(int slot) {
+  Slot& s = slots_[static_cast<size_t>(slot)];
+  if (s.pins > 0 || s.state != State::kReady) return;
+  if (s.key >= 0) map_[static_cast<size_t>(s.key)] = -1;
+  policy_->remove_candidate(slot);
+  lists_.remove(slot);
+  s.key = -1;
+  s.state = State::kEmpty;
+  s.guessed = false;
+  lists_.push_back(kFree, slot);
 }
 
 void CacheBook::park(int slot) {

@@ -57,6 +57,20 @@ class CacheBook {
   // before the guess; never evicts a pinned slot; drops what finds no slot. True when a read was queued.
   bool prefetch(int layer, std::span<const int32_t> ids);
 
+  // A record that arrives without a read (copied down from a tier above): takes a free slot, a wrong guess
+  // or the policy's victim and is ready at once, unpinned; no access or read is counted. False when the key
+  // is already here or no slot may be taken (nothing pinned, queued or guessed is evicted for it).
+  bool insert_ready(int layer, int expert);
+  // An unpinned, ready slot gives its record up (it moved to a tier above) and becomes free.
+  void drop(int slot);
+  // Called with each key whose ready record leaves a slot (evicted for another), e.g. so that a tier below
+  // can take it back. Not on drop().
+  struct EvictListener {
+    void* ctx = nullptr;
+    void (*fn)(void* ctx, int key) = nullptr;
+  };
+  void set_evict_listener(EvictListener listener) { evict_listener_ = listener; }
+
   // The next read to start: a demand read, else (allow_guess) a guess; -1 when none is queued.
   int start_read(bool allow_guess, bool* guess);
   // A started read landed (ok) or failed; an unpinned slot becomes evictable.
@@ -96,6 +110,7 @@ class CacheBook {
   std::vector<uint64_t> layer_done_epoch_;  // per layer: the epoch at which demand last moved past it
   int current_layer_ = -1;
   uint64_t epoch_ = 1;
+  EvictListener evict_listener_;
 };
 
 }  // namespace df::stream

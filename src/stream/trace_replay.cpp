@@ -7,91 +7,11 @@
 
 #include "stream/cache_book.h"
 #include "stream/cache_budget.h"
+#include "stream/trace_steps.h"
 #include "util/error.h"
 
 namespace df::stream {
 namespace {
-
-LayerCounters minus(const LayerCounters& a, const LayerCounters& b) {
-  LayerCounters d;
-  d.accesses = a.accesses - b.accesses;
-  d.hits = a.hits - b.hits;
-  d.misses = a.misses - b.misses;
-  d.prefetch_rounds = a.prefetch_rounds - b.prefetch_rounds;
-  d.prefetch_hits = a.prefetch_hits - b.prefetch_hits;
-  d.prefetch_issued = a.prefetch_issued - b.prefetch_issued;
-  d.prefetch_dropped = a.prefetch_dropped - b.prefetch_dropped;
-  d.prefetch_cancelled = a.prefetch_cancelled - b.prefetch_cancelled;
-  d.reads = a.reads - b.reads;
-  return d;
-}
-
-// Where each row sits: its session (a file may hold several, one after the other) and an index from
-// (session, position, layer) to the row, for guesses that look at other tokens or layers.
-struct TraceIndex {
-  std::vector<int32_t> session;
-  std::unordered_map<uint64_t, size_t> row_at;
-
-  static uint64_t key(int32_t s, int32_t pos, int32_t layer) {
-    return (static_cast<uint64_t>(s) << 40) ^ (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 16) ^
-           static_cast<uint64_t>(layer);
-  }
-  explicit TraceIndex(const RoutingTrace& t) : session(t.rows(), 0) {
-    int32_t s = 0;
-    for (size_t r = 0; r < t.rows(); ++r) {
-      if (r > 0) {
-        const bool prompt_after_decode = t.prompt_row(r) && !t.prompt_row(r - 1);
-        const bool decode_restarts = !t.prompt_row(r) && !t.prompt_row(r - 1) && t.pos[r] < t.pos[r - 1];
-        if (prompt_after_decode || decode_restarts) ++s;
-      }
-      session[r] = s;
-      row_at[key(s, t.pos[r], t.layer[r])] = r;
-    }
-  }
-  const size_t* find(int32_t s, int32_t pos, int32_t layer) const {
-    const auto it = row_at.find(key(s, pos, layer));
-    return it == row_at.end() ? nullptr : &it->second;
-  }
-  uint64_t tokens(const RoutingTrace& t, bool prompt) const {
-    std::set<std::pair<int32_t, int32_t>> seen;
-    for (size_t r = 0; r < t.rows(); ++r)
-      if (t.prompt_row(r) == prompt) seen.insert({session[r], t.pos[r]});
-    return seen.size();
-  }
-};
-
-struct Step {
-  int layer;
-  size_t r0, r1;  // rows [r0, r1)
-  bool decode;
-};
-
-std::vector<Step> batches(const RoutingTrace& t, const TraceIndex& ix, const ReplayOptions& o,
-                          const std::vector<int>& chunk_of_layer) {
-  std::vector<Step> steps;
-  for (size_t r = 0; r < t.rows();) {
-    size_t end = r + 1;
-    if (o.order == AccessOrder::kEngine && t.prompt_row(r)) {
-      const size_t cap = static_cast<size_t>(chunk_of_layer[static_cast<size_t>(t.layer[r])]);
-      while (end < t.rows() && end - r < cap && t.prompt_row(end) && t.layer[end] == t.layer[r] &&
-             ix.session[end] == ix.session[r] && t.pos[end] == t.pos[end - 1] + 1)
-        ++end;
-    }
-    steps.push_back({t.layer[r], r, end, !t.prompt_row(r)});
-    r = end;
-  }
-  return steps;
-}
-
-// The experts one step acquires, in the order it acquires them.
-void step_ids(const RoutingTrace& t, const Step& st, AccessOrder order, std::vector<int32_t>& out) {
-  out.clear();
-  for (size_t r = st.r0; r < st.r1; ++r) out.insert(out.end(), t.row_ids(r).begin(), t.row_ids(r).end());
-  if (order == AccessOrder::kEngine) {
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
-  }
-}
 
 class Shard {
  public:
@@ -217,7 +137,17 @@ double ReplayResult::reads_per_token() const {
   return decode_tokens ? static_cast<double>(decode.reads) / static_cast<double>(decode_tokens) : 0.0;
 }
 
+double ReplayResult::device_hit_rate() const {
+  const LayerCounters& c = device_decode.accesses ? device_decode : device_total;
+  return c.accesses ? static_cast<double>(c.hits) / static_cast<double>(c.accesses) : 0.0;
+}
+
+double ReplayResult::copies_per_token() const {
+  return decode_tokens ? static_cast<double>(device_decode.reads) / static_cast<double>(decode_tokens) : 0.0;
+}
+
 ReplayResult replay_trace(const RoutingTrace& t, const ReplayOptions& o) {
+  if (o.device_slots > 0) return replay_two_tiers(t, o);
   check_options(t, o);
   const TraceIndex ix(t);
   const int L = t.n_layers, E = std::max(t.n_expert, o.n_expert);
@@ -234,7 +164,7 @@ ReplayResult replay_trace(const RoutingTrace& t, const ReplayOptions& o) {
     const uint64_t slots = per_layer ? static_cast<uint64_t>(o.layer_slots[static_cast<size_t>(l)]) : o.slots;
     chunk[static_cast<size_t>(l)] = max_prefill_chunk(slots, t.k, E, o.prefill_chunk);
   }
-  const std::vector<Step> steps = batches(t, ix, o, chunk);
+  const std::vector<TraceStep> steps = trace_steps(t, ix, o, chunk);
 
   // Shard s serves layers [first_layer[s], ...): one shard for the engine's shared cache, one per layer else.
   std::vector<std::unique_ptr<Shard>> shards;
@@ -262,7 +192,7 @@ ReplayResult replay_trace(const RoutingTrace& t, const ReplayOptions& o) {
   std::vector<int> pinned;
   std::vector<LayerCounters> bypassed(static_cast<size_t>(L));
   const size_t wave = static_cast<size_t>(t.k);
-  for (const Step& st : steps) {
+  for (const TraceStep& st : steps) {
     if (!st.decode && o.prefill == PrefillMode::kSkip) continue;
     const int l = st.layer;
     step_ids(t, st, o.order, used);
@@ -282,14 +212,7 @@ ReplayResult replay_trace(const RoutingTrace& t, const ReplayOptions& o) {
     CacheBook& book = sh.book();
     for (int ahead = 1; ahead <= o.lookahead && l + ahead < L; ++ahead) {
       const int target = l + ahead;
-      guesses.clear();
-      for (size_t r = st.r0; r < st.r1; ++r) {
-        const int32_t pos = o.guess == GuessKind::kOracle ? t.pos[r] : t.pos[r] - 1;
-        if (const size_t* g = ix.find(ix.session[r], pos, target))
-          guesses.insert(guesses.end(), t.row_ids(*g).begin(), t.row_ids(*g).end());
-      }
-      std::sort(guesses.begin(), guesses.end());
-      guesses.erase(std::unique(guesses.begin(), guesses.end()), guesses.end());
+      step_guesses(t, ix, st, target, o.guess, guesses);
       book.prefetch(target, guesses);
     }
     const LayerCounters before = sh.telemetry().layer(local(l));
@@ -309,7 +232,7 @@ ReplayResult replay_trace(const RoutingTrace& t, const ReplayOptions& o) {
     }
     if (st.decode) {
       // The step's reads are what it cost the disk, its guesses for later layers included.
-      LayerCounters delta = minus(sh.telemetry().layer(local(l)), before);
+      LayerCounters delta = counters_minus(sh.telemetry().layer(local(l)), before);
       delta.reads = sh.reads() - reads_before;
       res.decode_layers[static_cast<size_t>(l)].add(delta);
     }

@@ -30,6 +30,11 @@ enum class PrefillMode {
   kSkip,    // prompt rows are not replayed at all (decode rows only)
 };
 
+// The RAM tier under a device tier: inclusive as the engine runs it (a record copied up keeps its RAM slot
+// until the RAM policy evicts it), or exclusive, a study the engine does not run: a record copied up leaves
+// RAM, and one the device tier evicts is copied down into RAM (one LRU stack over both tiers' slots).
+enum class RamTier { kInclusive, kExclusive };
+
 struct ReplayOptions {
   uint64_t slots = 0;  // one cache of this many slots for every layer (as the engine)
   // Per-layer caches instead, of these sizes (index = layer; size n_layers) when not empty.
@@ -43,6 +48,10 @@ struct ReplayOptions {
   int prefill_chunk = 64;
   int n_expert = 0;     // experts per layer of the model (0: the trace's highest id + 1)
   bool belady = false;  // Belady's offline optimum instead of `policy` (no lookahead)
+  // A device tier of this many slots (same policy) above the cache of `slots`, which becomes the RAM tier,
+  // driven as TieredExpertProvider drives them (0: none). One shared cache only.
+  uint64_t device_slots = 0;
+  RamTier ram_tier = RamTier::kInclusive;
 };
 
 struct ReplayResult {
@@ -52,13 +61,27 @@ struct ReplayResult {
   uint64_t decode_tokens = 0, prompt_tokens = 0;
   uint64_t slots = 0;  // in all
 
+  // With a device tier, the counters above are the RAM tier's (its reads come from disk) and these the
+  // device tier's (its reads are copies up).
+  std::vector<LayerCounters> device_layers, device_decode_layers;
+  LayerCounters device_total, device_decode;
+  uint64_t device_slots = 0;
+
   double hit_rate() const;  // over decode accesses (all accesses when the trace has no decode rows)
   double layer_hit_rate(int l) const;  // the same, for one layer
   double reads_per_token() const;      // records read per decode token
+  double device_hit_rate() const;      // the device tier's, over decode accesses
+  double copies_per_token() const;     // records copied up per decode token
 };
 
 // Throws df::Error when the budget cannot hold one batch's experts, or options contradict each other.
+// With device_slots, replay_two_tiers.
 ReplayResult replay_trace(const RoutingTrace& trace, const ReplayOptions& options);
+
+// A device tier above a RAM tier (stream/tier_replay.cpp). At lookahead 0 and with an inclusive RAM tier the
+// counts of both tiers equal the engine's for a device tier in host memory (tests/test_engine_replay.cpp);
+// guesses land at once, as in replay_trace.
+ReplayResult replay_two_tiers(const RoutingTrace& trace, const ReplayOptions& options);
 
 // Per-layer cache sizes (each >= k) summing to n_layers * slots_per_layer, split by the trace's reuse:
 // greedy on the marginal LRU hits of each layer's decode rows (Mattson's stack distances), which is the

@@ -1,0 +1,293 @@
+// replay_two_tiers: a routing trace through a device tier above a RAM tier, each a CacheBook, in the order
+// TieredExpertProvider (stream/tiered_expert_provider.cpp) pins, copies and releases: a layer's experts
+// announced (device pins, and a RAM pin for each device miss, which queues its disk read), each acquired
+// (its RAM record waited for and copied up), released after its wave; the RAM pins of the copies go back at
+// the next announce, in device slot order, as the engine's finished copies do. Reads land at once.
+#include <algorithm>
+#include <memory>
+
+#include "stream/cache_book.h"
+#include "stream/cache_budget.h"
+#include "stream/trace_replay.h"
+#include "stream/trace_steps.h"
+#include "util/error.h"
+
+namespace df::stream {
+namespace {
+
+CacheBookOptions book_options(int n_layers, int n_expert, uint64_t slots, const ReplayOptions& o) {
+  CacheBookOptions b;
+  b.n_layers = n_layers;
+  b.n_expert = n_expert;
+  b.n_slots = slots;
+  b.policy = o.policy;
+  b.policy_options = o.policy_options;
+  return b;
+}
+
+class TwoTiers {
+ public:
+  TwoTiers(int n_layers, int n_expert, uint64_t device_slots, uint64_t ram_slots, const ReplayOptions& o)
+      : exclusive_(o.ram_tier == RamTier::kExclusive),
+        n_expert_(n_expert),
+        ram_telemetry_(n_layers),
+        device_telemetry_(n_layers),
+        ram_(book_options(n_layers, n_expert, ram_slots, o), ram_telemetry_),
+        device_(book_options(n_layers, n_expert, device_slots, o), device_telemetry_),
+        ram_pin_(device_slots, -1),
+        copy_pending_(device_slots, 0),
+        host_reading_(device_slots, 0) {
+    if (exclusive_)
+      device_.set_evict_listener(
+          {this, [](void* self, int key) { static_cast<TwoTiers*>(self)->copy_down(key); }});
+  }
+
+  CacheTelemetry& ram_telemetry() { return ram_telemetry_; }
+  CacheTelemetry& device_telemetry() { return device_telemetry_; }
+  CacheBook& device() { return device_; }
+
+  // TieredExpertProvider::prefetch: every guess read into RAM (landing at once here), those in RAM and not
+  // in the device tier queued there; their copies go at the next announce or acquire.
+  void prefetch(int layer, std::span<const int32_t> ids) {
+    if (ram_.prefetch(layer, ids)) drain_ram();
+    release_host_copies();
+    scratch_.clear();
+    for (int32_t e : ids)
+      if (device_.slot_of(device_.key_of(layer, e)) < 0 && ram_ready(layer, e)) scratch_.push_back(e);
+    if (!scratch_.empty()) device_.prefetch(layer, scratch_);
+  }
+
+  // will_acquire: the first ids that both tiers can pin at once are pinned (announced).
+  void announce(int layer, std::span<const int32_t> ids, std::vector<int>& slots) {
+    issue_guess_copies();
+    release_host_copies();
+    device_.enter_layer(layer);
+    const size_t n =
+        std::min({ids.size(), static_cast<size_t>(device_.n_slots()), static_cast<size_t>(ram_.n_slots())});
+    slots.assign(ids.size(), -1);
+    for (size_t i = 0; i < n; ++i) slots[i] = pin(layer, ids[i]);
+    start_copies();
+  }
+
+  // acquire: an announced slot, or a new pin; its copy finished.
+  int acquire(int layer, int expert, int announced) {
+    issue_guess_copies();
+    int slot = announced;
+    if (slot < 0) {
+      device_.enter_layer(layer);
+      slot = pin(layer, expert);
+      start_copies();
+    }
+    finish_copy(slot);
+    return slot;
+  }
+
+  void release(int slot) { device_.unpin(slot); }
+
+ private:
+  bool ram_ready(int layer, int expert) const {
+    const int s = ram_.slot_of(ram_.key_of(layer, expert));
+    return s >= 0 && ram_.state(s) == CacheBook::State::kReady;
+  }
+
+  int pin(int layer, int expert) {
+    const int s = device_.pin(layer, expert);
+    if (s < 0) fail("replay: no device slot for MoE layer {} expert {}", layer, expert);
+    return s;
+  }
+
+  void drain_ram() {
+    bool guess = false;
+    for (int s; (s = ram_.start_read(true, &guess)) >= 0;) {
+      ++ram_telemetry_.layer(ram_.key(s) / n_expert_).reads;
+      ram_.finish_read(s, true);
+    }
+  }
+
+  int pin_ram(int layer, int expert) {
+    ram_.enter_layer(layer);
+    int s = ram_.pin(layer, expert);
+    if (s == CacheBook::kWaitForRead) {
+      drain_ram();
+      s = ram_.pin(layer, expert);
+    }
+    if (s < 0) fail("replay: no RAM slot for MoE layer {} expert {}", layer, expert);
+    return s;
+  }
+
+  void unpin_ram(int s) {
+    ram_.unpin(s);
+    if (exclusive_) ram_.drop(s);  // copied up: the record leaves RAM
+    --ram_pins_;
+  }
+
+  void release_host_copies() {
+    for (size_t s = 0; s < host_reading_.size(); ++s) {
+      if (!host_reading_[s]) continue;
+      host_reading_[s] = 0;
+      unpin_ram(ram_pin_[s]);
+      ram_pin_[s] = -1;
+    }
+  }
+
+  void finish_host_read(int slot) {
+    const size_t us = static_cast<size_t>(slot);
+    if (!host_reading_[us]) return;
+    host_reading_[us] = 0;
+    unpin_ram(ram_pin_[us]);
+    ram_pin_[us] = -1;
+  }
+
+  void make_ram_room() {
+    if (static_cast<int64_t>(ram_pins_) < ram_.n_slots()) return;
+    release_host_copies();
+    if (static_cast<int64_t>(ram_pins_) < ram_.n_slots()) return;
+    for (size_t s = 0; s < copy_pending_.size(); ++s)
+      if (copy_pending_[s]) finish_copy(static_cast<int>(s));
+    release_host_copies();
+  }
+
+  void start_copies() {
+    bool guess = false;
+    for (int s; (s = device_.start_read(false, &guess)) >= 0;) {
+      finish_host_read(s);
+      const int key = device_.key(s);
+      make_ram_room();
+      ram_pin_[static_cast<size_t>(s)] = pin_ram(key / n_expert_, key % n_expert_);
+      ++ram_pins_;
+      copy_pending_[static_cast<size_t>(s)] = 1;
+    }
+  }
+
+  void finish_copy(int slot) {
+    const size_t us = static_cast<size_t>(slot);
+    if (!copy_pending_[us]) return;
+    drain_ram();
+    copy_pending_[us] = 0;
+    host_reading_[us] = 1;
+    device_.finish_read(slot, true);
+    ++device_telemetry_.layer(device_.key(slot) / n_expert_).reads;
+  }
+
+  void issue_guess_copies() {
+    bool guess = false;
+    for (int s; (s = device_.start_read(true, &guess)) >= 0;) {
+      finish_host_read(s);
+      const int key = device_.key(s);
+      if (static_cast<int64_t>(ram_pins_) >= ram_.n_slots() || !ram_ready(key / n_expert_, key % n_expert_)) {
+        device_.finish_read(s, false);
+        continue;
+      }
+      ram_pin_[static_cast<size_t>(s)] = pin_ram(key / n_expert_, key % n_expert_);
+      ++ram_pins_;
+      copy_pending_[static_cast<size_t>(s)] = 1;
+      finish_copy(s);
+    }
+  }
+
+  // Exclusive study: the device tier's victim goes back into RAM (where a slot can be given).
+  void copy_down(int key) { ram_.insert_ready(key / n_expert_, key % n_expert_); }
+
+  bool exclusive_;
+  int n_expert_;
+  CacheTelemetry ram_telemetry_, device_telemetry_;
+  CacheBook ram_, device_;
+  std::vector<int> ram_pin_;
+  std::vector<uint8_t> copy_pending_, host_reading_;
+  int ram_pins_ = 0;
+  std::vector<int32_t> scratch_;
+};
+
+}  // namespace
+
+ReplayResult replay_two_tiers(const RoutingTrace& t, const ReplayOptions& o) {
+  if (!o.layer_slots.empty())
+    fail("replay: a device tier sits above the one shared cache, not per-layer caches");
+  if (o.belady) fail("replay: Belady's optimum is computed for one cache, not a device tier above RAM");
+  if (o.prefill_chunk < 1) fail("replay: the prefill chunk must be at least 1");
+  const int L = t.n_layers, E = std::max(t.n_expert, o.n_expert);
+  const uint64_t all = static_cast<uint64_t>(L) * static_cast<uint64_t>(E);
+  const uint64_t device_slots = std::min(o.device_slots, all), ram_slots = std::min(o.slots, all);
+  if (device_slots < static_cast<uint64_t>(t.k) || ram_slots < static_cast<uint64_t>(t.k))
+    fail("replay: a device tier of {} slots over a RAM tier of {} cannot hold the {} experts one token needs",
+         device_slots, ram_slots, t.k);
+  const TraceIndex ix(t);
+
+  ReplayResult res;
+  res.layers.assign(static_cast<size_t>(L), {});
+  res.decode_layers.assign(static_cast<size_t>(L), {});
+  res.device_decode_layers.assign(static_cast<size_t>(L), {});
+  res.decode_tokens = ix.tokens(t, false);
+  res.prompt_tokens = o.prefill == PrefillMode::kSkip ? 0 : ix.tokens(t, true);
+  res.slots = ram_slots;
+  res.device_slots = device_slots;
+
+  // The engine sizes its prefill chunk to fit both tiers.
+  const int chunk = max_prefill_chunk(std::min(device_slots, ram_slots), t.k, E, o.prefill_chunk);
+  const std::vector<TraceStep> steps = trace_steps(t, ix, o, std::vector<int>(static_cast<size_t>(L), chunk));
+
+  TwoTiers tiers(L, E, device_slots, ram_slots, o);
+  std::vector<int32_t> used, guesses;
+  std::vector<int> slots;
+  std::vector<LayerCounters> bypassed(static_cast<size_t>(L));
+  for (const TraceStep& st : steps) {
+    if (!st.decode && o.prefill == PrefillMode::kSkip) continue;
+    const int l = st.layer;
+    step_ids(t, st, o.order, used);
+    if (!st.decode && o.prefill == PrefillMode::kBypass) {
+      LayerCounters& b = bypassed[static_cast<size_t>(l)];
+      b.accesses += used.size();
+      b.misses += used.size();
+      b.reads += used.size();
+      continue;
+    }
+    for (int ahead = 1; ahead <= o.lookahead && l + ahead < L; ++ahead) {
+      step_guesses(t, ix, st, l + ahead, o.guess, guesses);
+      tiers.prefetch(l + ahead, guesses);
+    }
+    const LayerCounters ram_before = tiers.ram_telemetry().layer(l);
+    const LayerCounters device_before = tiers.device_telemetry().layer(l);
+    uint64_t ram_reads_before = 0, copies_before = 0;
+    for (int k = 0; k < L; ++k) {
+      ram_reads_before += tiers.ram_telemetry().layer(k).reads;
+      copies_before += tiers.device_telemetry().layer(k).reads;
+    }
+    // As moe_block.cpp's run_waves (the routed op of a decode step is one wave): waves as large as the
+    // device tier.
+    tiers.announce(l, used, slots);
+    const size_t wave = std::min(used.size(), static_cast<size_t>(tiers.device().n_slots()));
+    for (size_t w0 = 0; w0 < used.size(); w0 += wave) {
+      const size_t w1 = std::min(used.size(), w0 + wave);
+      for (size_t i = w0; i < w1; ++i) slots[i] = tiers.acquire(l, used[i], slots[i]);
+      for (size_t i = w0; i < w1; ++i) tiers.release(slots[i]);
+    }
+    if (st.decode) {
+      // A step's reads and copies include those of its guesses for later layers.
+      uint64_t ram_reads = 0, copies = 0;
+      for (int k = 0; k < L; ++k) {
+        ram_reads += tiers.ram_telemetry().layer(k).reads;
+        copies += tiers.device_telemetry().layer(k).reads;
+      }
+      LayerCounters r = counters_minus(tiers.ram_telemetry().layer(l), ram_before);
+      r.reads = ram_reads - ram_reads_before;
+      res.decode_layers[static_cast<size_t>(l)].add(r);
+      LayerCounters d = counters_minus(tiers.device_telemetry().layer(l), device_before);
+      d.reads = copies - copies_before;
+      res.device_decode_layers[static_cast<size_t>(l)].add(d);
+    }
+  }
+  res.device_layers.assign(static_cast<size_t>(L), {});
+  for (int l = 0; l < L; ++l) {
+    const size_t ul = static_cast<size_t>(l);
+    res.layers[ul] = tiers.ram_telemetry().layer(l);
+    res.layers[ul].add(bypassed[ul]);
+    res.device_layers[ul] = tiers.device_telemetry().layer(l);
+    res.total.add(res.layers[ul]);
+    res.decode.add(res.decode_layers[ul]);
+    res.device_total.add(res.device_layers[ul]);
+    res.device_decode.add(res.device_decode_layers[ul]);
+  }
+  return res;
+}
+
+}  // namespace df::stream
