@@ -62,6 +62,41 @@ TEST(CliReplay, RecordARunThenReplayItWithTheModelsRecordSize) {
   EXPECT_EQ(head.rfind("<svg", 0), 0u);
 }
 
+// A device tier above the cache given: both tiers' figures in the JSON, the exclusive study reading no more
+// from disk on this trace, and contradictory tier flags refused with a message naming them.
+TEST(CliReplay, ADeviceTierAboveTheRamTierReportsBothTiers) {
+  const std::string dir = std::string(DF_TEST_TMP) + "/replay";
+  std::filesystem::create_directories(dir);
+  const std::string trace = dir + "/tiers.csv";
+  std::filesystem::remove(trace);
+  const std::string model = golden_path("lfm2moe-tiny.gguf");
+  auto r = run_cli("run -m " + model + " --prompt-ids 1,2,3,4,5 -n 12 --temp 0 --expert-cache 1M " +
+                   "--record-routing " + trace);
+  ASSERT_EQ(r.status, 0) << r.out;
+  double reads[2] = {0, 0};
+  for (int exclusive = 0; exclusive < 2; ++exclusive) {
+    auto j = run_cli_split("replay " + trace + " -m " + model + " --slots 10 --gpu-slots 6 --ram-tier " +
+                           (exclusive ? "exclusive" : "inclusive") + " --json");
+    ASSERT_EQ(j.status, 0) << j.err;
+    EXPECT_NE(j.out.find("device tier 6 slots"), std::string::npos) << j.out;
+    const auto json = nlohmann::json::parse(last_line(j.out));
+    EXPECT_EQ(json["device_slots"], 6);
+    EXPECT_EQ(json["slots"], 10);
+    EXPECT_EQ(json["accesses"], json["device_accesses"].get<uint64_t>() - json["device_hits"].get<uint64_t>())
+        << "the RAM tier sees the device tier's misses";
+    EXPECT_GT(json["copies_per_token"].get<double>(), 0.0);
+    reads[exclusive] = json["reads"].get<double>();
+  }
+  EXPECT_LE(reads[1], reads[0]);
+  for (const char* bad : {" --slots 10 --gpu-slots 6 --gpu-cache 1M", " --slots 10 --ram-tier exclusive",
+                          " --sweep 8,16 --gpu-slots 6", " --slots 10 --gpu-slots 0"}) {
+    auto e = run_cli_split("replay " + trace + " -m " + model + bad);
+    EXPECT_NE(e.status, 0) << bad;
+    EXPECT_TRUE(e.err.find("--gpu") != std::string::npos || e.err.find("--ram-tier") != std::string::npos)
+        << bad << ": " << e.err;
+  }
+}
+
 TEST(CliReplay, ADamagedTraceIsAnErrorNamingFileAndLine) {
   const std::string dir = std::string(DF_TEST_TMP) + "/replay";
   std::filesystem::create_directories(dir);

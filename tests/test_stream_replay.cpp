@@ -223,6 +223,77 @@ TEST(StreamReplay, GuessQualityCountsWhatWasGuessedAndUsed) {
   EXPECT_EQ(four.correct, 3u);
 }
 
+// A device tier above a RAM tier that holds every record: each record is read from disk once, and the device
+// tier takes the decisions one cache of its size takes (its copies are that cache's reads).
+TEST(StreamReplayTiers, ARamTierHoldingEverythingReadsEachRecordOnceAndTheDeviceTierIsTheOneCache) {
+  const RoutingTrace t = synthetic(4, 32, 4, 0, 80, 21);
+  std::set<std::pair<int, int>> distinct;
+  for (size_t r = 0; r < t.rows(); ++r)
+    for (int32_t e : t.row_ids(r)) distinct.insert({t.layer[r], e});
+  for (const char* policy : policy_names())
+    for (uint64_t device : {4u, 9u, 40u}) {
+      SCOPED_TRACE(std::string(policy) + " device " + std::to_string(device));
+      ReplayOptions one;
+      one.slots = device;
+      one.policy = parse_policy(policy);
+      one.policy_options.top_k = t.k;
+      ReplayOptions tiers = one;
+      tiers.slots = 4 * 32;
+      tiers.device_slots = device;
+      const ReplayResult a = replay_trace(t, one), b = replay_trace(t, tiers);
+      EXPECT_EQ(b.device_total.accesses, a.total.accesses);
+      EXPECT_EQ(b.device_total.hits, a.total.hits);
+      EXPECT_EQ(b.device_total.misses, a.total.misses);
+      EXPECT_EQ(b.device_total.reads, a.total.reads) << "copies up";
+      EXPECT_EQ(b.total.accesses, b.device_total.misses) << "the RAM tier sees the device tier's misses";
+      EXPECT_EQ(b.total.reads, distinct.size());
+      EXPECT_EQ(b.device_slots, device);
+      EXPECT_DOUBLE_EQ(b.copies_per_token(), static_cast<double>(a.total.reads) / 80.0);
+    }
+}
+
+// The exclusive RAM tier (a study): a record copied up leaves RAM and the device tier's victim comes back
+// down, so with LRU both tiers read from disk about what one LRU over all their slots reads, less than the
+// engine's inclusive RAM tier, whose slots partly repeat the device tier's.
+TEST(StreamReplayTiers, AnExclusiveRamTierReadsAboutWhatOneLruOfBothTiersWould) {
+  const RoutingTrace t = synthetic(6, 64, 4, 0, 300, 33);
+  for (const auto& [device, ram] : {std::pair<uint64_t, uint64_t>{24, 48}, {48, 48}, {32, 128}}) {
+    SCOPED_TRACE(std::to_string(device) + " + " + std::to_string(ram));
+    ReplayOptions o;
+    o.slots = ram;
+    o.device_slots = device;
+    const ReplayResult inclusive = replay_trace(t, o);
+    o.ram_tier = RamTier::kExclusive;
+    const ReplayResult exclusive = replay_trace(t, o);
+    ReplayOptions one;
+    one.slots = device + ram;
+    const ReplayResult both = replay_trace(t, one);
+    EXPECT_EQ(exclusive.device_total.hits, inclusive.device_total.hits) << "the device tier is the same";
+    EXPECT_LT(exclusive.total.reads, inclusive.total.reads);
+    // Not always exact: the engine's order pins a step's experts before copying any, so a step's own victim
+    // can be asked for again in the same step.
+    EXPECT_NEAR(static_cast<double>(exclusive.total.reads), static_cast<double>(both.total.reads),
+                0.01 * static_cast<double>(both.total.reads));
+  }
+}
+
+TEST(StreamReplayTiers, TiersTooSmallOrCombinedWithPerLayerCachesOrBeladyAreRefused) {
+  const RoutingTrace t = synthetic(2, 16, 4, 0, 5, 1);
+  ReplayOptions o;
+  o.slots = 8;
+  o.device_slots = 3;
+  EXPECT_THROW(replay_trace(t, o), Error);
+  o.device_slots = 8;
+  o.slots = 3;
+  EXPECT_THROW(replay_trace(t, o), Error);
+  o.slots = 8;
+  o.belady = true;
+  EXPECT_THROW(replay_trace(t, o), Error);
+  o.belady = false;
+  o.layer_slots = {8, 8};
+  EXPECT_THROW(replay_trace(t, o), Error);
+}
+
 // The hit rates ../shared/traces/README.md publishes: per-layer caches, decode rows only, the router's order.
 struct Published {
   const char* file;

@@ -84,6 +84,13 @@ class TwoTiers {
 
   void release(int slot) { device_.unpin(slot); }
 
+  // After a step (exclusive study): the device tier's victims come down into RAM, into the room the records
+  // copied up have left.
+  void settle() {
+    for (int key : copied_down_) ram_.insert_ready(key / n_expert_, key % n_expert_);
+    copied_down_.clear();
+  }
+
  private:
   bool ram_ready(int layer, int expert) const {
     const int s = ram_.slot_of(ram_.key_of(layer, expert));
@@ -153,6 +160,12 @@ class TwoTiers {
       finish_host_read(s);
       const int key = device_.key(s);
       make_ram_room();
+      // A victim of this step asked for again is still on its way down: it lands first.
+      if (const auto it = std::find(copied_down_.begin(), copied_down_.end(), key);
+          it != copied_down_.end()) {
+        copied_down_.erase(it);
+        ram_.insert_ready(key / n_expert_, key % n_expert_);
+      }
       ram_pin_[static_cast<size_t>(s)] = pin_ram(key / n_expert_, key % n_expert_);
       ++ram_pins_;
       copy_pending_[static_cast<size_t>(s)] = 1;
@@ -167,6 +180,7 @@ class TwoTiers {
     host_reading_[us] = 1;
     device_.finish_read(slot, true);
     ++device_telemetry_.layer(device_.key(slot) / n_expert_).reads;
+    if (exclusive_) finish_host_read(slot);  // the record moves up at once
   }
 
   void issue_guess_copies() {
@@ -185,8 +199,9 @@ class TwoTiers {
     }
   }
 
-  // Exclusive study: the device tier's victim goes back into RAM (where a slot can be given).
-  void copy_down(int key) { ram_.insert_ready(key / n_expert_, key % n_expert_); }
+  // Exclusive study: the device tier's victim goes back into RAM (where a slot can be given) at the end of
+  // the step, once the copies up have left their RAM slots.
+  void copy_down(int key) { copied_down_.push_back(key); }
 
   bool exclusive_;
   int n_expert_;
@@ -196,6 +211,7 @@ class TwoTiers {
   std::vector<uint8_t> copy_pending_, host_reading_;
   int ram_pins_ = 0;
   std::vector<int32_t> scratch_;
+  std::vector<int> copied_down_;
 };
 
 }  // namespace
@@ -261,6 +277,7 @@ ReplayResult replay_two_tiers(const RoutingTrace& t, const ReplayOptions& o) {
       for (size_t i = w0; i < w1; ++i) slots[i] = tiers.acquire(l, used[i], slots[i]);
       for (size_t i = w0; i < w1; ++i) tiers.release(slots[i]);
     }
+    tiers.settle();
     if (st.decode) {
       // A step's reads and copies include those of its guesses for later layers.
       uint64_t ram_reads = 0, copies = 0;
