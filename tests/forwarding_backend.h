@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/buffer_access.h"
+#include "backend/record_slots.h"
 #include "models/model.h"
 
 namespace df::testing {
@@ -32,9 +33,7 @@ class ForwardingBackend final : public backend::Backend {
   bool reads_host_memory() const override { return inner_->reads_host_memory(); }
 
   backend::DeviceBuffer alloc(size_t bytes, const char* what) override {
-    backend::DeviceBuffer b = inner_->alloc(bytes, what);
-    remember(backend::BufferAccess::data(b), b.bytes());
-    return b;
+    return own(inner_->alloc(bytes, what));
   }
   void upload(backend::Buf<uint8_t> dst, const void* src, size_t bytes) override {
     ++calls["upload"];
@@ -64,14 +63,12 @@ class ForwardingBackend final : public backend::Backend {
     return inner_->preferred_packing(type, n_out);
   }
   std::unique_ptr<backend::RecordSlots> make_record_slots(int n_slots, size_t record_bytes) override {
-    auto slots = inner_->make_record_slots(n_slots, record_bytes);
-    remember(slots->part(0, 0), static_cast<size_t>(n_slots) * record_bytes);
-    return slots;
+    return std::make_unique<Slots>(*this, inner_->make_record_slots(n_slots, record_bytes));
   }
   backend::UploadedWeights upload_weights(const backend::WeightSource& src) override {
     backend::UploadedWeights w = inner_->upload_weights(src);
     weight_bytes += w.memory.bytes();
-    remember(backend::BufferAccess::data(w.memory), w.memory.bytes());
+    w.memory = own(std::move(w.memory));
     return w;
   }
   bool supports_matmul(GgmlType w) const override { return inner_->supports_matmul(w); }
@@ -303,18 +300,23 @@ class ForwardingBackend final : public backend::Backend {
   }
 
  protected:
-  void free_memory(void*, size_t) noexcept override {}  // every buffer is the inner backend's to free
+  // A buffer handed out goes: its region is forgotten and the inner backend's buffer freed.
+  void free_memory(void* data, size_t) noexcept override {
+    regions_.erase(static_cast<const uint8_t*>(data));
+    inner_buffers_.erase(data);
+  }
 
  private:
-  // Buffers are freed by the inner backend, unseen here: a remembered region that overlaps a new one was
-  // freed (live allocations never overlap) and is forgotten, or it would hide the new one from inside().
-  void remember(const void* p, size_t bytes) {
-    if (!p) return;
-    const auto* at = static_cast<const uint8_t*>(p);
-    auto it = regions_.lower_bound(at);
-    if (it != regions_.begin() && std::prev(it)->first + std::prev(it)->second > at) --it;
-    while (it != regions_.end() && it->first < at + bytes) it = regions_.erase(it);
-    regions_[at] = bytes;
+  // The inner backend's buffer is kept here and a buffer of this backend handed out for the same memory, so
+  // that its free comes here and the regions are exactly the live ones (a region the inner backend freed
+  // unseen could hide, or stand for, another backend's memory at a reused address).
+  backend::DeviceBuffer own(backend::DeviceBuffer inner) {
+    void* p = backend::BufferAccess::data(inner);
+    const size_t bytes = inner.bytes();
+    if (!p) return inner;
+    regions_[static_cast<const uint8_t*>(p)] = bytes;
+    inner_buffers_.insert_or_assign(p, std::move(inner));
+    return backend::BufferAccess::adopt(this, p, bytes);
   }
   // Whether [p, p + bytes) lies inside one remembered region.
   bool inside(const uint8_t* p, size_t bytes) const {
@@ -332,8 +334,35 @@ class ForwardingBackend final : public backend::Backend {
     const size_t bytes = w.row_bytes() * static_cast<size_t>(w.n_out);
     if (!inside(static_cast<const uint8_t*>(w.data), bytes)) ++foreign[op];
   }
+  // The inner backend's record slots, their memory a region of this backend while they live.
+  class Slots final : public backend::RecordSlots {
+   public:
+    Slots(ForwardingBackend& owner, std::unique_ptr<backend::RecordSlots> inner)
+        : owner_(owner), inner_(std::move(inner)), at_(static_cast<const uint8_t*>(inner_->part(0, 0))) {
+      owner_.regions_[at_] = static_cast<size_t>(inner_->slots()) * inner_->slot_bytes();
+    }
+    ~Slots() override { owner_.regions_.erase(at_); }
+    int slots() const override { return inner_->slots(); }
+    size_t slot_bytes() const override { return inner_->slot_bytes(); }
+    const void* part(int slot, size_t offset) const override { return inner_->part(slot, offset); }
+    void fill(int slot, const uint8_t* host_record, std::span<const backend::RecordPart> parts) override {
+      inner_->fill(slot, host_record, parts);
+    }
+    void use(int slot) override { inner_->use(slot); }
+    bool host_done(int slot) override { return inner_->host_done(slot); }
+    void wait_host_done(int slot) override { inner_->wait_host_done(slot); }
+    void retire(int slot) override { inner_->retire(slot); }
+    std::string describe() const override { return inner_->describe(); }
+
+   private:
+    ForwardingBackend& owner_;
+    std::unique_ptr<backend::RecordSlots> inner_;
+    const uint8_t* at_;
+  };
+
   std::shared_ptr<backend::Backend> inner_;
   std::map<const uint8_t*, size_t> regions_;
+  std::map<void*, backend::DeviceBuffer> inner_buffers_;
 };
 
 // Every logit of the teacher-forced prompt in chunks of 16, then 4 decode steps on its next tokens.
