@@ -289,6 +289,54 @@ TEST(DF_TIER_SUITE(TieredGuesses), ALayersPinsTakeTheSlotsOfGuessesWhoseCopiesWe
   EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
 }
 
+// A guess the device tier already holds needs nothing from below: it is not read into RAM again (the RAM
+// tier had given it up), which would spend the disk and a RAM slot on a record already above it.
+TEST(DF_TIER_SUITE(TieredGuesses), GuessesTheDeviceTierHoldsAreNotReadIntoRam) {
+  df::OpenedModel probe_resident;
+  if (!open_resident("lfm2moe-tiny", probe_resident)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
+  const std::string store = ingest_once("lfm2moe-tiny");
+  const auto info = probe_resident.model->info();
+  const int top_k = info.n_expert_used;
+  ASSERT_GE(info.n_expert, 2 * top_k);
+  const uint64_t record_bytes = store_layout(store).record_bytes;
+  auto o = on_device(options_for(store));
+  o.gpu_cache_bytes = static_cast<uint64_t>(2 * top_k) * record_bytes;
+  o.expert_cache_bytes = static_cast<uint64_t>(top_k) * record_bytes;
+  o.lookahead = 1;
+  df::OpenedModel m = df::open_model(o);
+  ASSERT_NE(m.tiers, nullptr);
+  df::stream::TieredExpertProvider& tiers = *m.tiers;
+  std::vector<int32_t> first(static_cast<size_t>(top_k)), second(static_cast<size_t>(top_k));
+  for (int i = 0; i < top_k; ++i) {
+    first[static_cast<size_t>(i)] = i;
+    second[static_cast<size_t>(i)] = top_k + i;
+  }
+  const auto through = [&](int layer, const std::vector<int32_t>& ids) {
+    ASSERT_TRUE(tiers.routed_slots(layer, ids).has_value());
+    tiers.release_routed(layer, ids);
+  };
+  through(1, first);
+  through(1, second);
+  tiers.release_spare();  // the copies give their RAM pins back
+  m.cache->drain();
+  for (int32_t e : first) {
+    ASSERT_TRUE(tiers.resident(1, e)) << "the device tier holds both sets";
+    ASSERT_FALSE(m.cache->resident(1, e)) << "the RAM tier holds only the second set";
+  }
+  const uint64_t reads = m.cache->telemetry().total.reads;
+  tiers.prefetch(1, first);
+  m.cache->drain();
+  EXPECT_EQ(m.cache->telemetry().total.reads, reads);
+  for (int32_t e : first) EXPECT_FALSE(m.cache->resident(1, e));
+  // A guess the device tier does not hold is still read.
+  std::vector<int32_t> third{static_cast<int32_t>(2 * top_k < info.n_expert ? 2 * top_k : 0)};
+  if (!tiers.resident(1, third[0])) {
+    tiers.prefetch(1, third);
+    m.cache->drain();
+    EXPECT_EQ(m.cache->telemetry().total.reads, reads + 1);
+  }
+}
+
 // --cpu-misses at the provider: a layer's experts that are neither in the device tier nor on their way stay
 // in their RAM records (RoutedExperts::host, slot -1 in the map), but miss_copies of them a call, which are
 // copied up; every RAM pin comes back at release_routed (a RAM tier of top_k + 1 records would run out after

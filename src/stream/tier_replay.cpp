@@ -46,14 +46,15 @@ class TwoTiers {
   CacheTelemetry& device_telemetry() { return device_telemetry_; }
   CacheBook& device() { return device_; }
 
-  // TieredExpertProvider::prefetch: every guess read into RAM (landing at once here), those in RAM and not
-  // in the device tier queued there; their copies go at the next announce or acquire.
+  // TieredExpertProvider::prefetch: the guesses the device tier does not hold read into RAM (landing at once
+  // here), then queued in the device tier; their copies go at the next announce or acquire.
   void prefetch(int layer, std::span<const int32_t> ids) {
-    if (ram_.prefetch(layer, ids)) drain_ram();
     release_host_copies();
     scratch_.clear();
     for (int32_t e : ids)
-      if (device_.slot_of(device_.key_of(layer, e)) < 0 && ram_ready(layer, e)) scratch_.push_back(e);
+      if (device_.slot_of(device_.key_of(layer, e)) < 0) scratch_.push_back(e);
+    if (ram_.prefetch(layer, scratch_)) drain_ram();
+    std::erase_if(scratch_, [&](int32_t e) { return !ram_ready(layer, e); });
     if (!scratch_.empty()) device_.prefetch(layer, scratch_);
   }
 

@@ -190,15 +190,16 @@ int TieredExpertProvider::pin(int moe_layer, int expert) {
 }
 
 void TieredExpertProvider::prefetch(int moe_layer, std::span<const int32_t> guessed_ids) {
-  ram_.prefetch(moe_layer, guessed_ids);
   std::lock_guard lock(mu_);
   release_host_copies(/*wait=*/false);
-  // Guesses already in RAM go up to the device tier; the others arrive in RAM first.
+  // Guesses the device tier holds need nothing (reading them into RAM would spend the disk, and a RAM slot,
+  // on a record already above it); the others are read into RAM, and those already there go up to the
+  // device tier.
   guess_scratch_.clear();
-  for (int32_t e : guessed_ids) {
-    const int key = key_checked(moe_layer, e, "prefetch");
-    if (book_.slot_of(key) < 0 && ram_.resident(moe_layer, e)) guess_scratch_.push_back(e);
-  }
+  for (int32_t e : guessed_ids)
+    if (book_.slot_of(key_checked(moe_layer, e, "prefetch")) < 0) guess_scratch_.push_back(e);
+  ram_.prefetch(moe_layer, guess_scratch_);
+  std::erase_if(guess_scratch_, [&](int32_t e) { return !ram_.resident(moe_layer, e); });
   // With --cpu-misses the link carries at most miss_copies a layer; the other guesses stay in RAM, where the
   // host computes them if they are used.
   if (cpu_misses_ && host_capable_[static_cast<size_t>(moe_layer)] == 1) {
