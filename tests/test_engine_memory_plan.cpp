@@ -166,5 +166,25 @@ TEST(MemoryPlan, APromptSnapshotCountsAFreshStateOfTheContext) {
   }
 }
 
+// The automatic device tier: every record when they fit, else the free memory less what is kept for the
+// state (1 GiB, or a tenth when that is more); one card named for two stages gives the first tier half of
+// what is usable, so that the second stage's trunk and tier still fit; too little memory names the device.
+TEST(MemoryPlan, TheAutomaticDeviceTierSharesACardNamedTwice) {
+  EXPECT_EQ(automatic_device_slots(40 * kGiB, 100, kGiB, 4, 1, "cuda:0"), 36u);  // 40 - 4 (a tenth)
+  EXPECT_EQ(automatic_device_slots(40 * kGiB, 20, kGiB, 4, 1, "cuda:0"), 20u);   // every record fits
+  EXPECT_EQ(automatic_device_slots(5 * kGiB, 100, kGiB, 4, 1, "cuda:0"), 4u);    // 5 - 1 GiB kept
+  EXPECT_EQ(automatic_device_slots(40 * kGiB, 100, kGiB, 4, 2, "cuda:0"), 18u);  // half of 36
+  // The second stage, after the first took its half and loaded its trunk (2 GiB): the rest is its own.
+  EXPECT_EQ(automatic_device_slots(40 * kGiB - 18 * kGiB - 2 * kGiB, 100, kGiB, 4, 1, "cuda:0"), 18u);
+  try {
+    (void)automatic_device_slots(8 * kGiB, 100, kGiB, 4, 2, "cuda:1");
+    ADD_FAILURE() << "7 GiB usable shared by two tiers of 4 GiB at least was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--device cuda:1"), std::string::npos) << what;
+    EXPECT_NE(what.find("shared by the 2 tiers"), std::string::npos) << what;
+  }
+}
+
 }  // namespace
 }  // namespace df

@@ -98,6 +98,23 @@ MemoryPlan plan_memory(const MemoryPlanInput& in, const stream::MemorySnapshot& 
   return plan;
 }
 
+uint64_t automatic_device_slots(uint64_t free_bytes, uint64_t n_records, uint64_t record_bytes,
+                                uint64_t min_slots, int sharers, const std::string& device) {
+  const uint64_t keep = std::max<uint64_t>(uint64_t{1} << 30, free_bytes / 10);
+  const uint64_t usable =
+      (free_bytes > keep ? free_bytes - keep : 0) / static_cast<uint64_t>(std::max(sharers, 1));
+  const uint64_t slots = std::min(n_records, usable / std::max<uint64_t>(record_bytes, 1));
+  if (slots < min_slots)
+    fail(
+        "--device {}: {} of device memory is free after the trunk{}; the experts need at least {} for one "
+        "layer's {} records (and --gpu-cache more for speed)",
+        device, stream::format_bytes(free_bytes),
+        sharers > 1 ? fmt::format(", shared by the {} tiers still to be made on it", sharers) : "",
+        stream::format_bytes(min_slots * record_bytes * static_cast<uint64_t>(std::max(sharers, 1)) + keep),
+        min_slots);
+  return slots;
+}
+
 MemoryPlanInput memory_plan_input(const gguf::File& trunk, int n_ctx, int n_batch, int n_threads,
                                   int snapshot_states) {
   MemoryPlanInput in;

@@ -72,4 +72,12 @@ MemoryPlan plan_memory(const MemoryPlanInput& in, const stream::MemorySnapshot& 
 MemoryPlanInput memory_plan_input(const gguf::File& trunk, int n_ctx, int n_batch, int n_threads,
                                   int snapshot_states = 0);
 
+// The device tier's slots when --gpu-cache is not given: every record if they fit, else what `free_bytes` of
+// device memory (after the trunk) holds, keeping 1 GiB or a tenth of it (whichever is more) for the state and
+// scratch. A device named for several stages of a layer split (one card standing in for two) is shared: this
+// tier takes its part of what is usable now, `sharers` being the automatic tiers still to be made there, this
+// one included. Throws df::Error naming `device` when fewer than min_slots fit.
+uint64_t automatic_device_slots(uint64_t free_bytes, uint64_t n_records, uint64_t record_bytes,
+                                uint64_t min_slots, int sharers, const std::string& device);
+
 }  // namespace df

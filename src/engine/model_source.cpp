@@ -59,22 +59,14 @@ int resolve_context(int n_ctx, const gguf::File& f) {
   return train > 0 ? static_cast<int>(std::min<int64_t>(train, 4096)) : 4096;
 }
 
-// The device tier when --gpu-cache is not given: every record if they fit, else what the device's free
-// memory holds after the trunk, keeping 1 GiB or a tenth of it (whichever is more) for the state and scratch.
+// The device tier when --gpu-cache is not given (automatic_device_slots); a backend without memory of its
+// own (the tests' stand-in) gets every record.
 uint64_t default_device_slots(const backend::Backend& be, const store::Layout& layout,
-                              const std::string& device, uint64_t min_slots) {
+                              const std::string& device, uint64_t min_slots, int sharers) {
   const std::optional<uint64_t> free_bytes = be.free_device_bytes();
-  if (!free_bytes) return layout.n_records();  // host memory: the tests' stand-in, sized as asked
-  const uint64_t keep = std::max<uint64_t>(uint64_t{1} << 30, *free_bytes / 10);
-  const uint64_t usable = *free_bytes > keep ? *free_bytes - keep : 0;
-  const uint64_t slots = std::min(layout.n_records(), usable / layout.record_bytes);
-  if (slots < min_slots)
-    fail(
-        "--device {}: {} of device memory is free after the trunk; the experts need at least {} for one "
-        "layer's {} records (and --gpu-cache more for speed)",
-        device, stream::format_bytes(*free_bytes),
-        stream::format_bytes(min_slots * layout.record_bytes + keep), min_slots);
-  return slots;
+  if (!free_bytes) return layout.n_records();
+  return automatic_device_slots(*free_bytes, layout.n_records(), layout.record_bytes, min_slots, sharers,
+                                device);
 }
 
 uint64_t tensor_bytes(const gguf::File& f, bool experts) {
@@ -294,19 +286,21 @@ OpenedModel open_model(const ModelSourceOptions& options) {
       dt.notice = notice;
       const std::optional<uint64_t> asked_k = asked[k];
       const std::string device = devices[k];
+      int sharers = 0;  // automatic tiers on this device from this stage on
+      for (size_t j = k; j < n_dev; ++j) sharers += devices[j] == device && device_tier[j] && !asked[j];
       backend::Backend& be = *m.backends[k];
       // The chunk must fit the device tier too (its slots are known only once the trunk is loaded: planned
       // here from the size asked for, or all records when automatic, and trimmed below).
       if (asked_k)
         m.prefill_chunk = stream::max_prefill_chunk(std::max<uint64_t>(*asked_k / layout.record_bytes, 1),
                                                     top_k, layout.n_expert, m.prefill_chunk);
-      make_provider[k] = [&m, &st, &be, ram_tier, dt, asked_k, device, notice, n_dev, k](
+      make_provider[k] = [&m, &st, &be, ram_tier, dt, asked_k, device, sharers, notice, n_dev, k](
                              const gguf::File&,
                              const models::ExpertLayout& ml) -> std::unique_ptr<models::ExpertProvider> {
         stream::check_layout_matches(st.layout(), ml, st.dir());
         stream::DeviceTierOptions o = dt;
         o.slots = asked_k ? *asked_k / st.layout().record_bytes
-                          : default_device_slots(be, st.layout(), device, o.min_slots);
+                          : default_device_slots(be, st.layout(), device, o.min_slots, sharers);
         auto p = std::make_unique<stream::TieredExpertProvider>(ram_tier(), be, o);
         if (!m.tiers) m.tiers = p.get();
         m.device_tiers[k] = p.get();
