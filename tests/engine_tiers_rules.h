@@ -247,6 +247,19 @@ TEST(DF_TIER_SUITE(TieredFaults), AShortReadIsCompletedAndChangesNothing) {
   EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
 }
 
+// Experts first, first + 1, ..., n of them.
+std::vector<int32_t> expert_ids(int first, int n) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = first + i;
+  return ids;
+}
+
+// One decode step's experts of a layer through the tiers: pinned (copied up where missing), then released.
+void route_through(df::stream::TieredExpertProvider& tiers, int layer, const std::vector<int32_t>& ids) {
+  ASSERT_TRUE(tiers.routed_slots(layer, ids).has_value());
+  tiers.release_routed(layer, ids);
+}
+
 // Guesses already in RAM have their copies up deferred until the next layer's own copies are issued
 // (those are what compute waits for first). A layer whose pins need every device slot, each held by such a
 // guess, gets them, and the chain is left sound: a prompt afterwards gives the resident bits.
@@ -267,15 +280,8 @@ TEST(DF_TIER_SUITE(TieredGuesses), ALayersPinsTakeTheSlotsOfGuessesWhoseCopiesWe
   df::OpenedModel m = df::open_model(o);
   ASSERT_NE(m.tiers, nullptr);
   df::stream::TieredExpertProvider& tiers = *m.tiers;
-  std::vector<int32_t> first(static_cast<size_t>(top_k)), second(static_cast<size_t>(top_k));
-  for (int i = 0; i < top_k; ++i) {
-    first[static_cast<size_t>(i)] = i;
-    second[static_cast<size_t>(i)] = top_k + i;
-  }
-  const auto through = [&](int layer, const std::vector<int32_t>& ids) {
-    ASSERT_TRUE(tiers.routed_slots(layer, ids).has_value());
-    tiers.release_routed(layer, ids);
-  };
+  const std::vector<int32_t> first = expert_ids(0, top_k), second = expert_ids(top_k, top_k);
+  const auto through = [&](int layer, const std::vector<int32_t>& ids) { route_through(tiers, layer, ids); };
   through(1, first);
   through(1, second);  // the first set is now in RAM only
   for (int32_t e : first) EXPECT_FALSE(tiers.resident(1, e));
@@ -306,15 +312,8 @@ TEST(DF_TIER_SUITE(TieredGuesses), GuessesTheDeviceTierHoldsAreNotReadIntoRam) {
   df::OpenedModel m = df::open_model(o);
   ASSERT_NE(m.tiers, nullptr);
   df::stream::TieredExpertProvider& tiers = *m.tiers;
-  std::vector<int32_t> first(static_cast<size_t>(top_k)), second(static_cast<size_t>(top_k));
-  for (int i = 0; i < top_k; ++i) {
-    first[static_cast<size_t>(i)] = i;
-    second[static_cast<size_t>(i)] = top_k + i;
-  }
-  const auto through = [&](int layer, const std::vector<int32_t>& ids) {
-    ASSERT_TRUE(tiers.routed_slots(layer, ids).has_value());
-    tiers.release_routed(layer, ids);
-  };
+  const std::vector<int32_t> first = expert_ids(0, top_k), second = expert_ids(top_k, top_k);
+  const auto through = [&](int layer, const std::vector<int32_t>& ids) { route_through(tiers, layer, ids); };
   through(1, first);
   through(1, second);
   tiers.release_spare();  // the copies give their RAM pins back

@@ -86,64 +86,39 @@ Recorded generate_once(const std::string& store, uint64_t slots, const std::stri
 
 class RecordReplay : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(RecordReplay, ReplayingTheRecordedTraceGivesTheEngineTelemetryCounts) {
-  const std::string model = GetParam();
-  auto prompt = golden_json(model)["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
-  if (prompt.size() > 40) prompt.resize(40);
-  const std::string store = ingest_once(model);
+// A golden model's store, its prompt (at most 40 tokens), where to record its trace and its routing sizes.
+struct Case {
+  std::string store, trace_path;
+  std::vector<int32_t> prompt;
+  int top_k = 0, n_expert = 0;
+};
+
+Case prepare(const std::string& model, const std::string& trace_name) {
+  Case c;
+  c.prompt = golden_json(model)["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
+  if (c.prompt.size() > 40) c.prompt.resize(40);
+  c.store = ingest_once(model);
   const std::string dir = std::string(DF_TEST_TMP) + "/traces";
   std::filesystem::create_directories(dir);
-  const std::string trace_path = dir + "/" + model + ".csv";
+  c.trace_path = dir + "/" + trace_name + ".csv";
+  df::ModelSourceOptions o;
+  o.path = c.store;
+  o.notice = [](const std::string&) {};
+  df::OpenedModel probe = df::open_model(o);
+  c.top_k = probe.model->info().n_expert_used;
+  c.n_expert = probe.model->info().n_expert;
+  return c;
+}
 
-  const Recorded plain = generate_once(store, 1u << 20, "lru", "", prompt);
-  int top_k = 0, n_expert = 0;
-  for (const char* policy : df::stream::policy_names()) {
-    for (uint64_t slots : {0ull, 1ull, 2ull}) {
-      // Budgets: one layer's top-k (the minimum), a little more, and a layer's worth of experts.
-      if (top_k == 0) {
-        df::ModelSourceOptions o;
-        o.path = store;
-        o.notice = [](const std::string&) {};
-        df::OpenedModel probe = df::open_model(o);
-        top_k = probe.model->info().n_expert_used;
-        n_expert = probe.model->info().n_expert;
-      }
-      const uint64_t s = slots == 0   ? static_cast<uint64_t>(top_k)
-                         : slots == 1 ? static_cast<uint64_t>(2 * top_k + 1)
-                                      : static_cast<uint64_t>(n_expert);
-      SCOPED_TRACE(testing::Message() << model << " " << policy << " slots " << s);
-      const Recorded run = generate_once(store, s, policy, trace_path, prompt);
-      EXPECT_EQ(run.tokens, plain.tokens) << "recording or the budget changed the output";
-
-      const df::stream::RoutingTrace trace = df::stream::read_routing_trace(trace_path);
-      ASSERT_EQ(trace.k, top_k);
-      ASSERT_EQ(static_cast<size_t>(trace.n_layers), run.telemetry.layers.size());
-      // Two sessions: the prompt's rows -n..-1 per layer, kDecode - 1 decode tokens (the first token comes
-      // from the prefill's logits); the second prompt extends what the state holds by the last token only.
-      size_t prompt_rows = 0;
-      for (size_t r = 0; r < trace.rows(); ++r) prompt_rows += trace.prompt_row(r);
-      EXPECT_EQ(prompt_rows, (prompt.size() + 1) * static_cast<size_t>(trace.n_layers));
-      EXPECT_EQ(trace.rows() - prompt_rows, 2u * (kDecode - 1) * static_cast<size_t>(trace.n_layers));
-      EXPECT_EQ(trace.pos.front(), -static_cast<int32_t>(prompt.size()));
-
-      df::stream::ReplayOptions ro;
-      ro.slots = s;
-      ro.policy = df::stream::parse_policy(policy);
-      ro.policy_options.top_k = top_k;
-      ro.prefill_chunk = run.prefill_chunk;
-      ro.n_expert = n_expert;
-      const df::stream::ReplayResult replayed = df::stream::replay_trace(trace, ro);
-      for (size_t l = 0; l < run.telemetry.layers.size(); ++l) {
-        const auto& e = run.telemetry.layers[l];
-        const auto& r = replayed.layers[l];
-        EXPECT_EQ(r.accesses, e.accesses) << "MoE layer " << l;
-        EXPECT_EQ(r.hits, e.hits) << "MoE layer " << l;
-        EXPECT_EQ(r.misses, e.misses) << "MoE layer " << l;
-        EXPECT_EQ(r.reads, e.reads) << "MoE layer " << l;
-      }
-      EXPECT_GT(run.telemetry.total.misses, 0u);
-    }
-  }
+df::stream::ReplayOptions replay_options(const Case& c, const Recorded& run, const char* policy,
+                                         uint64_t slots) {
+  df::stream::ReplayOptions ro;
+  ro.slots = slots;
+  ro.policy = df::stream::parse_policy(policy);
+  ro.policy_options.top_k = c.top_k;
+  ro.prefill_chunk = run.prefill_chunk;
+  ro.n_expert = c.n_expert;
+  return ro;
 }
 
 void expect_same_counts(const df::stream::TelemetrySnapshot& engine,
@@ -152,10 +127,40 @@ void expect_same_counts(const df::stream::TelemetrySnapshot& engine,
   for (size_t l = 0; l < engine.layers.size(); ++l) {
     const auto& e = engine.layers[l];
     const auto& r = replayed[l];
-    EXPECT_EQ(r.accesses, e.accesses) << tier << " tier, MoE layer " << l;
-    EXPECT_EQ(r.hits, e.hits) << tier << " tier, MoE layer " << l;
-    EXPECT_EQ(r.misses, e.misses) << tier << " tier, MoE layer " << l;
-    EXPECT_EQ(r.reads, e.reads) << tier << " tier, MoE layer " << l;
+    EXPECT_EQ(r.accesses, e.accesses) << tier << ", MoE layer " << l;
+    EXPECT_EQ(r.hits, e.hits) << tier << ", MoE layer " << l;
+    EXPECT_EQ(r.misses, e.misses) << tier << ", MoE layer " << l;
+    EXPECT_EQ(r.reads, e.reads) << tier << ", MoE layer " << l;
+  }
+}
+
+TEST_P(RecordReplay, ReplayingTheRecordedTraceGivesTheEngineTelemetryCounts) {
+  const std::string model = GetParam();
+  const Case c = prepare(model, model);
+  const Recorded plain = generate_once(c.store, 1u << 20, "lru", "", c.prompt);
+  for (const char* policy : df::stream::policy_names()) {
+    // Budgets: one layer's top-k (the minimum), a little more, and a layer's worth of experts.
+    for (const int s : {c.top_k, 2 * c.top_k + 1, c.n_expert}) {
+      SCOPED_TRACE(testing::Message() << model << " " << policy << " slots " << s);
+      const Recorded run = generate_once(c.store, static_cast<uint64_t>(s), policy, c.trace_path, c.prompt);
+      EXPECT_EQ(run.tokens, plain.tokens) << "recording or the budget changed the output";
+
+      const df::stream::RoutingTrace trace = df::stream::read_routing_trace(c.trace_path);
+      ASSERT_EQ(trace.k, c.top_k);
+      ASSERT_EQ(static_cast<size_t>(trace.n_layers), run.telemetry.layers.size());
+      // Two sessions: the prompt's rows -n..-1 per layer, kDecode - 1 decode tokens (the first token comes
+      // from the prefill's logits); the second prompt extends what the state holds by the last token only.
+      size_t prompt_rows = 0;
+      for (size_t r = 0; r < trace.rows(); ++r) prompt_rows += trace.prompt_row(r);
+      EXPECT_EQ(prompt_rows, (c.prompt.size() + 1) * static_cast<size_t>(trace.n_layers));
+      EXPECT_EQ(trace.rows() - prompt_rows, 2u * (kDecode - 1) * static_cast<size_t>(trace.n_layers));
+      EXPECT_EQ(trace.pos.front(), -static_cast<int32_t>(c.prompt.size()));
+
+      const df::stream::ReplayResult replayed =
+          df::stream::replay_trace(trace, replay_options(c, run, policy, static_cast<uint64_t>(s)));
+      expect_same_counts(run.telemetry, replayed.layers, "the cache");
+      EXPECT_GT(run.telemetry.total.misses, 0u);
+    }
   }
 }
 
@@ -163,42 +168,23 @@ void expect_same_counts(const df::stream::TelemetrySnapshot& engine,
 // so both tiers' counts per MoE layer are the engine's.
 TEST_P(RecordReplay, ReplayingTwoTiersGivesBothTiersEngineCounts) {
   const std::string model = GetParam();
-  auto prompt = golden_json(model)["teacher_forced"]["tokens"].get<std::vector<int32_t>>();
-  if (prompt.size() > 40) prompt.resize(40);
-  const std::string store = ingest_once(model);
-  const std::string dir = std::string(DF_TEST_TMP) + "/traces";
-  std::filesystem::create_directories(dir);
-  const std::string trace_path = dir + "/" + model + "-tiers.csv";
-  int top_k = 0, n_expert = 0;
-  {
-    df::ModelSourceOptions o;
-    o.path = store;
-    o.notice = [](const std::string&) {};
-    df::OpenedModel probe = df::open_model(o);
-    top_k = probe.model->info().n_expert_used;
-    n_expert = probe.model->info().n_expert;
-  }
-  const Recorded plain = generate_once(store, 1u << 20, "lru", "", prompt);
-  const uint64_t k = static_cast<uint64_t>(top_k), E = static_cast<uint64_t>(n_expert);
-  // (device, RAM): the smallest tiers, a device tier above a RAM tier of the same size and of twice it, and
-  // a RAM tier smaller than the device tier's (its records are pinned by copies and given back).
+  const Case c = prepare(model, model + "-tiers");
+  const Recorded plain = generate_once(c.store, 1u << 20, "lru", "", c.prompt);
+  const uint64_t k = static_cast<uint64_t>(c.top_k), E = static_cast<uint64_t>(c.n_expert);
+  // (device, RAM): the smallest tiers, equal tiers, a RAM tier four times the device tier's, and a RAM tier
+  // smaller than the device tier (its records are pinned by copies and given back).
   const std::pair<uint64_t, uint64_t> sizes[] = {{k, k}, {2 * k + 1, 2 * k + 1}, {k + 1, 4 * k}, {E, 2 * k}};
   for (const char* policy : {"lru", "lfu", "slru"}) {
     for (const auto& [device, ram] : sizes) {
       SCOPED_TRACE(testing::Message() << model << " " << policy << " device " << device << " RAM " << ram);
-      const Recorded run = generate_once(store, ram, policy, trace_path, prompt, device);
+      const Recorded run = generate_once(c.store, ram, policy, c.trace_path, c.prompt, device);
       EXPECT_EQ(run.tokens, plain.tokens) << "the tiers changed the output";
-      const df::stream::RoutingTrace trace = df::stream::read_routing_trace(trace_path);
-      df::stream::ReplayOptions ro;
-      ro.slots = ram;
+      const df::stream::RoutingTrace trace = df::stream::read_routing_trace(c.trace_path);
+      df::stream::ReplayOptions ro = replay_options(c, run, policy, ram);
       ro.device_slots = device;
-      ro.policy = df::stream::parse_policy(policy);
-      ro.policy_options.top_k = top_k;
-      ro.prefill_chunk = run.prefill_chunk;
-      ro.n_expert = n_expert;
       const df::stream::ReplayResult replayed = df::stream::replay_trace(trace, ro);
-      expect_same_counts(run.telemetry, replayed.layers, "RAM");
-      expect_same_counts(run.device_telemetry, replayed.device_layers, "device");
+      expect_same_counts(run.telemetry, replayed.layers, "the RAM tier");
+      expect_same_counts(run.device_telemetry, replayed.device_layers, "the device tier");
       EXPECT_GT(run.device_telemetry.total.misses, 0u);
       EXPECT_GT(run.telemetry.total.reads, 0u);
     }

@@ -15,16 +15,6 @@
 namespace df::stream {
 namespace {
 
-CacheBookOptions book_options(int n_layers, int n_expert, uint64_t slots, const ReplayOptions& o) {
-  CacheBookOptions b;
-  b.n_layers = n_layers;
-  b.n_expert = n_expert;
-  b.n_slots = slots;
-  b.policy = o.policy;
-  b.policy_options = o.policy_options;
-  return b;
-}
-
 class TwoTiers {
  public:
   TwoTiers(int n_layers, int n_expert, uint64_t device_slots, uint64_t ram_slots, const ReplayOptions& o)
@@ -32,8 +22,8 @@ class TwoTiers {
         n_expert_(n_expert),
         ram_telemetry_(n_layers),
         device_telemetry_(n_layers),
-        ram_(book_options(n_layers, n_expert, ram_slots, o), ram_telemetry_),
-        device_(book_options(n_layers, n_expert, device_slots, o), device_telemetry_),
+        ram_(replay_book_options(n_layers, n_expert, ram_slots, o), ram_telemetry_),
+        device_(replay_book_options(n_layers, n_expert, device_slots, o), device_telemetry_),
         ram_pin_(device_slots, -1),
         copy_pending_(device_slots, 0),
         host_reading_(device_slots, 0) {
@@ -252,10 +242,7 @@ ReplayResult replay_two_tiers(const RoutingTrace& t, const ReplayOptions& o) {
     const int l = st.layer;
     step_ids(t, st, o.order, used);
     if (!st.decode && o.prefill == PrefillMode::kBypass) {
-      LayerCounters& b = bypassed[static_cast<size_t>(l)];
-      b.accesses += used.size();
-      b.misses += used.size();
-      b.reads += used.size();
+      count_read_past(bypassed[static_cast<size_t>(l)], used.size());
       continue;
     }
     for (int ahead = 1; ahead <= o.lookahead && l + ahead < L; ++ahead) {

@@ -16,7 +16,7 @@ namespace {
 class Shard {
  public:
   Shard(int n_layers, int n_expert, uint64_t slots, const ReplayOptions& o)
-      : telemetry_(n_layers), book_(options(n_layers, n_expert, slots, o), telemetry_) {}
+      : telemetry_(n_layers), book_(replay_book_options(n_layers, n_expert, slots, o), telemetry_) {}
   CacheBook& book() { return book_; }
   CacheTelemetry& telemetry() { return telemetry_; }
   uint64_t reads() const { return reads_; }  // of every layer: a step's guesses read records of later layers
@@ -41,15 +41,6 @@ class Shard {
   }
 
  private:
-  static CacheBookOptions options(int n_layers, int n_expert, uint64_t slots, const ReplayOptions& o) {
-    CacheBookOptions b;
-    b.n_layers = n_layers;
-    b.n_expert = n_expert;
-    b.n_slots = slots;
-    b.policy = o.policy;
-    b.policy_options = o.policy_options;
-    return b;
-  }
   CacheTelemetry telemetry_;
   CacheBook book_;
   uint64_t reads_ = 0;
@@ -197,10 +188,7 @@ ReplayResult replay_trace(const RoutingTrace& t, const ReplayOptions& o) {
     const int l = st.layer;
     step_ids(t, st, o.order, used);
     if (!st.decode && o.prefill == PrefillMode::kBypass) {
-      LayerCounters& b = bypassed[static_cast<size_t>(l)];
-      b.accesses += used.size();
-      b.misses += used.size();
-      b.reads += used.size();
+      count_read_past(bypassed[static_cast<size_t>(l)], used.size());
       continue;
     }
     if (o.belady) {

@@ -76,6 +76,16 @@ void step_guesses(const RoutingTrace& t, const TraceIndex& ix, const TraceStep& 
   out.erase(std::unique(out.begin(), out.end()), out.end());
 }
 
+CacheBookOptions replay_book_options(int n_layers, int n_expert, uint64_t slots, const ReplayOptions& o) {
+  CacheBookOptions b;
+  b.n_layers = n_layers;
+  b.n_expert = n_expert;
+  b.n_slots = slots;
+  b.policy = o.policy;
+  b.policy_options = o.policy_options;
+  return b;
+}
+
 LayerCounters counters_minus(const LayerCounters& a, const LayerCounters& b) {
   LayerCounters d;
   d.accesses = a.accesses - b.accesses;
@@ -88,6 +98,12 @@ LayerCounters counters_minus(const LayerCounters& a, const LayerCounters& b) {
   d.prefetch_cancelled = a.prefetch_cancelled - b.prefetch_cancelled;
   d.reads = a.reads - b.reads;
   return d;
+}
+
+void count_read_past(LayerCounters& c, size_t n) {
+  c.accesses += n;
+  c.misses += n;
+  c.reads += n;
 }
 
 }  // namespace df::stream

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "stream/cache_book.h"
 #include "stream/cache_telemetry.h"
 #include "stream/routing_trace.h"
 #include "stream/trace_replay.h"
@@ -43,6 +44,12 @@ void step_ids(const RoutingTrace& t, const TraceStep& st, AccessOrder order, std
 void step_guesses(const RoutingTrace& t, const TraceIndex& ix, const TraceStep& st, int target,
                   GuessKind guess, std::vector<int32_t>& out);
 
+// A cache of `slots` for the replay's policy.
+CacheBookOptions replay_book_options(int n_layers, int n_expert, uint64_t slots, const ReplayOptions& o);
+
 LayerCounters counters_minus(const LayerCounters& a, const LayerCounters& b);
+
+// n accesses read past the cache (--prefill bypass): each a miss and a read.
+void count_read_past(LayerCounters& c, size_t n);
 
 }  // namespace df::stream
