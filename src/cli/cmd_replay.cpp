@@ -112,7 +112,7 @@ uint64_t device_tier_slots(const ReplayFlags& f, const std::optional<ModelRecord
 }
 
 Row run_one(const stream::RoutingTrace& t, const ReplayFlags& f, const std::string& policy, const Size& size,
-            const std::optional<ModelRecords>& rec) {
+            const std::optional<ModelRecords>& rec, uint64_t device_slots) {
   stream::ReplayOptions o = base_options(f);
   o.belady = policy == "belady";
   if (!o.belady) o.policy = stream::parse_policy(policy);
@@ -124,7 +124,7 @@ Row run_one(const stream::RoutingTrace& t, const ReplayFlags& f, const std::stri
   } else {
     o.slots = size.total;
   }
-  o.device_slots = device_tier_slots(f, rec);
+  o.device_slots = device_slots;
   Row row{policy, size, stream::replay_trace(t, o)};
   if (rec && row.r.decode_tokens > 0) {
     row.bytes_per_token = row.r.reads_per_token() * static_cast<double>(rec->record_bytes);
@@ -267,7 +267,7 @@ void replay(const ReplayFlags& f) {
 
   std::vector<Row> rows;
   for (const Size& size : sizes)
-    for (const std::string& p : policies) rows.push_back(run_one(t, f, p, size, rec));
+    for (const std::string& p : policies) rows.push_back(run_one(t, f, p, size, rec, device_slots));
 
   const bool table = device_slots == 0 && (sizes.size() > 1 || policies.size() > 1);
   if (device_slots > 0) {

@@ -20,9 +20,8 @@ class TwoTiers {
   TwoTiers(int n_layers, int n_expert, uint64_t device_slots, uint64_t ram_slots, const ReplayOptions& o)
       : exclusive_(o.ram_tier == RamTier::kExclusive),
         n_expert_(n_expert),
-        ram_telemetry_(n_layers),
+        ram_(n_layers, n_expert, ram_slots, o),
         device_telemetry_(n_layers),
-        ram_(replay_book_options(n_layers, n_expert, ram_slots, o), ram_telemetry_),
         device_(replay_book_options(n_layers, n_expert, device_slots, o), device_telemetry_),
         ram_pin_(device_slots, -1),
         copy_pending_(device_slots, 0),
@@ -32,9 +31,11 @@ class TwoTiers {
           {this, [](void* self, int key) { static_cast<TwoTiers*>(self)->copy_down(key); }});
   }
 
-  CacheTelemetry& ram_telemetry() { return ram_telemetry_; }
+  CacheTelemetry& ram_telemetry() { return ram_.telemetry(); }
   CacheTelemetry& device_telemetry() { return device_telemetry_; }
   CacheBook& device() { return device_; }
+  uint64_t disk_reads() const { return ram_.reads(); }  // of every layer
+  uint64_t copies() const { return copies_; }           // of every layer
 
   // TieredExpertProvider::prefetch: the guesses the device tier does not hold read into RAM (landing at once
   // here), then queued in the device tier; their copies go at the next announce or acquire.
@@ -43,7 +44,7 @@ class TwoTiers {
     scratch_.clear();
     for (int32_t e : ids)
       if (device_.slot_of(device_.key_of(layer, e)) < 0) scratch_.push_back(e);
-    if (ram_.prefetch(layer, scratch_)) drain_ram();
+    if (ram_.book().prefetch(layer, scratch_)) ram_.drain();
     std::erase_if(scratch_, [&](int32_t e) { return !ram_ready(layer, e); });
     if (!scratch_.empty()) device_.prefetch(layer, scratch_);
   }
@@ -53,8 +54,8 @@ class TwoTiers {
     issue_guess_copies();
     release_host_copies();
     device_.enter_layer(layer);
-    const size_t n =
-        std::min({ids.size(), static_cast<size_t>(device_.n_slots()), static_cast<size_t>(ram_.n_slots())});
+    const size_t n = std::min(
+        {ids.size(), static_cast<size_t>(device_.n_slots()), static_cast<size_t>(ram_.book().n_slots())});
     slots.assign(ids.size(), -1);
     for (size_t i = 0; i < n; ++i) slots[i] = pin(layer, ids[i]);
     start_copies();
@@ -78,14 +79,15 @@ class TwoTiers {
   // After a step (exclusive study): the device tier's victims come down into RAM, into the room the records
   // copied up have left.
   void settle() {
-    for (int key : copied_down_) ram_.insert_ready(key / n_expert_, key % n_expert_);
+    for (int key : copied_down_) ram_.book().insert_ready(key / n_expert_, key % n_expert_);
     copied_down_.clear();
   }
 
  private:
-  bool ram_ready(int layer, int expert) const {
-    const int s = ram_.slot_of(ram_.key_of(layer, expert));
-    return s >= 0 && ram_.state(s) == CacheBook::State::kReady;
+  bool ram_ready(int layer, int expert) {
+    const CacheBook& ram = ram_.book();
+    const int s = ram.slot_of(ram.key_of(layer, expert));
+    return s >= 0 && ram.state(s) == CacheBook::State::kReady;
   }
 
   int pin(int layer, int expert) {
@@ -94,52 +96,35 @@ class TwoTiers {
     return s;
   }
 
-  void drain_ram() {
-    bool guess = false;
-    for (int s; (s = ram_.start_read(true, &guess)) >= 0;) {
-      ++ram_telemetry_.layer(ram_.key(s) / n_expert_).reads;
-      ram_.finish_read(s, true);
-    }
+  bool ram_full() { return ram_pins_ >= ram_.book().n_slots(); }
+
+  // The RAM record of device slot `slot`'s key pinned for its copy up (a miss queues its disk read).
+  void pin_for_copy(int slot, int key) {
+    ram_.book().enter_layer(key / n_expert_);
+    ram_pin_[static_cast<size_t>(slot)] = ram_.pin(key / n_expert_, key % n_expert_);
+    ++ram_pins_;
+    copy_pending_[static_cast<size_t>(slot)] = 1;
   }
 
-  int pin_ram(int layer, int expert) {
-    ram_.enter_layer(layer);
-    int s = ram_.pin(layer, expert);
-    if (s == CacheBook::kWaitForRead) {
-      drain_ram();
-      s = ram_.pin(layer, expert);
-    }
-    if (s < 0) fail("replay: no RAM slot for MoE layer {} expert {}", layer, expert);
-    return s;
-  }
-
-  void unpin_ram(int s) {
-    ram_.unpin(s);
-    if (exclusive_) ram_.drop(s);  // copied up: the record leaves RAM
-    --ram_pins_;
-  }
-
-  void release_host_copies() {
-    for (size_t s = 0; s < host_reading_.size(); ++s) {
-      if (!host_reading_[s]) continue;
-      host_reading_[s] = 0;
-      unpin_ram(ram_pin_[s]);
-      ram_pin_[s] = -1;
-    }
-  }
-
+  // The copy into `slot` has read its RAM record: the pin goes (and, exclusive, the record leaves RAM).
   void finish_host_read(int slot) {
     const size_t us = static_cast<size_t>(slot);
     if (!host_reading_[us]) return;
     host_reading_[us] = 0;
-    unpin_ram(ram_pin_[us]);
+    ram_.book().unpin(ram_pin_[us]);
+    if (exclusive_) ram_.book().drop(ram_pin_[us]);
     ram_pin_[us] = -1;
+    --ram_pins_;
+  }
+
+  void release_host_copies() {
+    for (size_t s = 0; s < host_reading_.size(); ++s) finish_host_read(static_cast<int>(s));
   }
 
   void make_ram_room() {
-    if (static_cast<int64_t>(ram_pins_) < ram_.n_slots()) return;
+    if (!ram_full()) return;
     release_host_copies();
-    if (static_cast<int64_t>(ram_pins_) < ram_.n_slots()) return;
+    if (!ram_full()) return;
     for (size_t s = 0; s < copy_pending_.size(); ++s)
       if (copy_pending_[s]) finish_copy(static_cast<int>(s));
     release_host_copies();
@@ -155,22 +140,21 @@ class TwoTiers {
       if (const auto it = std::find(copied_down_.begin(), copied_down_.end(), key);
           it != copied_down_.end()) {
         copied_down_.erase(it);
-        ram_.insert_ready(key / n_expert_, key % n_expert_);
+        ram_.book().insert_ready(key / n_expert_, key % n_expert_);
       }
-      ram_pin_[static_cast<size_t>(s)] = pin_ram(key / n_expert_, key % n_expert_);
-      ++ram_pins_;
-      copy_pending_[static_cast<size_t>(s)] = 1;
+      pin_for_copy(s, key);
     }
   }
 
   void finish_copy(int slot) {
     const size_t us = static_cast<size_t>(slot);
     if (!copy_pending_[us]) return;
-    drain_ram();
+    ram_.drain();
     copy_pending_[us] = 0;
     host_reading_[us] = 1;
     device_.finish_read(slot, true);
     ++device_telemetry_.layer(device_.key(slot) / n_expert_).reads;
+    ++copies_;
     if (exclusive_) finish_host_read(slot);  // the record moves up at once
   }
 
@@ -179,13 +163,11 @@ class TwoTiers {
     for (int s; (s = device_.start_read(true, &guess)) >= 0;) {
       finish_host_read(s);
       const int key = device_.key(s);
-      if (static_cast<int64_t>(ram_pins_) >= ram_.n_slots() || !ram_ready(key / n_expert_, key % n_expert_)) {
+      if (ram_full() || !ram_ready(key / n_expert_, key % n_expert_)) {
         device_.finish_read(s, false);
         continue;
       }
-      ram_pin_[static_cast<size_t>(s)] = pin_ram(key / n_expert_, key % n_expert_);
-      ++ram_pins_;
-      copy_pending_[static_cast<size_t>(s)] = 1;
+      pin_for_copy(s, key);
       finish_copy(s);
     }
   }
@@ -196,11 +178,13 @@ class TwoTiers {
 
   bool exclusive_;
   int n_expert_;
-  CacheTelemetry ram_telemetry_, device_telemetry_;
-  CacheBook ram_, device_;
+  ReplayCache ram_;
+  CacheTelemetry device_telemetry_;
+  CacheBook device_;
   std::vector<int> ram_pin_;
   std::vector<uint8_t> copy_pending_, host_reading_;
   int ram_pins_ = 0;
+  uint64_t copies_ = 0;
   std::vector<int32_t> scratch_;
   std::vector<int> copied_down_;
 };
@@ -238,24 +222,15 @@ ReplayResult replay_two_tiers(const RoutingTrace& t, const ReplayOptions& o) {
   std::vector<int> slots;
   std::vector<LayerCounters> bypassed(static_cast<size_t>(L));
   for (const TraceStep& st : steps) {
-    if (!st.decode && o.prefill == PrefillMode::kSkip) continue;
+    if (!cached_step_ids(t, st, o, used, bypassed)) continue;
     const int l = st.layer;
-    step_ids(t, st, o.order, used);
-    if (!st.decode && o.prefill == PrefillMode::kBypass) {
-      count_read_past(bypassed[static_cast<size_t>(l)], used.size());
-      continue;
-    }
     for (int ahead = 1; ahead <= o.lookahead && l + ahead < L; ++ahead) {
       step_guesses(t, ix, st, l + ahead, o.guess, guesses);
       tiers.prefetch(l + ahead, guesses);
     }
     const LayerCounters ram_before = tiers.ram_telemetry().layer(l);
     const LayerCounters device_before = tiers.device_telemetry().layer(l);
-    uint64_t ram_reads_before = 0, copies_before = 0;
-    for (int k = 0; k < L; ++k) {
-      ram_reads_before += tiers.ram_telemetry().layer(k).reads;
-      copies_before += tiers.device_telemetry().layer(k).reads;
-    }
+    const uint64_t disk_reads_before = tiers.disk_reads(), copies_before = tiers.copies();
     // As moe_block.cpp's run_waves (the routed op of a decode step is one wave): waves as large as the
     // device tier.
     tiers.announce(l, used, slots);
@@ -268,16 +243,11 @@ ReplayResult replay_two_tiers(const RoutingTrace& t, const ReplayOptions& o) {
     tiers.settle();
     if (st.decode) {
       // A step's reads and copies include those of its guesses for later layers.
-      uint64_t ram_reads = 0, copies = 0;
-      for (int k = 0; k < L; ++k) {
-        ram_reads += tiers.ram_telemetry().layer(k).reads;
-        copies += tiers.device_telemetry().layer(k).reads;
-      }
       LayerCounters r = counters_minus(tiers.ram_telemetry().layer(l), ram_before);
-      r.reads = ram_reads - ram_reads_before;
+      r.reads = tiers.disk_reads() - disk_reads_before;
       res.decode_layers[static_cast<size_t>(l)].add(r);
       LayerCounters d = counters_minus(tiers.device_telemetry().layer(l), device_before);
-      d.reads = copies - copies_before;
+      d.reads = tiers.copies() - copies_before;
       res.device_decode_layers[static_cast<size_t>(l)].add(d);
     }
   }

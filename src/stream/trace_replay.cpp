@@ -13,39 +13,6 @@
 namespace df::stream {
 namespace {
 
-class Shard {
- public:
-  Shard(int n_layers, int n_expert, uint64_t slots, const ReplayOptions& o)
-      : telemetry_(n_layers), book_(replay_book_options(n_layers, n_expert, slots, o), telemetry_) {}
-  CacheBook& book() { return book_; }
-  CacheTelemetry& telemetry() { return telemetry_; }
-  uint64_t reads() const { return reads_; }  // of every layer: a step's guesses read records of later layers
-
-  // Every queued read lands, demand reads first (the reader's priority).
-  void drain() {
-    bool guess = false;
-    for (int s = book_.start_read(true, &guess); s >= 0; s = book_.start_read(true, &guess)) {
-      ++telemetry_.layer(book_.key(s) / book_.n_expert()).reads;
-      ++reads_;
-      book_.finish_read(s, true);
-    }
-  }
-  int pin(int layer, int expert) {
-    int s = book_.pin(layer, expert);
-    if (s == CacheBook::kWaitForRead) {
-      drain();
-      s = book_.pin(layer, expert);
-    }
-    if (s < 0) fail("replay: no slot for MoE layer {} expert {}", layer, expert);
-    return s;
-  }
-
- private:
-  CacheTelemetry telemetry_;
-  CacheBook book_;
-  uint64_t reads_ = 0;
-};
-
 void check_options(const RoutingTrace& t, const ReplayOptions& o) {
   if (o.layer_slots.empty() && o.slots < static_cast<uint64_t>(t.k))
     fail("replay: {} slots cannot hold the {} experts one token needs at once", o.slots, t.k);
@@ -113,29 +80,32 @@ void belady(const std::vector<Access>& seq, uint64_t capacity, int n_expert, std
 
 }  // namespace
 
-double ReplayResult::hit_rate() const {
-  const LayerCounters& c = decode.accesses ? decode : total;
+namespace {
+
+double hits_over_accesses(const LayerCounters& c) {
   return c.accesses ? static_cast<double>(c.hits) / static_cast<double>(c.accesses) : 0.0;
 }
+
+double per_token(uint64_t count, uint64_t tokens) {
+  return tokens ? static_cast<double>(count) / static_cast<double>(tokens) : 0.0;
+}
+
+}  // namespace
+
+double ReplayResult::hit_rate() const { return hits_over_accesses(decode.accesses ? decode : total); }
 
 double ReplayResult::layer_hit_rate(int l) const {
-  const LayerCounters& c =
-      decode.accesses ? decode_layers[static_cast<size_t>(l)] : layers[static_cast<size_t>(l)];
-  return c.accesses ? static_cast<double>(c.hits) / static_cast<double>(c.accesses) : 0.0;
+  const size_t ul = static_cast<size_t>(l);
+  return hits_over_accesses(decode.accesses ? decode_layers[ul] : layers[ul]);
 }
 
-double ReplayResult::reads_per_token() const {
-  return decode_tokens ? static_cast<double>(decode.reads) / static_cast<double>(decode_tokens) : 0.0;
-}
+double ReplayResult::reads_per_token() const { return per_token(decode.reads, decode_tokens); }
 
 double ReplayResult::device_hit_rate() const {
-  const LayerCounters& c = device_decode.accesses ? device_decode : device_total;
-  return c.accesses ? static_cast<double>(c.hits) / static_cast<double>(c.accesses) : 0.0;
+  return hits_over_accesses(device_decode.accesses ? device_decode : device_total);
 }
 
-double ReplayResult::copies_per_token() const {
-  return decode_tokens ? static_cast<double>(device_decode.reads) / static_cast<double>(decode_tokens) : 0.0;
-}
+double ReplayResult::copies_per_token() const { return per_token(device_decode.reads, decode_tokens); }
 
 ReplayResult replay_trace(const RoutingTrace& t, const ReplayOptions& o) {
   if (o.device_slots > 0) return replay_two_tiers(t, o);
@@ -158,17 +128,17 @@ ReplayResult replay_trace(const RoutingTrace& t, const ReplayOptions& o) {
   const std::vector<TraceStep> steps = trace_steps(t, ix, o, chunk);
 
   // Shard s serves layers [first_layer[s], ...): one shard for the engine's shared cache, one per layer else.
-  std::vector<std::unique_ptr<Shard>> shards;
+  std::vector<std::unique_ptr<ReplayCache>> shards;
   if (!o.belady) {
     if (per_layer)
       for (int l = 0; l < L; ++l)
-        shards.push_back(
-            std::make_unique<Shard>(1, E, static_cast<uint64_t>(o.layer_slots[static_cast<size_t>(l)]), o));
+        shards.push_back(std::make_unique<ReplayCache>(
+            1, E, static_cast<uint64_t>(o.layer_slots[static_cast<size_t>(l)]), o));
     else
       shards.push_back(
-          std::make_unique<Shard>(L, E, std::min<uint64_t>(o.slots, static_cast<uint64_t>(L) * E), o));
+          std::make_unique<ReplayCache>(L, E, std::min<uint64_t>(o.slots, static_cast<uint64_t>(L) * E), o));
   }
-  const auto shard_of = [&](int layer) -> Shard& {
+  const auto shard_of = [&](int layer) -> ReplayCache& {
     return *shards[per_layer ? static_cast<size_t>(layer) : 0];
   };
   const auto local = [&](int layer) { return per_layer ? 0 : layer; };
@@ -184,19 +154,14 @@ ReplayResult replay_trace(const RoutingTrace& t, const ReplayOptions& o) {
   std::vector<LayerCounters> bypassed(static_cast<size_t>(L));
   const size_t wave = static_cast<size_t>(t.k);
   for (const TraceStep& st : steps) {
-    if (!st.decode && o.prefill == PrefillMode::kSkip) continue;
+    if (!cached_step_ids(t, st, o, used, bypassed)) continue;
     const int l = st.layer;
-    step_ids(t, st, o.order, used);
-    if (!st.decode && o.prefill == PrefillMode::kBypass) {
-      count_read_past(bypassed[static_cast<size_t>(l)], used.size());
-      continue;
-    }
     if (o.belady) {
       auto& seq = belady_seq[per_layer ? static_cast<size_t>(l) : 0];
       for (int32_t e : used) seq.push_back({l, e, st.decode});
       continue;
     }
-    Shard& sh = shard_of(l);
+    ReplayCache& sh = shard_of(l);
     CacheBook& book = sh.book();
     for (int ahead = 1; ahead <= o.lookahead && l + ahead < L; ++ahead) {
       const int target = l + ahead;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "util/error.h"
+
 namespace df::stream {
 namespace {
 
@@ -86,6 +88,28 @@ CacheBookOptions replay_book_options(int n_layers, int n_expert, uint64_t slots,
   return b;
 }
 
+ReplayCache::ReplayCache(int n_layers, int n_expert, uint64_t slots, const ReplayOptions& o)
+    : telemetry_(n_layers), book_(replay_book_options(n_layers, n_expert, slots, o), telemetry_) {}
+
+void ReplayCache::drain() {
+  bool guess = false;
+  for (int s; (s = book_.start_read(true, &guess)) >= 0;) {
+    ++telemetry_.layer(book_.key(s) / book_.n_expert()).reads;
+    ++reads_;
+    book_.finish_read(s, true);
+  }
+}
+
+int ReplayCache::pin(int layer, int expert) {
+  int s = book_.pin(layer, expert);
+  if (s == CacheBook::kWaitForRead) {
+    drain();
+    s = book_.pin(layer, expert);
+  }
+  if (s < 0) fail("replay: no slot for MoE layer {} expert {}", layer, expert);
+  return s;
+}
+
 LayerCounters counters_minus(const LayerCounters& a, const LayerCounters& b) {
   LayerCounters d;
   d.accesses = a.accesses - b.accesses;
@@ -100,10 +124,16 @@ LayerCounters counters_minus(const LayerCounters& a, const LayerCounters& b) {
   return d;
 }
 
-void count_read_past(LayerCounters& c, size_t n) {
-  c.accesses += n;
-  c.misses += n;
-  c.reads += n;
+bool cached_step_ids(const RoutingTrace& t, const TraceStep& st, const ReplayOptions& o,
+                     std::vector<int32_t>& used, std::vector<LayerCounters>& read_past) {
+  if (!st.decode && o.prefill == PrefillMode::kSkip) return false;
+  step_ids(t, st, o.order, used);
+  if (st.decode || o.prefill != PrefillMode::kBypass) return true;
+  LayerCounters& c = read_past[static_cast<size_t>(st.layer)];
+  c.accesses += used.size();
+  c.misses += used.size();
+  c.reads += used.size();
+  return false;
 }
 
 }  // namespace df::stream

@@ -47,9 +47,30 @@ void step_guesses(const RoutingTrace& t, const TraceIndex& ix, const TraceStep& 
 // A cache of `slots` for the replay's policy.
 CacheBookOptions replay_book_options(int n_layers, int n_expert, uint64_t slots, const ReplayOptions& o);
 
+// One replayed cache: its book and counters, reads landing when drained.
+class ReplayCache {
+ public:
+  ReplayCache(int n_layers, int n_expert, uint64_t slots, const ReplayOptions& o);
+  CacheBook& book() { return book_; }
+  CacheTelemetry& telemetry() { return telemetry_; }
+  uint64_t reads() const { return reads_; }  // of every layer: a step's guesses read records of later layers
+
+  // Every queued read lands, demand reads first (the reader's priority).
+  void drain();
+  // Pins one expert, letting the reads land first where only a read in flight could make room.
+  int pin(int layer, int expert);
+
+ private:
+  CacheTelemetry telemetry_;
+  CacheBook book_;
+  uint64_t reads_ = 0;
+};
+
 LayerCounters counters_minus(const LayerCounters& a, const LayerCounters& b);
 
-// n accesses read past the cache (--prefill bypass): each a miss and a read.
-void count_read_past(LayerCounters& c, size_t n);
+// The experts `st` acquires through the cache, into `used` (step_ids); false for a prompt step that is
+// skipped or read past the cache (PrefillMode), the latter counted in read_past[layer] as misses and reads.
+bool cached_step_ids(const RoutingTrace& t, const TraceStep& st, const ReplayOptions& o,
+                     std::vector<int32_t>& used, std::vector<LayerCounters>& read_past);
 
 }  // namespace df::stream
