@@ -3,7 +3,8 @@
 // the logits, the residual stream after each layer and the expert choices are the unsplit model's bits
 // (prompt chunks, decode steps, sequences batched together, a state restored from a copy); each stage's ops
 // were handed only memory of its own backend (what a GPU of its own requires); each stage loaded only its
-// layers' weights; ranges that do not tile the layers are clear errors.
+// layers' weights (and the routing of the next stage's first MoE layers, which its last ones guess as the
+// whole model does); ranges that do not tile the layers are clear errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "forwarding_backend.h"
 #include "gguf/gguf.h"
 #include "golden_json.h"
+#include "models/expert_provider.h"
 #include "models/layer_split.h"
 #include "models/model.h"
 #include "split_test_support.h"
@@ -125,6 +127,89 @@ TEST_P(LayerSplit, EachStageLoadsOnlyItsLayersWeights) {
   // Nothing but a tied head's embeddings is loaded twice.
   EXPECT_GE(sum, all->weight_bytes);
   EXPECT_LT(sum, all->weight_bytes + all->weight_bytes / 2);
+}
+
+// One read-ahead guess as a provider was given it: the MoE layer, the guessed experts, and which provider
+// (the stage whose provider it was; 0 for a whole model).
+struct Guess {
+  int layer;
+  std::vector<int32_t> ids;
+  size_t provider;
+  bool operator==(const Guess&) const = default;
+};
+struct GuessLog {
+  std::vector<Guess> guesses;
+  std::vector<size_t> started;  // the providers start_prefetches() was called on, in turn
+};
+
+// Every expert resident, as the default provider holds them, with every guess and start_prefetches() call
+// written into a log shared by all the stages' providers.
+class GuessRecorder final : public ExpertProvider {
+ public:
+  GuessRecorder(std::unique_ptr<ExpertProvider> inner, GuessLog& log, size_t provider)
+      : inner_(std::move(inner)), log_(log), provider_(provider) {}
+  void prefetch(int l, std::span<const int32_t> ids) override {
+    log_.guesses.push_back({l, std::vector<int32_t>(ids.begin(), ids.end()), provider_});
+  }
+  void start_prefetches() override { log_.started.push_back(provider_); }
+  std::optional<backend::RoutedExperts> resident_stacks(int l) const override {
+    return inner_->resident_stacks(l);
+  }
+  size_t max_held(int l) const override { return inner_->max_held(l); }
+  ExpertView acquire(int l, int expert) override { return inner_->acquire(l, expert); }
+  void release(int l, int expert) override { inner_->release(l, expert); }
+
+ private:
+  std::unique_ptr<ExpertProvider> inner_;
+  GuessLog& log_;
+  size_t provider_;
+};
+
+// Options of a model (or a stage) on a one-thread CPU backend whose provider records into `log`.
+LoadOptions recording(GuessLog& log, size_t provider, int first, int end, int lookahead) {
+  LoadOptions o;
+  auto be = std::shared_ptr<backend::Backend>(backend::make_backend({"cpu", 1}));
+  o.backend = be;
+  o.first_layer = first;
+  o.end_layer = end;
+  o.prefetch_lookahead = lookahead;
+  o.make_expert_provider = [be, &log, provider, first, end](const gguf::File& f, const ExpertLayout& layout) {
+    return std::make_unique<GuessRecorder>(
+        std::make_unique<ResidentExpertProvider>(f, layout, *be, first, end), log, provider);
+  };
+  return o;
+}
+
+TEST_P(LayerSplit, TheLastLayersOfAStageGuessTheNextStagesFirstLayersAsTheWholeModelDoes) {
+  const std::string name = GetParam();
+  const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));
+  const auto tokens = golden_prompt(name);
+  for (int lookahead : {1, 2}) {
+    GuessLog whole_log;
+    auto whole = load_model(file, recording(whole_log, 0, 0, -1, lookahead));
+    const std::vector<float> want = every_logit(*whole, tokens);
+    const ModelInfo info = whole->info();
+    ASSERT_FALSE(whole_log.guesses.empty()) << "the whole model made no guess";
+    for (int b = 1; b < info.n_layer; ++b) {
+      SCOPED_TRACE("lookahead " + std::to_string(lookahead) + ", split before layer " + std::to_string(b));
+      GuessLog log;
+      auto split =
+          load_layer_split(file, {recording(log, 0, 0, b, lookahead), recording(log, 1, b, -1, lookahead)});
+      EXPECT_TRUE(same_bits(every_logit(*split, tokens), want));
+      // The same guesses in the same order, each given to the stage that computes its layer.
+      ASSERT_EQ(log.guesses.size(), whole_log.guesses.size());
+      for (size_t i = 0; i < log.guesses.size(); ++i) {
+        const Guess& g = log.guesses[i];
+        EXPECT_EQ(g.layer, whole_log.guesses[i].layer) << "guess " << i;
+        EXPECT_EQ(g.ids, whole_log.guesses[i].ids) << "guess " << i << " of MoE layer " << g.layer;
+        EXPECT_EQ(g.provider, info.moe_layers[static_cast<size_t>(g.layer)] < b ? 0u : 1u)
+            << "guess " << i << " of MoE layer " << g.layer << " went to the other stage's provider";
+      }
+      // The second stage starts its queued guesses before each of its forwards, the first never.
+      EXPECT_EQ(log.started, std::vector<size_t>(log.started.size(), 1u));
+      EXPECT_FALSE(log.started.empty());
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, LayerSplit, ::testing::ValuesIn(kSplitGoldenModels), split_case_name);

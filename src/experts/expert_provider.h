@@ -101,6 +101,10 @@ class ExpertProvider {
   // False when prefetch() does nothing (every expert already in place): the model then skips computing the
   // guesses (the next layers' routers), which costs a decode step a router pass per MoE layer.
   virtual bool uses_prefetch() const { return true; }
+  // Starts now what prefetch() left queued for the next acquire (a device tier issues its guesses' copies
+  // after those of the layer acquired next, which share its link): a layer split calls it for a stage about
+  // to run, whose first layers the stage before guessed. Optional.
+  virtual void start_prefetches() {}
   // The ids the model is about to acquire for this layer (each once), so that a disk provider can issue
   // every read at once before the first acquire() waits. Optional.
   virtual void will_acquire(int /*moe_layer*/, std::span<const int32_t> /*ids*/) {}

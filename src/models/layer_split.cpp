@@ -35,6 +35,9 @@ class StageExperts final : public ExpertProvider {
   void release_spare() override {
     for (ExpertProvider* p : of_layer_) p->release_spare();
   }
+  void start_prefetches() override {
+    for (ExpertProvider* p : of_layer_) p->start_prefetches();
+  }
 
  private:
   ExpertProvider& at(int moe_layer) const {
@@ -93,6 +96,7 @@ class LayerSplitModel final : public Model {
       for (MoeModelBase* s : stages_)
         if (s->runs_layer(in.moe_layers[moe])) of_layer.push_back(&s->experts());
     experts_ = std::make_unique<StageExperts>(std::move(of_layer));
+    for (MoeModelBase* s : stages_) s->set_read_ahead_experts(experts_.get());
     stage_steps_.resize(stages_.size());
   }
 
@@ -148,6 +152,9 @@ class LayerSplitModel final : public Model {
       std::vector<SequenceStep>& mine = stage_steps_[k];
       mine.assign(steps.begin(), steps.end());
       for (SequenceStep& s : mine) s.state = &own(s.state).part(k);
+      // The stage before guessed this stage's first MoE layers; what its tier queued behind the next acquire
+      // goes now, before this stage's first layer computes (the stage before has let go of its pins).
+      if (k > 0) stages_[k]->experts().start_prefetches();
       stages_[k]->forward_stage(mine, hidden_, capture);
       // The RAM tier under the stages' own tiers is one: what this stage kept pinned there goes first.
       stages_[k]->experts().release_spare();

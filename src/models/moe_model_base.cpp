@@ -22,6 +22,19 @@ void MoeModelBase::resolve_stage(int n_layer) {
   end_layer_ = end;
 }
 
+std::vector<int> MoeModelBase::layers_guessed_past_stage(const std::vector<TensorDesc>& tensors,
+                                                         int n_layer) const {
+  std::vector<int> moe_after;
+  for (const TensorDesc& t : tensors)
+    if (t.role == TensorRole::expert && t.layer >= end_layer_ && t.layer < n_layer)
+      moe_after.push_back(t.layer);
+  std::ranges::sort(moe_after);
+  moe_after.erase(std::unique(moe_after.begin(), moe_after.end()), moe_after.end());
+  if (moe_after.size() > static_cast<size_t>(prefetch_lookahead_))
+    moe_after.resize(static_cast<size_t>(prefetch_lookahead_));
+  return moe_after;
+}
+
 void MoeModelBase::check_n_ctx(int n_ctx) const {
   if (n_ctx < 1) fail("{}: context size {} must be at least 1", info_.arch, n_ctx);
 }
@@ -107,6 +120,7 @@ void MoeModelBase::finish_load(const gguf::File& file, const LoadOptions& option
   stage_moe_end_ = 0;
   for (const auto& l : expert_layout_.layers)
     if (l.model_layer < end_layer_) ++stage_moe_end_;
+  guess_moe_end_ = stage_moe_end_ + guess_layers_;
   experts_ = make_expert_provider(file, options, expert_layout_, *backend_, first_layer_, end_layer_);
 }
 

@@ -2,6 +2,7 @@
 // What the MoE architectures' models hold alike: the backend, the dense weights around the layers and their
 // storage, the routed experts' layout and provider, and the checks and trunk of new_state() and forward().
 // Each architecture derives from MoeModelBase and keeps its config, layers, State, layer code and loader.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -41,6 +42,10 @@ class MoeModelBase : public Model {
   // Whether model layer il is this model's to compute (all are, unless it is a stage of a layer split).
   bool runs_layer(int il) const { return il >= first_layer_ && il < end_layer_; }
   int end_layer() const { return end_layer_; }
+  // Where the read-ahead guesses of a stage go: the split's provider of every layer, so that the last MoE
+  // layers of a stage guess the first ones of the next stage (with those layers' routers, which this stage
+  // loads for it) as the whole model would. Unset: this model's own provider, guesses within its layers.
+  void set_read_ahead_experts(ExpertProvider* split_experts) { read_ahead_experts_ = split_experts; }
 
  protected:
   explicit MoeModelBase(const LoadOptions& options);
@@ -86,7 +91,8 @@ class MoeModelBase : public Model {
   void route_with_read_ahead(MoeBuffers& m, int moe, int64_t T, backend::Buf<float> xn,
                              RouteMoe&& route_moe) {
     route_moe(moe, RoutingOut{xn, m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
-    prefetch_next_layers(*backend_, *experts_, m, moe, stage_moe_end_, prefetch_lookahead_, T,
+    prefetch_next_layers(*backend_, read_ahead_experts_ ? *read_ahead_experts_ : *experts_, m, moe,
+                         read_ahead_experts_ ? guess_moe_end_ : stage_moe_end_, prefetch_lookahead_, T,
                          info_.n_expert_used, info_.n_expert, [&](int target) {
                            route_moe(target, RoutingOut{m.guess_xn.view(), m.guess_logits.view(),
                                                         m.guess_ids.view(), m.guess_weights.view()});
@@ -109,9 +115,10 @@ class MoeModelBase : public Model {
 
   ModelInfo info_;
   int prefetch_lookahead_ = 1;
-  // The layers this model runs (LoadOptions::first_layer/end_layer, resolved by bind_tensors) and the end of
-  // their MoE layers (read-ahead guesses stop there: the next stage's routers live on its device).
-  int first_layer_ = 0, end_layer_ = 0, stage_moe_end_ = 0;
+  // The layers this model runs (LoadOptions::first_layer/end_layer, resolved by bind_tensors), the end of
+  // their MoE layers, and the end of the MoE layers it guesses: its own and, as a stage of a layer split,
+  // the next prefetch_lookahead_ ones after them, whose routing weights bind_tensors loads for the guesses.
+  int first_layer_ = 0, end_layer_ = 0, stage_moe_end_ = 0, guess_moe_end_ = 0;
   std::shared_ptr<backend::Backend> backend_;   // LoadOptions::backend, or the default device's
   std::vector<backend::DeviceBuffer> storage_;  // the dense weights, in the backend's memory
   backend::Weight tok_embd_, output_;
@@ -131,12 +138,17 @@ class MoeModelBase : public Model {
   // first_layer_/end_layer_ from the options for a model of n_layer layers (df::Error for a range that is
   // empty or outside them).
   void resolve_stage(int n_layer);
+  // The model layers after this stage whose routing its last MoE layers guess (the next
+  // prefetch_lookahead_ layers that have routed experts in `tensors`); none for a whole model.
+  std::vector<int> layers_guessed_past_stage(const std::vector<TensorDesc>& tensors, int n_layer) const;
   // The checks of forward() and forward_many() (a state of this model, check_forward_args, distinct states),
   // then batch_ refilled from the steps.
   void make_batch(std::span<const SequenceStep> steps);
   SequenceBatch batch_;
-  int requested_end_layer_ = -1;   // LoadOptions::end_layer, until bind_tensors resolves it
-  std::span<float> stage_hidden_;  // forward_stage's hand-over of x
+  int requested_end_layer_ = -1;  // LoadOptions::end_layer, until bind_tensors resolves it
+  int guess_layers_ = 0;          // MoE layers after this stage whose routing bind_tensors loaded
+  ExpertProvider* read_ahead_experts_ = nullptr;  // set_read_ahead_experts
+  std::span<float> stage_hidden_;                 // forward_stage's hand-over of x
 };
 
 // The work state of an architecture whose every layer keeps a KV cache of one shape and that needs no batch
@@ -184,6 +196,8 @@ bool MoeModelBase::bind_tensors(TensorBinder& bind, const std::vector<TensorDesc
   bool file_has_output = false;
   for (const TensorDesc& t : tensors)
     if (t.kind == TensorKind::output) file_has_output = bind.present(t);
+  const std::vector<int> guessed = layers_guessed_past_stage(tensors, static_cast<int>(layers.size()));
+  guess_layers_ = static_cast<int>(guessed.size());
   bool has_output = false;
   for (const TensorDesc& t : tensors) {
     if (t.kind == TensorKind::token_embd) {
@@ -192,7 +206,8 @@ bool MoeModelBase::bind_tensors(TensorBinder& bind, const std::vector<TensorDesc
       if (heads) bind.bind(t, {.f32 = &output_norm_});
     } else if (t.kind == TensorKind::output) {
       if (heads) has_output = bind.bind(t, {.weight = &output_});
-    } else if (t.role == TensorRole::expert || runs_layer(t.layer)) {
+    } else if (t.role == TensorRole::expert || runs_layer(t.layer) ||
+               (routes_experts(t.kind) && std::ranges::find(guessed, t.layer) != guessed.end())) {
       // Every layer's experts go into the layout (the MoE layers keep their model-wide numbers); only this
       // stage's are loaded (make_expert_provider).
       bind.bind(t, layer_target(layers[static_cast<size_t>(t.layer)], t.kind));

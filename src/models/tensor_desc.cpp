@@ -4,6 +4,20 @@
 
 namespace df::models {
 
+bool routes_experts(TensorKind kind) {
+  switch (kind) {
+    case TensorKind::ffn_norm:        // lfm2moe, qwen3moe, hy_v3, qwen35moe
+    case TensorKind::post_attn_norm:  // gpt-oss's norm before the FFN
+    case TensorKind::router:
+    case TensorKind::router_bias:
+    case TensorKind::router_scale:
+    case TensorKind::selection_bias:
+      return true;
+    default:
+      return false;
+  }
+}
+
 TensorDesc& add_tensor(std::vector<TensorDesc>& out, TensorKind kind, TensorRole role, std::string name,
                        std::vector<int64_t> ne) {
   TensorDesc& t = out.emplace_back();

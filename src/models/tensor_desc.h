@@ -96,6 +96,11 @@ struct TensorDesc {
   int64_t row_group = 0;
 };
 
+// Whether a MoE layer's routing reads tensors of this kind in some architecture (the norm before the router,
+// the router, its bias and scale, the choice's bias): what a stage of a layer split loads of the next
+// stage's first MoE layers to guess their experts.
+bool routes_experts(TensorKind kind);
+
 // Appends a tensor outside the layers.
 TensorDesc& add_tensor(std::vector<TensorDesc>& out, TensorKind kind, TensorRole role, std::string name,
                        std::vector<int64_t> ne);

@@ -232,6 +232,12 @@ void TieredExpertProvider::issue_guess_copies() {
   }
 }
 
+void TieredExpertProvider::start_prefetches() {
+  std::lock_guard lock(mu_);
+  release_host_copies(/*wait=*/false);
+  issue_guess_copies();
+}
+
 void TieredExpertProvider::release_unclaimed() {
   for (int32_t key : announced_keys_) {
     int32_t& slot = announced_slot_[static_cast<size_t>(key)];

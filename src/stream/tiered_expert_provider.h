@@ -58,6 +58,8 @@ class TieredExpertProvider final : public experts::ExpertProvider {
   TieredExpertProvider& operator=(const TieredExpertProvider&) = delete;
 
   void prefetch(int moe_layer, std::span<const int32_t> guessed_ids) override;
+  // Issues the queued guesses' copies now instead of after the next acquire's.
+  void start_prefetches() override;
   void will_acquire(int moe_layer, std::span<const int32_t> ids) override;
   experts::ExpertView acquire(int moe_layer, int expert) override;
   // The device slots as a stack with the expert->slot map of the layer uploaded to the backend (one small
