@@ -111,6 +111,33 @@ TEST_P(LayerSplit, SequencesBatchedTogetherAndARestoredCopyMatchTheWholeModel) {
   EXPECT_TRUE(same_bits(batched_step_logits(*s.model, tokens), batched_step_logits(*one, tokens)));
 }
 
+// A stage's state holds only its layers' KV and recurrent state, and state_bytes() says so before it is
+// allocated (the memory plan sizes a split's caches from it).
+TEST_P(LayerSplit, AStagesStateIsItsLayersAndItsSizeIsKnownBeforeItIsAllocated) {
+  const std::string name = GetParam();
+  const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));
+  auto one = whole_model(file);
+  const int n_layer = one->info().n_layer;
+  const int n_ctx = 64, n_batch = 7;
+  std::vector<int32_t> prompt(n_batch);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(1 + i % 50);
+  std::vector<float> logits(static_cast<size_t>(one->info().n_vocab));
+  const auto run = [&](Model& m) {
+    auto st = m.new_state(n_ctx);
+    m.forward(*st, prompt, logits, false);
+    m.forward(*st, std::span<const int32_t>(prompt.data(), 1), logits, false);
+    return st->bytes();
+  };
+  const size_t whole = run(*one);
+  for (int b = 1; b < n_layer; ++b) {
+    SCOPED_TRACE("split before layer " + std::to_string(b));
+    Split s = split_at(file, {b});
+    const size_t split = run(*s.model);
+    EXPECT_EQ(s.model->state_bytes(n_ctx, n_batch), split);
+    EXPECT_GT(split, whole) << "each stage has batch buffers of its own";
+  }
+}
+
 TEST_P(LayerSplit, EachStageLoadsOnlyItsLayersWeights) {
   const std::string name = GetParam();
   const auto file = gguf::File::open(df::testing::golden_path(name + ".gguf"));

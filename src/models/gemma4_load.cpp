@@ -48,7 +48,7 @@ TensorTarget layer_target(Gemma4Model::Layer& l, TensorKind kind) {
 
 Gemma4Model::Gemma4Model(const gguf::File& file, const LoadOptions& options)
     : MoeModelBase(options), cfg_(gemma4_config(file)) {
-  state_dims_ = state_dims_of(cfg_);
+  state_dims_ = state_dims_of(cfg_, held_layers());
   WeightLoader w(file, *backend_, std::string(kGemma4Arch));
   TensorBinder bind(w, expert_layout_, kGemma4Arch);
 

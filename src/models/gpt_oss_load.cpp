@@ -55,7 +55,7 @@ TensorTarget layer_target(GptOssModel::Layer& l, TensorKind kind) {
 
 GptOssModel::GptOssModel(const gguf::File& file, const LoadOptions& options)
     : MoeModelBase(options), cfg_(gpt_oss_config(file)) {
-  state_dims_ = state_dims_of(cfg_);
+  state_dims_ = state_dims_of(cfg_, held_layers());
   WeightLoader w(file, *backend_, std::string(kGptOssArch));
   TensorBinder bind(w, expert_layout_, kGptOssArch);
 

@@ -36,7 +36,7 @@ TensorTarget layer_target(HyV3Model::Layer& l, TensorKind kind) {
 
 HyV3Model::HyV3Model(const gguf::File& file, const LoadOptions& options)
     : MoeModelBase(options), cfg_(hy_v3_config(file)) {
-  state_dims_ = state_dims_of(cfg_);
+  state_dims_ = state_dims_of(cfg_, held_layers());
   WeightLoader w(file, *backend_, std::string(kHyV3Arch));
   TensorBinder bind(w, expert_layout_, kHyV3Arch);
 

@@ -38,7 +38,7 @@ TensorTarget layer_target(Lfm2MoeModel::Layer& l, TensorKind kind) {
 
 Lfm2MoeModel::Lfm2MoeModel(const gguf::File& file, const LoadOptions& options)
     : MoeModelBase(options), cfg_(lfm2moe_config(file)) {
-  state_dims_ = state_dims_of(cfg_);
+  state_dims_ = state_dims_of(cfg_, held_layers());
   WeightLoader w(file, *backend_, std::string(kLfm2MoeArch));
   TensorBinder bind(w, expert_layout_, kLfm2MoeArch);
 

@@ -110,6 +110,8 @@ class MoeModelBase : public Model {
     for (size_t i = 0; i < expert_layout_.layers.size(); ++i)
       layers[static_cast<size_t>(expert_layout_.layers[i].model_layer)].moe_index = static_cast<int>(i);
   }
+  // The layers whose state this model holds (LoadOptions::first_layer/end_layer): all, or its stage's.
+  LayerRange held_layers() const { return {first_layer_, requested_end_layer_}; }
   // The model layer of MoE layer `moe`.
   int moe_model_layer(int moe) const { return expert_layout_.layers[static_cast<size_t>(moe)].model_layer; }
 

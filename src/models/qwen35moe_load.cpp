@@ -51,7 +51,7 @@ TensorTarget layer_target(Qwen35MoeModel::Layer& l, TensorKind kind) {
 
 Qwen35MoeModel::Qwen35MoeModel(const gguf::File& file, const LoadOptions& options)
     : MoeModelBase(options), cfg_(qwen35moe_config(file)) {
-  state_dims_ = state_dims_of(cfg_);
+  state_dims_ = state_dims_of(cfg_, held_layers());
   WeightLoader w(file, *backend_, std::string(kQwen35MoeArch));
   TensorBinder bind(w, expert_layout_, kQwen35MoeArch);
 

@@ -12,7 +12,7 @@ namespace df::models {
 
 Qwen3MoeModel::Qwen3MoeModel(const gguf::File& file, const LoadOptions& options)
     : MoeModelBase(options), cfg_(qwen3moe_config(file)) {
-  state_dims_ = state_dims_of(cfg_);
+  state_dims_ = state_dims_of(cfg_, held_layers());
   WeightLoader w(file, *backend_, std::string(kQwen3MoeArch));
   TensorBinder bind(w, expert_layout_, kQwen3MoeArch);
 

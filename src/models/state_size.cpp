@@ -48,36 +48,46 @@ size_t widest_act_row(const gguf::File& f) {
   return widest;
 }
 
+// How many layers of `range` (of n_layer) `is` says yes to.
+template <class Is>
+int count_layers(LayerRange range, int n_layer, Is&& is) {
+  int n = 0;
+  for (int l = 0; l < n_layer; ++l) n += range.holds(l, n_layer) && is(static_cast<size_t>(l)) ? 1 : 0;
+  return n;
+}
+
 }  // namespace
 
-StateDims state_dims_of(const Lfm2MoeConfig& c) {
-  const int n_attn = static_cast<int>(std::count(c.attn.begin(), c.attn.end(), true));
+StateDims state_dims_of(const Lfm2MoeConfig& c, LayerRange range) {
+  const int n_attn = count_layers(range, c.n_layer, [&](size_t l) { return c.attn[l]; });
+  const int n_held = count_layers(range, c.n_layer, [](size_t) { return true; });
   StateDims d = common_dims(c, n_attn);
-  const size_t H = d.n_embd, n_conv = static_cast<size_t>(c.n_layer - n_attn);
+  const size_t H = d.n_embd, n_conv = static_cast<size_t>(n_held - n_attn);
   d.extra_bytes_per_token = 4 * H * sizeof(float);  // y (H) and bcx (3H)
   d.fixed_bytes = n_conv * static_cast<size_t>(std::max(c.l_cache - 1, 0)) * H * sizeof(float) +
                   ExpertWave::bytes_for(d.n_expert);
   return d;
 }
 
-StateDims state_dims_of(const Qwen3MoeConfig& c) {
-  StateDims d = common_dims(c, c.n_layer);
+StateDims state_dims_of(const Qwen3MoeConfig& c, LayerRange range) {
+  StateDims d = common_dims(c, count_layers(range, c.n_layer, [](size_t) { return true; }));
   d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
   return d;
 }
 
-StateDims state_dims_of(const HyV3Config& c) {
-  StateDims d = common_dims(c, c.n_layer);
+StateDims state_dims_of(const HyV3Config& c, LayerRange range) {
+  StateDims d = common_dims(c, count_layers(range, c.n_layer, [](size_t) { return true; }));
   d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
   return d;
 }
 
-StateDims state_dims_of(const Gemma4Config& c) {
+StateDims state_dims_of(const Gemma4Config& c, LayerRange range) {
   StateDims d;
   d.n_layer = c.n_layer;
   d.n_kv_layers = 0;  // every layer's KV has its own sizes: counted per position below
   for (size_t l = 0; l < static_cast<size_t>(c.n_layer); ++l)
-    d.other_kv_bytes_per_position += LayerStateSpec::kv(c.n_head_kv[l], c.head_dim[l]).bytes(1);
+    if (range.holds(static_cast<int>(l), c.n_layer))
+      d.other_kv_bytes_per_position += LayerStateSpec::kv(c.n_head_kv[l], c.head_dim[l]).bytes(1);
   d.head_dim = c.max_head_dim();  // the attention scratch is sized for the widest head
   d.n_embd = static_cast<size_t>(c.n_embd);
   d.q_dim = static_cast<size_t>(c.max_q_dim());
@@ -89,23 +99,21 @@ StateDims state_dims_of(const Gemma4Config& c) {
   return d;
 }
 
-StateDims state_dims_of(const Qwen35MoeConfig& c) {
-  int n_attn = 0;
-  uint64_t recurrent = 0;
+StateDims state_dims_of(const Qwen35MoeConfig& c, LayerRange range) {
   const LayerStateSpec dn =
       LayerStateSpec::delta_net(c.conv_taps, c.conv_channels(), c.dn_v_heads, c.dn_head_dim, c.dn_head_dim);
-  for (bool r : c.recurrent) {
-    n_attn += r ? 0 : 1;
-    recurrent += r ? dn.bytes(0) : 0;
-  }
+  const int n_attn = count_layers(range, c.n_layer, [&](size_t l) { return !c.recurrent[l]; });
+  const uint64_t recurrent =
+      static_cast<uint64_t>(count_layers(range, c.n_layer, [&](size_t l) { return c.recurrent[l]; })) *
+      dn.bytes(0);
   StateDims d = common_dims(c, n_attn);
   d.extra_bytes_per_token = qwen35moe_extra_bytes_per_token(c);
   d.fixed_bytes = static_cast<size_t>(recurrent) + ExpertWave::bytes_for(d.n_expert);
   return d;
 }
 
-StateDims state_dims_of(const GptOssConfig& c) {
-  StateDims d = common_dims(c, c.n_layer);
+StateDims state_dims_of(const GptOssConfig& c, LayerRange range) {
+  StateDims d = common_dims(c, count_layers(range, c.n_layer, [](size_t) { return true; }));
   d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
   return d;
 }

@@ -35,13 +35,21 @@ struct StateDims {
 // threads of the default (CPU) backend, whose attention scratch is per thread.
 uint64_t state_bytes(const StateDims& dims, int n_ctx, int n_batch, int n_threads);
 
-// The dims of each architecture from its config; act_row_bytes is left 0 (the loader knows it exactly).
-StateDims state_dims_of(const Lfm2MoeConfig& c);
-StateDims state_dims_of(const Qwen3MoeConfig& c);
-StateDims state_dims_of(const GptOssConfig& c);
-StateDims state_dims_of(const HyV3Config& c);
-StateDims state_dims_of(const Gemma4Config& c);
-StateDims state_dims_of(const Qwen35MoeConfig& c);
+// The model layers [first, end) whose state a model holds: all of them (end -1: to the last), or a stage's
+// of a layer split, whose state holds only its own layers' KV and recurrent state.
+struct LayerRange {
+  int first = 0, end = -1;
+  bool holds(int layer, int n_layer) const { return layer >= first && layer < (end < 0 ? n_layer : end); }
+};
+
+// The dims of each architecture from its config, for the layers of `range`; act_row_bytes is left 0 (the
+// loader knows it exactly).
+StateDims state_dims_of(const Lfm2MoeConfig& c, LayerRange range = {});
+StateDims state_dims_of(const Qwen3MoeConfig& c, LayerRange range = {});
+StateDims state_dims_of(const GptOssConfig& c, LayerRange range = {});
+StateDims state_dims_of(const HyV3Config& c, LayerRange range = {});
+StateDims state_dims_of(const Gemma4Config& c, LayerRange range = {});
+StateDims state_dims_of(const Qwen35MoeConfig& c, LayerRange range = {});
 
 // The dims from a GGUF's keys and tensor types, no weight read: what a model loaded from it would report,
 // with the activation scratch taken from the widest matrix of the file (at least what the model uses).
