@@ -55,12 +55,15 @@ int count_layers(LayerRange range, int n_layer, Is&& is) {
   for (int l = 0; l < n_layer; ++l) n += range.holds(l, n_layer) && is(static_cast<size_t>(l)) ? 1 : 0;
   return n;
 }
+int count_layers(LayerRange range, int n_layer) {
+  return count_layers(range, n_layer, [](size_t) { return true; });
+}
 
 }  // namespace
 
 StateDims state_dims_of(const Lfm2MoeConfig& c, LayerRange range) {
   const int n_attn = count_layers(range, c.n_layer, [&](size_t l) { return c.attn[l]; });
-  const int n_held = count_layers(range, c.n_layer, [](size_t) { return true; });
+  const int n_held = count_layers(range, c.n_layer);
   StateDims d = common_dims(c, n_attn);
   const size_t H = d.n_embd, n_conv = static_cast<size_t>(n_held - n_attn);
   d.extra_bytes_per_token = 4 * H * sizeof(float);  // y (H) and bcx (3H)
@@ -70,13 +73,13 @@ StateDims state_dims_of(const Lfm2MoeConfig& c, LayerRange range) {
 }
 
 StateDims state_dims_of(const Qwen3MoeConfig& c, LayerRange range) {
-  StateDims d = common_dims(c, count_layers(range, c.n_layer, [](size_t) { return true; }));
+  StateDims d = common_dims(c, count_layers(range, c.n_layer));
   d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
   return d;
 }
 
 StateDims state_dims_of(const HyV3Config& c, LayerRange range) {
-  StateDims d = common_dims(c, count_layers(range, c.n_layer, [](size_t) { return true; }));
+  StateDims d = common_dims(c, count_layers(range, c.n_layer));
   d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
   return d;
 }
@@ -113,7 +116,7 @@ StateDims state_dims_of(const Qwen35MoeConfig& c, LayerRange range) {
 }
 
 StateDims state_dims_of(const GptOssConfig& c, LayerRange range) {
-  StateDims d = common_dims(c, count_layers(range, c.n_layer, [](size_t) { return true; }));
+  StateDims d = common_dims(c, count_layers(range, c.n_layer));
   d.fixed_bytes = ExpertWave::bytes_for(d.n_expert);
   return d;
 }
