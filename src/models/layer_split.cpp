@@ -35,9 +35,6 @@ class StageExperts final : public ExpertProvider {
   void release_spare() override {
     for (ExpertProvider* p : of_layer_) p->release_spare();
   }
-  void start_prefetches() override {
-    for (ExpertProvider* p : of_layer_) p->start_prefetches();
-  }
 
  private:
   ExpertProvider& at(int moe_layer) const {
