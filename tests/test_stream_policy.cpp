@@ -1,12 +1,18 @@
 // Eviction orders of the policies on their own, and the fixed-capacity lists under them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
+#include "stream/adaptive_policy.h"
 #include "stream/crf_policy.h"
 #include "stream/eviction_policy.h"
 #include "stream/gate_lru_policy.h"
 #include "stream/lfu_aging_policy.h"
+#include "stream/lru_policy.h"
+#include "stream/shadow_cache.h"
 #include "stream/slot_lists.h"
 #include "stream/slru_policy.h"
 #include "util/error.h"
@@ -31,6 +37,7 @@ TEST(StreamPolicy, ParsesNames) {
   EXPECT_EQ(parse_policy("crf"), PolicyKind::kCrf);
   EXPECT_EQ(parse_policy("gate-lru"), PolicyKind::kGateLru);
   EXPECT_EQ(parse_policy("slru"), PolicyKind::kSlru);
+  EXPECT_EQ(parse_policy("adaptive"), PolicyKind::kAdaptive);
   EXPECT_THROW(parse_policy("fifo"), Error);
   for (const char* name : policy_names()) {
     const PolicyKind kind = parse_policy(name);
@@ -226,6 +233,110 @@ TEST(StreamPolicy, SlotListsMoveSlotsBetweenLists) {
   EXPECT_EQ(l.pop_front(1), 0);
   EXPECT_TRUE(l.empty(1));
   EXPECT_EQ(l.pop_front(1), SlotLists::kNone);
+}
+
+TEST(StreamPolicy, ShadowCacheAnswersHitsAndHoldsTheLastAccessesFromEviction) {
+  // One layer of 64 experts, top-1: every access is a token; CRF with a long half-life keeps key 0, used
+  // three times, over the single uses of keys 1 and 2.
+  auto run = [](int held) {
+    ShadowCache shadow(std::make_unique<CrfPolicy>(3, 64, ClockShape{64, 1}, 1000.0), 3, 64, held);
+    std::vector<bool> hits;
+    for (int key : {0, 0, 0, 1, 2, 3, 1}) hits.push_back(shadow.access(key));
+    return hits;
+  };
+  // Nothing held: key 3 takes the slot of the older single use (key 1), which then misses.
+  EXPECT_EQ(run(0), (std::vector<bool>{false, true, true, false, false, false, false}));
+  // The last two accesses (keys 1 and 2) held, as a layer's top-k is pinned: key 3 can only take key 0's
+  // slot.
+  EXPECT_EQ(run(2), (std::vector<bool>{false, true, true, false, false, false, true}));
+  // More held than the slots allow: one slot is always left to take.
+  ShadowCache tiny(std::make_unique<LruPolicy>(1), 1, 8, 4);
+  EXPECT_FALSE(tiny.access(1));
+  EXPECT_TRUE(tiny.access(1));
+  EXPECT_FALSE(tiny.access(2));
+  EXPECT_FALSE(tiny.access(1));
+}
+
+// Drives a policy as the cache does, over `n_slots` slots holding keys (no pins kept across accesses).
+struct MiniCache {
+  MiniCache(EvictionPolicy& p, int n_slots) : policy(p), key_of(static_cast<size_t>(n_slots), -1) {}
+  bool access(int key) {
+    auto it = std::find(key_of.begin(), key_of.end(), key);
+    int slot = static_cast<int>(it - key_of.begin());
+    const bool hit = it != key_of.end();
+    if (!hit) {
+      it = std::find(key_of.begin(), key_of.end(), -1);
+      slot = it != key_of.end() ? static_cast<int>(it - key_of.begin()) : policy.victim();
+      policy.remove_candidate(slot);
+      key_of[static_cast<size_t>(slot)] = key;
+      policy.on_admit(slot, key);
+    } else {
+      policy.remove_candidate(slot);
+    }
+    policy.on_demand(key);
+    policy.add_candidate(slot, key);
+    return hit;
+  }
+  EvictionPolicy& policy;
+  std::vector<int> key_of;
+};
+
+TEST(StreamPolicy, AdaptiveFollowsTheOrderOfTheContenderWhoseShadowHitMore) {
+  constexpr int kSlots = 4, kKeys = 256;
+  const ClockShape clock{kKeys, 1};
+  const PolicyOptions options{.crf_half_life_tokens = 1000, .n_expert = kKeys, .top_k = 1};
+  AdaptivePolicy adaptive({PolicyKind::kLru, PolicyKind::kCrf}, kSlots, kKeys, options, 1, 16);
+  // The contenders on their own, fed the same events: the adaptive victim must be the leader's.
+  LruPolicy lru(kSlots);
+  CrfPolicy crf(kSlots, kKeys, clock, 1000);
+  struct Tee final : EvictionPolicy {
+    std::vector<EvictionPolicy*> all;
+    const char* name() const override { return "tee"; }
+    void on_demand(int key) override {
+      for (auto* p : all) p->on_demand(key);
+    }
+    void on_admit(int slot, int key) override {
+      for (auto* p : all) p->on_admit(slot, key);
+    }
+    void add_candidate(int slot, int key) override {
+      for (auto* p : all) p->add_candidate(slot, key);
+    }
+    void remove_candidate(int slot) override {
+      for (auto* p : all) p->remove_candidate(slot);
+    }
+    int victim() const override { return all[0]->victim(); }
+    int victim_if(const SlotFilter& f, int n) const override { return all[0]->victim_if(f, n); }
+    uint64_t memory_bytes() const override { return 0; }
+  } tee;
+  tee.all = {&adaptive, &lru, &crf};
+  MiniCache cache(tee, kSlots);
+  auto expect_victim_of = [&](const char* leader) {
+    ASSERT_STREQ(adaptive.leader(), leader);
+    EXPECT_EQ(adaptive.victim(), std::string(leader) == "lru" ? lru.victim() : crf.victim());
+  };
+
+  // Phase 1, frequency pays: key 0 comes back after four one-off keys, which LRU's four slots cannot span
+  // and CRF's count keeps. Only the CRF shadow hits.
+  int one_off = 100;
+  for (int round = 0; round < 12; ++round) {
+    cache.access(0);
+    for (int i = 0; i < 4; ++i) cache.access(one_off++);
+  }
+  EXPECT_GT(adaptive.weighted_hits(1), adaptive.weighted_hits(0));
+  expect_victim_of("crf");
+  EXPECT_TRUE(cache.access(0));  // the real cache, following CRF's order, kept it too
+
+  // Phase 2, recency pays: a new working set of four keys in turn. CRF still ranks key 0's old uses above
+  // the newcomers and misses them; LRU keeps all four.
+  for (int round = 0; round < 12; ++round)
+    for (int key : {10, 11, 12, 13}) cache.access(key);
+  EXPECT_GT(adaptive.weighted_hits(0), adaptive.weighted_hits(1));
+  expect_victim_of("lru");
+  // The victims really follow LRU now: the working set stays, so it hits.
+  int hits = 0;
+  for (int key : {10, 11, 12, 13}) hits += cache.access(key);
+  EXPECT_EQ(hits, 4);
+  EXPECT_GT(adaptive.memory_bytes(), lru.memory_bytes() + crf.memory_bytes());
 }
 
 }  // namespace

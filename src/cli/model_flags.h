@@ -15,7 +15,7 @@
 namespace df::cli {
 
 struct ModelFlags {
-  std::string model, store, expert_cache, io = "direct", cache_policy = "lru", device = "cpu";
+  std::string model, store, expert_cache, io = "direct", cache_policy = "adaptive", device = "cpu";
   std::string gpu_cache;     // --gpu-cache SIZE[,SIZE...]: the device tier of the expert cache (per device)
   std::string tensor_split;  // --tensor-split A,B,...: each device's share of the layers (or experts)
   std::string split_mode = "layer";  // --split-mode layer|expert (-sm)

@@ -35,7 +35,7 @@ struct ModelSourceOptions {
   // --gpu-cache A,B,...: one size per device of a layer split instead (as many as --device names).
   std::vector<uint64_t> gpu_cache_per_device;
   std::string io = "direct";         // --io direct|buffered
-  std::string cache_policy = "lru";  // --cache-policy lru|lfu
+  std::string cache_policy = "adaptive";  // --cache-policy: a name of stream::policy_names()
   // --device: what backend::make_backend builds; a list ("cuda:0,cuda:1", "cuda:all") splits the layers over
   // the devices in contiguous ranges (models/layer_split.h), each with its own tier of the expert cache
   // above one shared RAM tier.

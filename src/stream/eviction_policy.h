@@ -13,13 +13,14 @@ namespace df::stream {
 // lru: least recently used. lfu: least frequently used with ageing. crf: combined recency and frequency (a
 // decayed use count with a half-life, llama.cpp's CRF). gate-lru: LRU that admits an expert at the cold end
 // unless it was used within a window before (a one-off use does not push out the working set). slru:
-// segmented LRU, experts used again while cached are protected from one-off ones.
-enum class PolicyKind { kLru, kLfuAging, kCrf, kGateLru, kSlru };
+// segmented LRU, experts used again while cached are protected from one-off ones. adaptive: the order of lru
+// or crf, whichever a shadow cache of each says would have hit more of the recent accesses.
+enum class PolicyKind { kLru, kLfuAging, kCrf, kGateLru, kSlru, kAdaptive };
 
 // A name of policy_names() (also "lfu-aging" for lfu); throws df::Error naming --cache-policy otherwise.
 PolicyKind parse_policy(std::string_view text);
 const char* policy_name(PolicyKind kind);
-std::span<const char* const> policy_names();  // "lru", "lfu", "crf", "gate-lru", "slru"
+std::span<const char* const> policy_names();  // "lru", "lfu", "crf", "gate-lru", "slru", "adaptive"
 
 // A predicate over slots that needs no allocation: allowed(ctx, slot).
 struct SlotFilter {
@@ -61,6 +62,9 @@ struct PolicyOptions {
   int gate_window_tokens = 32;
   // slru: the share of the slots the protected segment may hold.
   int slru_protected_percent = 25;
+  // adaptive: the contenders' shadow hits are weighted over about this many demand accesses. 0: a default
+  // from the slot count.
+  double adaptive_window_accesses = 0;
   // The shape the token clocks of crf and gate-lru need: keys per MoE layer and the top-k (accesses of a
   // layer per token). The cache fills them in; 0: 1.
   int n_expert = 0;
