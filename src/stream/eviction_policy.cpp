@@ -18,9 +18,10 @@ constexpr std::array<PolicyKind, 6> kKinds = {PolicyKind::kLru,  PolicyKind::kLf
                                               PolicyKind::kCrf,  PolicyKind::kGateLru,
                                               PolicyKind::kSlru, PolicyKind::kAdaptive};
 
-// adaptive's window, in slots' worth of accesses (at least 256 slots' worth). Replays of the recorded traces
-// (docs/PERF.md, session 24) chose it: a quarter of the cache's accesses follows the better order within a
-// few tokens and beat both contenders on four of the five traces; 1 or 4 slots' worth came out between them.
+// adaptive's window in accesses, per slot of the cache (a cache of fewer than 256 slots counts as 256).
+// Replays of the recorded traces chose it (docs/PERF.md, session 24): a quarter of the slot count follows
+// whichever order is ahead now, which beat both contenders on the real many-layer traces; windows of one or
+// four slot counts came out lower there, and within a point on the rest.
 constexpr double kAdaptiveWindowSlots = 0.25;
 
 }  // namespace
