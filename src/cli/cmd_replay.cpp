@@ -34,7 +34,7 @@ namespace {
 constexpr double kDefaultDiskGbps = 1.54;
 
 struct ReplayFlags {
-  std::string trace, model, expert_cache, policies = "lru", layout = "shared", split = "even",
+  std::string trace, model, expert_cache, policies = "adaptive", layout = "shared", split = "even",
                                           order = "engine";
   std::string prefill = "cached", guess = "previous-token", plot, gpu_cache, ram_tier = "inclusive";
   std::optional<uint64_t> slots, record_bytes, gpu_slots;
@@ -416,9 +416,9 @@ void register_replay(CLI::App& app) {
       cmd->add_option("--sweep", f->sweep, "slots per layer to sweep (no list: 16,32,48,64,96,128)")
           ->delimiter(',')
           ->expected(0, 64);
-  cmd->add_option(
-         "--cache-policy", f->policies,
-         "policy, or several comma-separated: lru, lfu, crf, gate-lru, slru, belady (offline optimum)")
+  cmd->add_option("--cache-policy", f->policies,
+                  "policy, or several comma-separated: adaptive, lru, lfu, crf, gate-lru, slru, belady "
+                  "(offline optimum)")
       ->capture_default_str();
   cmd->add_option("--layout", f->layout,
                   "shared: one cache for all layers (the engine's); per-layer: one cache each")
