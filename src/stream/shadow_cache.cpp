@@ -43,19 +43,15 @@ bool ShadowCache::access(int key) {
 }
 
 void ShadowCache::hold(int slot) {
-  ++holds_[static_cast<size_t>(slot)];
   if (held_ring_.empty()) {
-    --holds_[static_cast<size_t>(slot)];
     policy_->add_candidate(slot, key_of_slot_[static_cast<size_t>(slot)]);
     return;
   }
-  if (held_count_ == held_ring_.size()) {  // the oldest hold ends
-    const int released = held_ring_[held_next_];
-    if (--holds_[static_cast<size_t>(released)] == 0)
-      policy_->add_candidate(released, key_of_slot_[static_cast<size_t>(released)]);
-  } else {
-    ++held_count_;
-  }
+  ++holds_[static_cast<size_t>(slot)];
+  // The oldest hold ends once the ring is full.
+  if (const int released = held_ring_[held_next_];
+      released >= 0 && --holds_[static_cast<size_t>(released)] == 0)
+    policy_->add_candidate(released, key_of_slot_[static_cast<size_t>(released)]);
   held_ring_[held_next_] = slot;
   held_next_ = (held_next_ + 1) % held_ring_.size();
 }

@@ -17,7 +17,6 @@ class ShadowCache {
   ShadowCache(std::unique_ptr<EvictionPolicy> policy, int n_slots, int n_keys, int held);
   // A demand access of `key`; true when the shadow held it.
   bool access(int key);
-  const EvictionPolicy& policy() const { return *policy_; }
   uint64_t memory_bytes() const;
 
  private:
@@ -29,9 +28,8 @@ class ShadowCache {
   std::vector<int> slot_of_key_;  // -1: not cached
   std::vector<int> key_of_slot_;
   std::vector<int> holds_;      // per slot: how many of the last `held` accesses it answered
-  std::vector<int> held_ring_;  // the slots of the last accesses, oldest at held_next_
+  std::vector<int> held_ring_;  // the slots of the last accesses, oldest at held_next_ (-1: none yet)
   size_t held_next_ = 0;
-  size_t held_count_ = 0;
 };
 
 }  // namespace df::stream
