@@ -86,11 +86,13 @@ CudaBackend::CudaBackend(int device_index, int host_threads)
   check_cuda(cudaHostGetDevicePointer(&error_word_device_, error_word_host_, 0), "cudaHostGetDevicePointer");
   graph_.init();
   if (profile_.on()) graph_.set_enabled(false);  // the profile synchronises after every op
+  timeline_ = cuda::LinkTimeline::from_env(stream_);
 }
 
 CudaBackend::~CudaBackend() {
   (void)cudaSetDevice(device_);
   if (stream_) (void)cudaStreamSynchronize(as_stream(stream_));
+  timeline_.reset();  // writes its file
   for (Scratch* s : {&act_scratch_, &ffn_scratch_, &desc_scratch_, &attn_scratch_, &routed_scratch_,
                      &route_counter_, &host_v_scratch_})
     if (s->ptr) (void)cudaFree(s->ptr);
@@ -236,10 +238,14 @@ int64_t CudaBackend::batch_invariant_rows() const { return cuda::kMatvecMaxRows;
 
 void CudaBackend::begin_step(uint64_t key) {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  if (timeline_) timeline_->mark("step", nullptr);
   graph_.begin(key, generation_, stream_);
 }
 
-void CudaBackend::end_step() { graph_.end(generation_, stream_); }
+void CudaBackend::end_step() {
+  graph_.end(generation_, stream_);
+  if (timeline_) timeline_->mark("step_end", nullptr);
+}
 
 void CudaBackend::cancel_step() noexcept { graph_.cancel(stream_); }
 
@@ -260,11 +266,13 @@ void CudaBackend::download(void* dst, Buf<const uint8_t> src, size_t bytes) {
   if (bytes > src.size())
     fail("cuda backend: download of {} bytes from a buffer view of {}", bytes, src.size());
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  if (timeline_) timeline_->mark("download", stream_);
   if (bytes > 0)
     check_cuda(
         cudaMemcpyAsync(dst, BufferAccess::raw(src), bytes, cudaMemcpyDeviceToHost, as_stream(stream_)),
         "cudaMemcpyAsync (download)");
   synchronize();
+  if (timeline_) timeline_->mark("downloaded", nullptr);
 }
 
 void CudaBackend::copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) {

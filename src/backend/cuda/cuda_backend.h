@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/link_timeline.h"
 #include "backend/cuda/step_graph.h"
 #include "backend/cuda_host/warp_order.h"
 #include "util/op_profile.h"
@@ -181,6 +182,8 @@ class CudaBackend final : public Backend {
   Scratch route_counter_;  // norm_route's count of finished blocks (zero between launches)
   OpProfile profile_{"DF_CUDA_PROFILE", "cuda op profile (each op synchronised)"};
   cuda::StepGraphs graph_;
+  // DF_CUDA_LINK_TIMELINE (link_timeline.h): the record slots' copies, the steps and the downloads.
+  std::unique_ptr<cuda::LinkTimeline> timeline_;
   size_t in_use_ = 0, peak_ = 0;  // device memory this backend holds (allocation granules)
   uint64_t generation_ = 0;       // allocations and frees so far (a recorded graph holds addresses)
   // Host-side tables of the grouped ops, kept between calls so that a warm decode loop allocates nothing.

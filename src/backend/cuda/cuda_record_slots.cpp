@@ -49,10 +49,12 @@ CudaRecordSlots::CudaRecordSlots(CudaBackend& backend, int n_slots, size_t recor
     st.free = new_event();
   }
   cuda::check_cuda(cudaStreamSynchronize(as_stream(backend_.stream_)), "cudaStreamSynchronize");
+  timeline_ = backend_.timeline_.get();
 }
 
 CudaRecordSlots::~CudaRecordSlots() {
   (void)cudaSetDevice(backend_.device_index());
+  if (timeline_) timeline_->write();  // once, with what the slots' streams recorded
   for (void* stream : {copy_stream_, unpack_stream_})
     if (stream) (void)cudaStreamSynchronize(as_stream(stream));
   (void)cudaStreamSynchronize(as_stream(backend_.stream_));
@@ -114,8 +116,13 @@ void CudaRecordSlots::fill(int slot, const uint8_t* host_record, std::span<const
   };
   if (!convert) {
     wait_slot_free(copy);
+    if (timeline_) timeline_->copy_queued(copy);
     cuda::check_cuda(cudaMemcpyAsync(dst, host_record, record_bytes_, cudaMemcpyHostToDevice, copy),
                      "cudaMemcpyAsync (expert record to VRAM)");
+    if (timeline_) {
+      timeline_->copied(copy, slot);
+      timeline_->slot_written(copy);
+    }
     cuda::check_cuda(cudaEventRecord(as_event(host_read_[s]), copy), "cudaEventRecord (host read)");
     cuda::check_cuda(cudaEventRecord(as_event(copied_[s]), copy), "cudaEventRecord (copied)");
   } else {
@@ -126,8 +133,10 @@ void CudaRecordSlots::fill(int slot, const uint8_t* host_record, std::span<const
     if (st.used)
       cuda::check_cuda(cudaStreamWaitEvent(copy, as_event(st.free), 0), "cudaStreamWaitEvent (staging free)");
     auto* staged = static_cast<uint8_t*>(st.memory);
+    if (timeline_) timeline_->copy_queued(copy);
     cuda::check_cuda(cudaMemcpyAsync(staged, host_record, record_bytes_, cudaMemcpyHostToDevice, copy),
                      "cudaMemcpyAsync (expert record to VRAM staging)");
+    if (timeline_) timeline_->copied(copy, slot);
     cuda::check_cuda(cudaEventRecord(as_event(host_read_[s]), copy), "cudaEventRecord (host read)");
     cuda::check_cuda(cudaEventRecord(as_event(st.filled), copy), "cudaEventRecord (staging filled)");
     cudaStream_t unpack = as_stream(unpack_stream_);
@@ -143,6 +152,7 @@ void CudaRecordSlots::fill(int slot, const uint8_t* host_record, std::span<const
         cuda::launch_unpack_q4_0x16(staged + p.offset, p.n_out, p.n_in, dst + p.offset, unpack);
     }
     cuda::check_cuda(cudaEventRecord(as_event(st.free), unpack), "cudaEventRecord (staging free)");
+    if (timeline_) timeline_->slot_written(unpack);
     st.used = true;
     cuda::check_cuda(cudaEventRecord(as_event(copied_[s]), unpack), "cudaEventRecord (copied)");
   }
@@ -157,6 +167,7 @@ void CudaRecordSlots::use(int slot) {
   if (!unwaited_[s]) return;
   backend_.graph_.unreplayable("an expert record copy");
   cuda::check_cuda(cudaSetDevice(backend_.device_index()), "cudaSetDevice");
+  if (timeline_) timeline_->waits(backend_.stream_, slot);
   cuda::check_cuda(cudaStreamWaitEvent(as_stream(backend_.stream_), as_event(copied_[s]), 0),
                    "cudaStreamWaitEvent (copied)");
   unwaited_[s] = 0;

@@ -13,6 +13,9 @@
 #include "backend/record_slots.h"
 
 namespace df::backend {
+namespace cuda {
+class LinkTimeline;
+}
 
 class CudaBackend;
 
@@ -58,6 +61,7 @@ class CudaRecordSlots final : public RecordSlots {
   };
   std::array<Staging, 2> staging_{};
   size_t next_staging_ = 0;
+  cuda::LinkTimeline* timeline_ = nullptr;  // the backend's (DF_CUDA_LINK_TIMELINE), or null
 };
 
 }  // namespace df::backend
