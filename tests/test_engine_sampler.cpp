@@ -1,7 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <map>
+#include <random>
+#include <vector>
 
 #include "engine/sampler.h"
 #include "error_matchers.h"
@@ -16,7 +21,87 @@ SamplingParams greedy() {
   p.temperature = 0;
   return p;
 }
+// The scalar definitions the fast selections must equal: one scan keeping the first strictly greater, and a
+// partial sort by (logit desc, id asc).
+int32_t argmax_reference(const std::vector<float>& x) {
+  int32_t best = 0;
+  for (size_t i = 1; i < x.size(); ++i)
+    if (x[i] > x[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+  return best;
+}
+
+std::vector<Sampler::Candidate> top_k_reference(const std::vector<float>& x, int k) {
+  std::vector<Sampler::Candidate> c;
+  for (size_t i = 0; i < x.size(); ++i) c.push_back({static_cast<int32_t>(i), x[i], 0.0f});
+  std::partial_sort(c.begin(), c.begin() + k, c.end(), [](const auto& a, const auto& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  });
+  c.resize(static_cast<size_t>(k));
+  return c;
+}
+
+// Logits with many ties (a few distinct values), infinities, and sizes around the argmax's lane width.
+std::vector<float> tied_logits(std::mt19937& rng, size_t n, bool with_nan) {
+  std::vector<float> x(n);
+  const float values[] = {-std::numeric_limits<float>::infinity(), -2.5f, 0.0f, -0.0f, 1.0f, 3.25f,
+                          std::numeric_limits<float>::infinity()};
+  for (float& v : x) {
+    const unsigned r = rng() % 100;
+    v = r < 90 ? values[1 + rng() % 5] : values[rng() % 7];
+    if (with_nan && rng() % 20 == 0) v = std::numeric_limits<float>::quiet_NaN();
+  }
+  return x;
+}
 }  // namespace
+
+TEST(Sampler, ArgmaxEqualsTheScalarScanOnTiesInfinitiesAndNaN) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 4000; ++trial) {
+    const size_t n = 1 + rng() % 70;
+    const auto x = tied_logits(rng, n, trial % 2 == 1);
+    ASSERT_EQ(Sampler::argmax(x), argmax_reference(x)) << "trial " << trial << ", " << n << " logits";
+  }
+  std::vector<float> big(65536);
+  std::normal_distribution<float> normal;
+  for (float& v : big) v = normal(rng);
+  for (size_t at : {size_t{0}, size_t{15}, size_t{16}, size_t{40000}, size_t{65535}}) {
+    auto x = big;
+    x[at] = 100.0f;
+    x[(at + 7) % x.size()] = 100.0f;  // a tie: the lower id wins
+    EXPECT_EQ(Sampler::argmax(x), argmax_reference(x)) << "maximum at " << at;
+  }
+}
+
+TEST(Sampler, TopKEqualsThePartialSortOnTiesAndInfinities) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const size_t n = 2 + rng() % 200;
+    const int k = 1 + static_cast<int>(rng() % (n - 1));
+    const auto x = tied_logits(rng, n, false);
+    std::vector<Sampler::Candidate> out(n);
+    std::vector<float> heap(static_cast<size_t>(k));
+    Sampler::top_k(x, k, out, heap);
+    const auto want = top_k_reference(x, k);
+    for (int i = 0; i < k; ++i) {
+      ASSERT_EQ(out[static_cast<size_t>(i)].id, want[static_cast<size_t>(i)].id)
+          << "trial " << trial << ", rank " << i;
+      ASSERT_EQ(
+          std::memcmp(&out[static_cast<size_t>(i)].logit, &want[static_cast<size_t>(i)].logit, sizeof(float)),
+          0);
+    }
+  }
+}
+
+TEST(Sampler, ANaNLogitIsAnErrorWhenSampling) {
+  SamplingParams p;
+  p.top_k = 2;
+  Sampler s(4, p);
+  std::vector<float> l{1, std::numeric_limits<float>::quiet_NaN(), 2, 0};
+  df::testing::expect_error([&] { s.sample(l); }, {"the logit of token 1 is NaN"});
+  p.top_k = 0;
+  Sampler all(4, p);
+  df::testing::expect_error([&] { all.sample(l); }, {"the logit of token 1 is NaN"});
+}
 
 TEST(Sampler, GreedyTakesTheArgmaxAndTheLowestIdOnATie) {
   Sampler s(5, greedy());

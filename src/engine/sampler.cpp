@@ -1,15 +1,22 @@
 #include "engine/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <functional>
 
 #include "util/error.h"
 
 namespace df {
 
 Sampler::Sampler(int n_vocab, const SamplingParams& params)
-    : n_vocab_(n_vocab), params_(params), rng_(params.seed), cand_(static_cast<size_t>(n_vocab)),
-      penalized_(static_cast<size_t>(n_vocab)), history_(static_cast<size_t>(std::max(params.repeat_last_n, 0))) {
+    : n_vocab_(n_vocab),
+      params_(params),
+      rng_(params.seed),
+      cand_(static_cast<size_t>(n_vocab)),
+      top_k_heap_(static_cast<size_t>(std::max(params.top_k, 0))),
+      penalized_(static_cast<size_t>(n_vocab)),
+      history_(static_cast<size_t>(std::max(params.repeat_last_n, 0))) {
   if (n_vocab <= 0) fail("sampler: vocabulary size {} must be positive", n_vocab);
   if (params.top_p <= 0) fail("--top-p {} must be in (0, 1]", params.top_p);
   if (params.min_p < 0 || params.min_p > 1) fail("--min-p {} must be in [0, 1]", params.min_p);
@@ -33,10 +40,58 @@ void Sampler::accept(int32_t token) {
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
 int32_t Sampler::argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
-  return best;
+  const size_t n = logits.size();
+  if (n == 0 || std::isnan(logits[0])) return 0;
+  // The greatest value first, in independent lanes the compiler vectorises (a running index does not), then
+  // its first index: the same answer as one scan keeping the first strictly greater, ~10x faster.
+  constexpr size_t kLanes = 16;
+  std::array<float, kLanes> lane;
+  lane.fill(logits[0]);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (size_t j = 0; j < kLanes; ++j) lane[j] = logits[i + j] > lane[j] ? logits[i + j] : lane[j];
+  float best = logits[0];
+  for (float v : lane) best = v > best ? v : best;
+  for (; i < n; ++i) best = logits[i] > best ? logits[i] : best;
+  for (i = 0; i + kLanes <= n; i += kLanes) {
+    bool found = false;
+    for (size_t j = 0; j < kLanes; ++j) found |= logits[i + j] == best;
+    if (found) break;
+  }
+  for (; i < n; ++i)
+    if (logits[i] == best) return static_cast<int32_t>(i);
+  return 0;  // not reached: best is one of the logits
+}
+
+void Sampler::top_k(std::span<const float> logits, int k, std::span<Candidate> out, std::span<float> heap) {
+  const size_t n = logits.size(), kk = static_cast<size_t>(k);
+  if (k <= 0 || kk >= n || out.size() < kk || heap.size() < kk)
+    fail("sampler: top-{} of {} logits into {} candidates (internal error)", k, n, out.size());
+  // The k-th greatest value (with its repeats) by a min-heap of the k greatest so far; most logits fail the
+  // first comparison.
+  std::copy(logits.begin(), logits.begin() + k, heap.begin());
+  const auto h = heap.first(kk);
+  std::make_heap(h.begin(), h.end(), std::greater<float>());
+  for (size_t i = 0; i < n; ++i) {
+    const float v = logits[i];
+    if (std::isnan(v)) fail("sampler: the logit of token {} is NaN", i);
+    if (i < kk || !(v > h.front())) continue;
+    std::pop_heap(h.begin(), h.end(), std::greater<float>());
+    h.back() = v;
+    std::push_heap(h.begin(), h.end(), std::greater<float>());
+  }
+  const float kth = h.front();
+  // Every logit above it, and of those equal to it the lowest ids: the first k in (logit desc, id asc).
+  size_t above = 0;
+  for (size_t i = 0; i < n; ++i) above += logits[i] > kth;
+  size_t m = 0, ties_left = kk - above;
+  for (size_t i = 0; i < n && m < kk; ++i) {
+    const float v = logits[i];
+    if (v > kth || (v == kth && ties_left > 0 && ties_left--)) out[m++] = {static_cast<int32_t>(i), v, 0.0f};
+  }
+  std::sort(out.begin(), out.begin() + static_cast<long>(kk), [](const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+  });
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
@@ -68,15 +123,18 @@ int32_t Sampler::sample(std::span<const float> logits) {
     chosen = argmax(x);
   } else {
     size_t n = x.size();
-    for (size_t i = 0; i < n; ++i) cand_[i] = {static_cast<int32_t>(i), x[i], 0.0f};
-    auto by_logit = [](const Candidate& a, const Candidate& b) {
-      return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-    };
     if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
-      std::partial_sort(cand_.begin(), cand_.begin() + params_.top_k, cand_.begin() + static_cast<long>(n), by_logit);
+      top_k(x, params_.top_k, cand_, top_k_heap_);
       n = static_cast<size_t>(params_.top_k);
     } else {
-      std::sort(cand_.begin(), cand_.begin() + static_cast<long>(n), by_logit);
+      for (size_t i = 0; i < n; ++i) {
+        if (std::isnan(x[i])) fail("sampler: the logit of token {} is NaN", i);
+        cand_[i] = {static_cast<int32_t>(i), x[i], 0.0f};
+      }
+      std::sort(cand_.begin(), cand_.begin() + static_cast<long>(n),
+                [](const Candidate& a, const Candidate& b) {
+                  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+                });
     }
     auto softmax = [&](size_t m, float temp) {
       double sum = 0;
