@@ -8,6 +8,14 @@
 #include "util/error.h"
 
 namespace df {
+namespace {
+
+// The sampler's order of candidates: greater logit first, then lower id.
+bool logit_then_id(const Sampler::Candidate& a, const Sampler::Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+}  // namespace
 
 Sampler::Sampler(int n_vocab, const SamplingParams& params)
     : n_vocab_(n_vocab),
@@ -89,9 +97,7 @@ void Sampler::top_k(std::span<const float> logits, int k, std::span<Candidate> o
     const float v = logits[i];
     if (v > kth || (v == kth && ties_left > 0 && ties_left--)) out[m++] = {static_cast<int32_t>(i), v, 0.0f};
   }
-  std::sort(out.begin(), out.begin() + static_cast<long>(kk), [](const Candidate& a, const Candidate& b) {
-    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-  });
+  std::sort(out.begin(), out.begin() + static_cast<long>(kk), logit_then_id);
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
@@ -131,10 +137,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
         if (std::isnan(x[i])) fail("sampler: the logit of token {} is NaN", i);
         cand_[i] = {static_cast<int32_t>(i), x[i], 0.0f};
       }
-      std::sort(cand_.begin(), cand_.begin() + static_cast<long>(n),
-                [](const Candidate& a, const Candidate& b) {
-                  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
-                });
+      std::sort(cand_.begin(), cand_.begin() + static_cast<long>(n), logit_then_id);
     }
     auto softmax = [&](size_t m, float temp) {
       double sum = 0;

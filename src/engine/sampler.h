@@ -40,8 +40,8 @@ class Sampler {
     float p;
   };
   // The k greatest logits ordered by logit, then id (what std::partial_sort under that order gives), into
-  // out[0..k) with p = 0; 0 < k < logits.size() <= out.size(). `heap` (k floats) is scratch. Two passes over
-  // the logits instead of a sort, which cost ~160 us a token at a vocabulary of 65,536.
+  // out[0..k) with p = 0; 0 < k < logits.size() <= out.size(). `heap` (k floats) is scratch. A few linear
+  // passes over the logits instead of a partial sort, which cost ~160 us a token at a vocabulary of 65,536.
   static void top_k(std::span<const float> logits, int k, std::span<Candidate> out, std::span<float> heap);
 
  private:

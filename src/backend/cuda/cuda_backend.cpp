@@ -86,7 +86,7 @@ CudaBackend::CudaBackend(int device_index, int host_threads)
   check_cuda(cudaHostGetDevicePointer(&error_word_device_, error_word_host_, 0), "cudaHostGetDevicePointer");
   graph_.init();
   if (profile_.on()) graph_.set_enabled(false);  // the profile synchronises after every op
-  timeline_ = cuda::LinkTimeline::from_env(stream_);
+  timeline_ = cuda::LinkTimeline::from_env(device_, stream_);
 }
 
 CudaBackend::~CudaBackend() {

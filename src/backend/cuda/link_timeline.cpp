@@ -32,10 +32,11 @@ double micros(void* origin, void* e) {
 
 }  // namespace
 
-std::unique_ptr<LinkTimeline> LinkTimeline::from_env(void* stream) {
+std::unique_ptr<LinkTimeline> LinkTimeline::from_env(int device, void* stream) {
   const char* path = std::getenv("DF_CUDA_LINK_TIMELINE");
   if (path == nullptr || *path == '\0') return nullptr;
-  return std::make_unique<LinkTimeline>(path, stream);
+  return std::make_unique<LinkTimeline>(device > 0 ? fmt::format("{}.{}", path, device) : std::string(path),
+                                        stream);
 }
 
 LinkTimeline::LinkTimeline(std::string path, void* stream) : path_(std::move(path)) {

@@ -3,10 +3,11 @@
 // when the host queued it and when the device started and ended it (and its unpacking, where it has one);
 // for each wait of the compute stream on a slot's copy, when compute reached it; and marks of the host's
 // work (a step's begin and end, each download: when compute reached it, when the host had the bytes). Written
-// to FILE as CSV when the record slots go, for bench/cuda/link_timeline.py, which says how busy the link was,
-// why it idled (nothing queued, or queued but held on the device) and how long compute waited for copies. Off
-// unless the variable is set; then it costs three timing events a copy and one a wait, from rings made once
-// (the latest kCopies copies, kWaits waits and kMarks marks are kept).
+// to FILE as CSV when the first record slots or the backend go (a backend of device N > 0 writes FILE.N), for
+// bench/cuda/link_timeline.py, which says how busy the link was, why it idled (nothing queued, or queued but
+// held on the device) and how long compute waited for copies. Off unless the variable is set; then it costs
+// three timing events a copy and one a wait, from rings made once (the latest kCopies copies, kWaits waits
+// and kMarks marks are kept).
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -18,8 +19,9 @@ namespace df::backend::cuda {
 class LinkTimeline {
  public:
   static constexpr size_t kCopies = 16384, kWaits = 16384, kMarks = 16384;
-  // The timeline DF_CUDA_LINK_TIMELINE asks for, or null; `stream` (a cudaStream_t) sets the clock's origin.
-  static std::unique_ptr<LinkTimeline> from_env(void* stream);
+  // The timeline DF_CUDA_LINK_TIMELINE asks for, or null; `stream` (a cudaStream_t of device `device`) sets
+  // the clock's origin.
+  static std::unique_ptr<LinkTimeline> from_env(int device, void* stream);
   LinkTimeline(std::string path, void* stream);
   ~LinkTimeline();
   LinkTimeline(const LinkTimeline&) = delete;
