@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -141,6 +142,20 @@ TEST(Sampler, FrequencyAndPresencePenaltiesSubtractFromRecentTokens) {
   t.accept(1);
   std::vector<float> m{2.4f, 2.3f, 1.5f};
   EXPECT_EQ(t.sample(m), 2);  // 1.4 and 1.3 (both recent) < 1.5
+}
+
+// A top-k above the vocabulary is no cut, and costs no more memory than the vocabulary.
+TEST(Sampler, ATopKAboveTheVocabularyDrawsAsNoTopK) {
+  SamplingParams huge;
+  huge.top_k = std::numeric_limits<int>::max();
+  SamplingParams off = huge;
+  off.top_k = 0;
+  Sampler a(5, huge), b(5, off);
+  const std::vector<float> l{0.5f, 1.5f, -1.0f, 1.2f, 0.0f};
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(a.sample(l), b.sample(l)) << "draw " << i;
+  rusage usage{};
+  ASSERT_EQ(getrusage(RUSAGE_SELF, &usage), 0);
+  EXPECT_LT(usage.ru_maxrss, 1L << 20) << "KiB: the sampler's buffers follow the vocabulary, not top-k";
 }
 
 TEST(Sampler, TopKOneIsGreedy) {

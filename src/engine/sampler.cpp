@@ -22,7 +22,7 @@ Sampler::Sampler(int n_vocab, const SamplingParams& params)
       params_(params),
       rng_(params.seed),
       cand_(static_cast<size_t>(n_vocab)),
-      top_k_heap_(static_cast<size_t>(std::max(params.top_k, 0))),
+      top_k_heap_(static_cast<size_t>(std::clamp(params.top_k, 0, std::max(n_vocab, 0)))),
       penalized_(static_cast<size_t>(n_vocab)),
       history_(static_cast<size_t>(std::max(params.repeat_last_n, 0))) {
   if (n_vocab <= 0) fail("sampler: vocabulary size {} must be positive", n_vocab);
