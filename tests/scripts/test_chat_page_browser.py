@@ -33,9 +33,11 @@ if port is None:
     print("serve did not start:\n" + log)
     sys.exit(1)
 
+# The page polls /props every (virtual) second, so virtual time runs on while the answer streams in: the
+# budget must outlast the slowest generation (20 s of it was too short for an ASan build on a loaded machine).
 flags = [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
          "--no-first-run", "--user-data-dir=" + os.path.join(scratch, "profile"), "--window-size=1000,700",
-         "--virtual-time-budget=20000"]
+         "--virtual-time-budget=120000"]
 url = "http://127.0.0.1:%d/?q=Hello%%20there" % port
 failed = False
 try:
