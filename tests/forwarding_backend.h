@@ -104,6 +104,20 @@ class ForwardingBackend final : public backend::Backend {
     }
     inner_->matmul_many(tasks, rows);
   }
+  void norm_matmul_many(backend::Buf<const float> x, int64_t rows, int64_t n,
+                        backend::Buf<const float> weight, float eps, backend::Buf<float> xn,
+                        std::span<const backend::MatmulTask> tasks) override {
+    ++calls["norm_matmul_many"];
+    owned(x, "norm_matmul_many");
+    owned(weight, "norm_matmul_many");
+    owned(xn, "norm_matmul_many");
+    for (const auto& t : tasks) {
+      owned(t.w, "norm_matmul_many");
+      owned(t.x, "norm_matmul_many");
+      owned(t.y, "norm_matmul_many");
+    }
+    inner_->norm_matmul_many(x, rows, n, weight, eps, xn, tasks);
+  }
   void ffn(std::span<const backend::FfnTask> ffns, const backend::ActivationParams& act,
            backend::Buf<const float> x, int64_t x_rows, backend::Buf<float> out) override {
     ++calls["ffn"];

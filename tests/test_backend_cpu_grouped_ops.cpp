@@ -80,6 +80,56 @@ TEST(MatmulMany, EqualsOneMatmulPerProductWithSharedAndSeparateInputs) {
 
 // Q4_0x16-packed weights give the unpacked weights' outputs bit for bit, through matmul and matmul_many, for
 // any thread count and token count (one row block to several, one token tile to two).
+// norm_matmul_many: xn and every product the bits of rms_norm then matmul_many, with and without a norm
+// weight, packed weights among them; products that read other rows than xn, or rows of another length, are
+// errors.
+TEST(NormMatmulMany, IsRmsNormThenMatmulManyBitForBit) {
+  const int64_t n = 256;
+  const Matrix a(GgmlType::Q4_0, n, 48, 5), b(GgmlType::Q6_K, n, 70, 6);
+  const Matrix a16 = a.packed();
+  const auto norm = random_floats(static_cast<size_t>(n), 7, 1.0f);
+  for (int64_t rows : {1, 3, 40}) {
+    const auto x = random_floats(static_cast<size_t>(rows * n), 8 + static_cast<uint32_t>(rows), 2.0f);
+    for (bool weighted : {true, false}) {
+      const float* nw = weighted ? norm.data() : nullptr;
+      HostCpuBackend be(2);
+      std::vector<float> xn_want(x.size()), xn(x.size(), -1.0f);
+      be.rms_norm(x.data(), rows, n, nw, 1e-6f, xn_want.data());
+      const std::vector<std::vector<float>> want = {matmul(be, a.w, xn_want.data(), rows),
+                                                    matmul(be, b.w, xn_want.data(), rows)};
+      std::vector<std::vector<float>> got = {std::vector<float>(want[0].size(), -1.0f),
+                                             std::vector<float>(want[1].size(), -1.0f)};
+      const MatmulTask tasks[] = {{a16.w, HostCpuBackend::h(xn.data()), HostCpuBackend::h(got[0].data())},
+                                  {b.w, HostCpuBackend::h(xn.data()), HostCpuBackend::h(got[1].data())}};
+      be.norm_matmul_many(HostCpuBackend::h(x.data()), rows, n, HostCpuBackend::h(nw), 1e-6f,
+                          HostCpuBackend::h(xn.data()), tasks);
+      const std::string what = "rows " + std::to_string(rows) + (weighted ? ", weighted" : ", no weight");
+      EXPECT_EQ(xn, xn_want) << what;
+      EXPECT_EQ(got[0], want[0]) << what;
+      EXPECT_EQ(got[1], want[1]) << what;
+    }
+  }
+  HostCpuBackend be(1);
+  const auto x = random_floats(static_cast<size_t>(n), 9);
+  std::vector<float> xn(static_cast<size_t>(n)), other(static_cast<size_t>(n)), y(200);
+  const MatmulTask reads_other[] = {{a.w, HostCpuBackend::h(xn.data()), HostCpuBackend::h(y.data())},
+                                    {b.w, HostCpuBackend::h(other.data()), HostCpuBackend::h(y.data() + 48)}};
+  df::testing::expect_error(
+      [&] {
+        be.norm_matmul_many(HostCpuBackend::h(x.data()), 1, n, HostCpuBackend::h(norm.data()), 1e-6f,
+                            HostCpuBackend::h(xn.data()), reads_other);
+      },
+      {"norm_matmul_many: product 1 reads other rows than the normed ones"});
+  const Matrix wide(GgmlType::Q4_0, 2 * n, 8, 10);
+  const MatmulTask too_wide[] = {{wide.w, HostCpuBackend::h(xn.data()), HostCpuBackend::h(y.data())}};
+  df::testing::expect_error(
+      [&] {
+        be.norm_matmul_many(HostCpuBackend::h(x.data()), 1, n, HostCpuBackend::h(norm.data()), 1e-6f,
+                            HostCpuBackend::h(xn.data()), too_wide);
+      },
+      {"norm_matmul_many: product 0 takes rows of 512 values, the normed rows have 256"});
+}
+
 TEST(PackedWeights, MatmulEqualsTheUnpackedMatmulBitForBit) {
   for (int64_t n_out : {16, 160, 2048}) {
     const int64_t n_in = n_out == 2048 ? 512 : 4160;  // 4160: rows longer than the kernels' 128-block chunk

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -196,6 +197,91 @@ TEST(CudaOps, MatmulManyEqualsMatmulBitForBit) {
     gpu.matmul(ws[i].first, dx.as<const float>(), rows, y1.as<float>(), scratch.as<uint8_t>());
     EXPECT_EQ(get<float>(gpu, ys[i], rows * 40), get<float>(gpu, y1, rows * 40)) << ggml_type_name(types[i]);
   }
+}
+
+// norm_matmul_many on the GPU: xn and every product the bits of the GPU's rms_norm then matmul_many, in one
+// launch (norm_matmul_fused: rows of up to 8 Q8_0 quantizations that fit the kernel's shared memory) and
+// through the two ops (the other shapes and types), with and without a norm weight, in and out of a step
+// graph; and within the products' tolerance of the CPU's op.
+TEST(CudaOps, NormMatmulManyIsRmsNormThenMatmulManyBitForBit) {
+  NEED_GPU();
+  struct Case {
+    GgmlType type;
+    int64_t n, rows;
+    bool weighted;
+  };
+  const Case cases[] = {{GgmlType::Q4_0, 2048, 1, true},  {GgmlType::Q4_0, 2048, 2, false},
+                        {GgmlType::Q8_0, 1024, 3, true},  {GgmlType::MXFP4, 1024, 1, true},
+                        {GgmlType::Q4_0, 1024, 8, true},  {GgmlType::Q4_0, 4096, 1, true},
+                        {GgmlType::Q4_0, 256, 1, true},   {GgmlType::Q6_K, 2048, 1, true},
+                        {GgmlType::Q4_0, 2048, 16, true}, {GgmlType::Q8_0, 3072, 2, false}};
+  int fused_cases = 0;
+  for (const Case& c : cases) {
+    const int64_t n_outs[] = {40, 100, 8};
+    const auto x = random_floats(static_cast<size_t>(c.rows * c.n), 81 + static_cast<uint32_t>(c.n), 3.0f);
+    const auto norm = random_floats(static_cast<size_t>(c.n), 82, 1.0f);
+    const std::string what = std::string(ggml_type_name(c.type)) + " n " + std::to_string(c.n) + " rows " +
+                             std::to_string(c.rows) + (c.weighted ? "" : " no weight");
+    struct Result {
+      std::vector<float> xn;
+      std::vector<std::vector<float>> y;
+    };
+    auto run = [&](Backend& b, bool fused, bool graph) {
+      std::vector<UploadedWeights> ws;
+      std::vector<DeviceBuffer> ys;
+      for (size_t i = 0; i < 3; ++i) {
+        ws.push_back(upload(b, c.type, quantized_rows(c.type, c.n, n_outs[i], 90 + static_cast<uint32_t>(i)),
+                            c.n, n_outs[i]));
+        ys.push_back(b.alloc_array<float>(c.rows * n_outs[i], "y"));
+      }
+      DeviceBuffer dx = put(b, x), dnorm = put(b, norm), dxn = b.alloc_array<float>(c.rows * c.n, "xn");
+      std::vector<MatmulTask> tasks;
+      for (size_t i = 0; i < 3; ++i) tasks.push_back({ws[i].first, dxn.as<const float>(), ys[i].as<float>()});
+      const Buf<const float> weight = c.weighted ? dnorm.as<const float>() : Buf<const float>{};
+      std::vector<Result> out;
+      const uint64_t replayed = b.steps_replayed();
+      // In a graph: an eager step, its capture, then replays (the step's ops launch nothing on the latter).
+      for (int rep = 0; rep < (graph ? 4 : 1); ++rep) {
+        std::optional<StepScope> scope;
+        if (graph) scope.emplace(b, 0x4e6d00u + static_cast<uint64_t>(&c - cases));
+        if (fused) {
+          b.norm_matmul_many(dx.as<const float>(), c.rows, c.n, weight, 1e-5f, dxn.as<float>(), tasks);
+        } else {
+          b.rms_norm(dx.as<const float>(), c.rows, c.n, weight, 1e-5f, dxn.as<float>());
+          b.matmul_many(tasks, c.rows);
+        }
+        if (scope) scope->end();
+        Result r{get<float>(b, dxn, c.rows * c.n), {}};
+        for (size_t i = 0; i < 3; ++i) r.y.push_back(get<float>(b, ys[i], c.rows * n_outs[i]));
+        out.push_back(std::move(r));
+        // Clear the outputs, so that a replay that launched nothing shows.
+        b.fill_zero(dxn.as<float>());
+        for (auto& y : ys) b.fill_zero(y.as<float>());
+      }
+      if (graph) {
+        EXPECT_GT(b.steps_replayed(), replayed) << what << ": the step was never replayed";
+      }
+      return out;
+    };
+    const bool expect_fused =
+        c.type != GgmlType::Q6_K && c.n > 512 && c.rows <= 8 &&
+        cuda::act_row_stride(GgmlType::Q8_0, c.n) * static_cast<size_t>(c.rows <= 1   ? 1
+                                                                        : c.rows <= 2 ? 2
+                                                                        : c.rows <= 4 ? 4
+                                                                                      : 8) <=
+            cuda::kInKernelQuantBytes;
+    fused_cases += expect_fused;
+    const auto apart = run(gpu, false, false), fused = run(gpu, true, false), graphed = run(gpu, true, true),
+               on_cpu = run(cpu, true, false);
+    for (const auto& got : {fused[0], graphed[0], graphed[1], graphed[2], graphed[3]}) {
+      EXPECT_EQ(got.xn, apart[0].xn) << what;
+      for (size_t i = 0; i < 3; ++i) EXPECT_EQ(got.y[i], apart[0].y[i]) << what << " product " << i;
+    }
+    EXPECT_LT(rel_l2(fused[0].xn, on_cpu[0].xn), 1e-6) << what;
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_LT(rel_l2(fused[0].y[i], on_cpu[0].y[i]), 1e-5) << what << " product " << i;
+  }
+  EXPECT_GE(fused_cases, 5) << "the one-launch path was hardly tested";
 }
 
 struct FfnCase {

@@ -282,6 +282,12 @@ class Backend {
   // At most max_matmul_tasks() products; x and y must not overlap.
   virtual size_t max_matmul_tasks() const = 0;
   virtual void matmul_many(std::span<const MatmulTask> tasks, int64_t rows) = 0;
+  // rms_norm(x, rows, n, weight, eps, xn), then matmul_many(tasks, rows) with every task's x being xn (its
+  // first rows · n values, w.n_in == n): xn and every y the bits of those two ops called in turn (one op so
+  // that a GPU's decode products norm their own input rows instead of waiting for a norm launch). xn must not
+  // overlap x or any y.
+  virtual void norm_matmul_many(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight,
+                                float eps, Buf<float> xn, std::span<const MatmulTask> tasks) = 0;
   // Several gated FFNs over one input x (x_rows rows of n_in), writing rows of out (n_out wide) — the chosen
   // experts of a MoE layer, each on the tokens routed to it, or one dense FFN on every row — as one job.
   // Every FFN must have the same shapes and types; the out rows written must be distinct. Each output row

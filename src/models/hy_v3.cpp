@@ -38,12 +38,12 @@ void HyV3Model::run_layer(State& st, const SequenceBatch& batch, int il, Forward
   const int64_t H = cfg_.n_embd;
   backend::Backend& be = *backend_;
 
-  be.rms_norm(ws.x.view(), T, H, l.attn_norm, cfg_.eps, ws.xn.view());
+  // The attention norms x (attn_norm) into xn as part of its Q/K/V products.
   qk_norm_attention(
       *backend_,
       QkNormAttention{l.wq, l.wk, l.wv, l.wo, l.q_norm, l.k_norm, cfg_.n_head, cfg_.n_head_kv, cfg_.head_dim,
                       cfg_.head_dim, cfg_.eps, cfg_.rope_theta, cfg_.rope_freq_scale},
-      batch, il);
+      batch, il, l.attn_norm);
 
   if (l.moe_index >= 0) {
     run_moe(st, batch, l, capture);

@@ -80,15 +80,16 @@ void Lfm2MoeModel::run_layer(State& st, const SequenceBatch& batch, int il, Forw
   const int64_t H = cfg_.n_embd;
   backend::Backend& be = *backend_;
 
-  be.rms_norm(ws.x.view(), T, H, l.attn_norm, cfg_.eps, ws.xn.view());
+  // Both mixers norm x (attn_norm) into xn as part of their first products.
   if (cfg_.attn[static_cast<size_t>(il)]) {
     qk_norm_attention(
         *backend_,
         QkNormAttention{l.wq, l.wk, l.wv, l.wo, l.q_norm, l.k_norm, cfg_.n_head, cfg_.n_head_kv,
                         cfg_.head_dim, cfg_.n_rot, cfg_.eps, cfg_.rope_theta, cfg_.rope_freq_scale},
-        batch, il);
+        batch, il, l.attn_norm);
   } else {
-    matmul(st, l.in_proj, ws.xn.view(), T, st.bcx.view());
+    const backend::MatmulTask in_proj{l.in_proj, ws.xn.view(), st.bcx.view()};
+    be.norm_matmul_many(ws.x.view(), T, H, l.attn_norm, cfg_.eps, ws.xn.view(), std::span(&in_proj, 1));
     // Each sequence's rows through its own conv state.
     for (const BatchSegment& s : batch.segments) {
       const size_t r0 = static_cast<size_t>(s.row0 * H), n = static_cast<size_t>(s.rows * H);

@@ -73,14 +73,19 @@ void attend_segments(backend::Backend& be, const SequenceBatch& batch, int il,
   }
 }
 
-void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const SequenceBatch& batch, int il) {
+void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const SequenceBatch& batch, int il,
+                       backend::Buf<const float> attn_norm) {
   TrunkBuffers& b = batch.work->trunk;
   const int64_t hd = a.head_dim, T = batch.T;
   const backend::MatmulTask qkv[] = {{a.wq, b.xn.view(), b.q.view()},
                                      {a.wk, b.xn.view(), b.k.view()},
                                      {a.wv, b.xn.view(), b.v.view()},
                                      {a.wgate ? *a.wgate : a.wq, b.xn.view(), a.gate}};
-  be.matmul_many(std::span(qkv, a.wgate ? 4 : 3), T);
+  const std::span<const backend::MatmulTask> products(qkv, a.wgate ? 4 : 3);
+  if (attn_norm)
+    be.norm_matmul_many(b.x.view(), T, a.wq.n_in, attn_norm, a.eps, b.xn.view(), products);
+  else
+    be.matmul_many(products, T);
   be.rms_norm(b.q.view(), T * a.n_head, hd, a.q_norm, a.eps, b.q.view());
   be.rms_norm(b.k.view(), T * a.n_head_kv, hd, a.k_norm, a.eps, b.k.view());
   backend::RopeParams rope;

@@ -127,12 +127,13 @@ void run_trunk(backend::Backend& be, const TrunkWeights& w, const SequenceBatch&
 void attend_segments(backend::Backend& be, const SequenceBatch& batch, int il,
                      const backend::AttentionParams& p, int64_t q_dim, int64_t kv_dim);
 
-// The GQA attention of lfm2moe, qwen3moe, hy_v3 and qwen35moe on b.xn (the normed residual): Q, K and V in
-// one grouped matmul, per-head RMS norm of Q and K, NeoX RoPE over the first n_rot dims of each head, the
-// f16 KV cache, causal attention, and the output projection added to the residual b.x (Backend::matmul_add,
-// b.mix its scratch). With an output gate (qwen35moe), its
-// projection of b.xn (into `gate`, n_head · head_dim per row) multiplies the attention output through a
-// sigmoid before the projection.
+// The GQA attention of lfm2moe, qwen3moe, hy_v3 and qwen35moe on b.xn (the normed residual; given attn_norm,
+// the attention norms b.x into b.xn itself, with eps, as part of the Q/K/V products: Backend::
+// norm_matmul_many): Q, K and V in one grouped matmul, per-head RMS norm of Q and K, NeoX RoPE over the first
+// n_rot dims of each head, the f16 KV cache, causal attention, and the output projection added to the
+// residual b.x (Backend::matmul_add, b.mix its scratch). With an output gate (qwen35moe), its projection of
+// b.xn (into `gate`, n_head · head_dim per row) multiplies the attention output through a sigmoid before the
+// projection.
 struct QkNormAttention {
   const backend::Weight &wq, &wk, &wv, &wo;
   backend::Buf<const float> q_norm;
@@ -143,7 +144,8 @@ struct QkNormAttention {
   const backend::Weight* wgate = nullptr;
   backend::Buf<float> gate{};
 };
-void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const SequenceBatch& batch, int il);
+void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const SequenceBatch& batch, int il,
+                       backend::Buf<const float> attn_norm = {});
 
 // One gated FFN over all T rows of x into out (the dense FFN layers, gemma4's dense branch, a shared expert):
 // a single backend ffn() task.

@@ -70,6 +70,8 @@ class CpuBackend : public Backend {
   static constexpr size_t kMaxMatmulTasks = 8;
   size_t max_matmul_tasks() const override { return kMaxMatmulTasks; }
   void matmul_many(std::span<const MatmulTask> tasks, int64_t rows) override;
+  void norm_matmul_many(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
+                        Buf<float> xn, std::span<const MatmulTask> tasks) override;
 
   // Two parallel jobs over (FFN, row block, token tile): gate and up with the biases, the activation and
   // the quantization of the down input fused in, then down (bias and scale fused into the scatter). Scratch

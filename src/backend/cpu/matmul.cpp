@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm_tiling.h"
+#include "backend/op_args.h"
 #include "quant/quant.h"
 #include "util/error.h"
 
@@ -69,6 +70,13 @@ void CpuBackend::matmul_add(const Weight& w, Buf<const float> x, int64_t rows, B
                             Buf<uint8_t> scratch) {
   matmul(w, x, rows, y, scratch);
   add(acc, y, rows * w.n_out);
+}
+
+void CpuBackend::norm_matmul_many(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight,
+                                  float eps, Buf<float> xn, std::span<const MatmulTask> tasks) {
+  check_norm_matmul_tasks(xn, n, tasks);
+  rms_norm(x, rows, n, weight, eps, xn);
+  matmul_many(tasks, rows);
 }
 
 void CpuBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {

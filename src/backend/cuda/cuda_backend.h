@@ -61,6 +61,8 @@ class CudaBackend final : public Backend {
                   Buf<uint8_t> scratch) override;
   size_t max_matmul_tasks() const override { return 1024; }
   void matmul_many(std::span<const MatmulTask> tasks, int64_t rows) override;
+  void norm_matmul_many(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
+                        Buf<float> xn, std::span<const MatmulTask> tasks) override;
   void ffn(std::span<const FfnTask> ffns, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
            Buf<float> out) override;
   // Decode-sized batches: the FFN tables are built on the device from the routing ids (no host round trip).
