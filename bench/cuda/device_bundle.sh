@@ -48,7 +48,7 @@ case "$mode" in
     rm -rf .device/bench
     mkdir -p .device/bench/lib
     strip -o .device/bench/diskformer "$build/diskformer"
-    cp "$build/df_cuda_bandwidth" .device/bench/
+    cp "$build/df_cuda_bandwidth" "$build/df_cuda_launch_chain" .device/bench/
     # Every shared library but the C and C++ runtimes (the GPU machine has no dev packages, and libcurl's
     # dependencies may be missing there).
     ldd "$build/diskformer" | awk '$3 ~ /^\// {print $3}' |
