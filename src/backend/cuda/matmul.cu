@@ -11,6 +11,23 @@
 namespace df::backend::cuda {
 namespace {
 
+// A warp's sums, stored by its lane 0: output rows o0 + r (r < kRowsPerWarp, below n_out) of activation rows
+// c < nc, y's rows y_stride apart (accumulate: added to what y holds, the add op's float addition).
+template <class T, int NC>
+__device__ __forceinline__ void store_warp_rows(const typename T::Acc (&acc)[kRowsPerWarp][NC], int nc,
+                                                int64_t o0, int64_t n_out, float* y, int64_t y_stride,
+                                                bool accumulate) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r)
+#pragma unroll
+    for (int c = 0; c < NC; ++c)
+      if (c < nc && o0 + r < n_out) {
+        float* out = y + c * y_stride + o0 + r;
+        const float v = static_cast<float>(acc[r][c]);
+        *out = accumulate ? *out + v : v;
+      }
+}
+
 // The weights are read before the kernel waits for its predecessor (pdl_begin in rows_dot's prologue): the
 // first chunk of every row is on its way while the previous kernel finishes and while this one quantizes its
 // input. So `w` must be memory no kernel writes (uploaded weights; every matmul weight is one).
@@ -43,16 +60,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
       __syncthreads();
     }
   });
-  if (lane == 0)
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-      for (int c = 0; c < NC; ++c)
-        if (c < nc && o0 + r < n_out) {
-          float* out = y + (c0 + c) * y_stride + o0 + r;
-          const float v = static_cast<float>(acc[r][c]);
-          *out = accumulate ? *out + v : v;  // accumulate: the add op's float addition
-        }
+  if (lane == 0) store_warp_rows<T, NC>(acc, nc, o0, n_out, y + c0 * y_stride, y_stride, accumulate);
 }
 
 // Backend::norm_matmul_many (kernels.h NormMatmulArgs): matmul_kernel's rows of one of the products, the
@@ -104,12 +112,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) norm_matmul_kernel(Norm
                         });
     __syncthreads();
   });
-  if (lane == 0)
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-      for (int c = 0; c < NC; ++c)
-        if (c < nc && o0 + r < n_out) y[(c0 + c) * n_out + o0 + r] = static_cast<float>(acc[r][c]);
+  if (lane == 0) store_warp_rows<T, NC>(acc, nc, o0, n_out, y + c0 * n_out, n_out, false);
 }
 
 // F32 weights (routers: a few dozen rows of a few thousand values, too few rows to occupy the GPU one warp
