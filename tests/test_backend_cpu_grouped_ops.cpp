@@ -78,8 +78,6 @@ TEST(MatmulMany, EqualsOneMatmulPerProductWithSharedAndSeparateInputs) {
   }
 }
 
-// Q4_0x16-packed weights give the unpacked weights' outputs bit for bit, through matmul and matmul_many, for
-// any thread count and token count (one row block to several, one token tile to two).
 // norm_matmul_many: xn and every product the bits of rms_norm then matmul_many, with and without a norm
 // weight, packed weights among them; products that read other rows than xn, or rows of another length, are
 // errors.
@@ -130,6 +128,8 @@ TEST(NormMatmulMany, IsRmsNormThenMatmulManyBitForBit) {
       {"norm_matmul_many: product 0 takes rows of 512 values, the normed rows have 256"});
 }
 
+// Q4_0x16-packed weights give the unpacked weights' outputs bit for bit, through matmul and matmul_many, for
+// any thread count and token count (one row block to several, one token tile to two).
 TEST(PackedWeights, MatmulEqualsTheUnpackedMatmulBitForBit) {
   for (int64_t n_out : {16, 160, 2048}) {
     const int64_t n_in = n_out == 2048 ? 512 : 4160;  // 4160: rows longer than the kernels' 128-block chunk

@@ -76,8 +76,8 @@ TEST_P(LayerSplit, EveryTwoWaySplitGivesTheWholeModelsBitsAndEachStageTouchesOnl
     Split s = split_at(file, {b});
     EXPECT_TRUE(same_bits(every_logit(*s.model, tokens), want));
     for (size_t k = 0; k < s.devices.size(); ++k) {
-      auto& calls =
-          s.devices[k]->calls;  // a stage of conv or attention and MoE layers norms in the fused ops
+      // A stage of conv or attention layers and MoE layers norms inside norm_matmul_many and norm_route only.
+      auto& calls = s.devices[k]->calls;
       EXPECT_GT(calls["rms_norm"] + calls["norm_matmul_many"] + calls["norm_route"], 0)
           << "stage " << k << " computed nothing";
       for (const auto& [op, n] : s.devices[k]->foreign)
