@@ -13,6 +13,7 @@
 
 #include "cli_run.h"
 #include "golden_json.h"
+#include "read_ahead_rule.h"
 
 namespace fs = std::filesystem;
 using df::testing::golden_json;
@@ -138,7 +139,9 @@ TEST(CliBench, JsonReportsWhatRanWithConsistentFigures) {
     EXPECT_DOUBLE_EQ(b["hit_rate"].get<double>(),
                      dec["total"]["hits"].get<double>() / dec["total"]["accesses"].get<double>());
     uint64_t rounds = 0;
-    for (int l = 0; l < n_moe; ++l) rounds += 8u * static_cast<uint64_t>(std::min(lookahead, l));
+    const std::vector<int> moe_layers = j["teacher_forced"]["moe_layers"].get<std::vector<int>>();
+    for (int l = 0; l < n_moe; ++l)
+      rounds += 8u * static_cast<uint64_t>(df::testing::guess_rounds_per_forward(moe_layers, l, lookahead));
     EXPECT_EQ(dec["total"]["prefetch_rounds"].get<uint64_t>(), rounds);
     for (const char* field : {"cache_hit_rate", "io_wait_share", "read_bandwidth", "prefetch_precision",
                               "prefetch_recall", "load_seconds", "repeats", "cold", "model"})

@@ -19,6 +19,7 @@
 #include "engine/session.h"
 #include "error_matchers.h"
 #include "golden_json.h"
+#include "read_ahead_rule.h"
 #include "store/ingest.h"
 #include "stream/eviction_policy.h"
 #include "streaming_rows.h"
@@ -28,6 +29,7 @@ namespace fs = std::filesystem;
 using df::testing::expect_error;
 using df::testing::golden_json;
 using df::testing::golden_path;
+using df::testing::guess_rounds_per_forward;
 
 namespace {
 
@@ -99,10 +101,11 @@ TEST_P(StreamingGolden, EveryRowAndLayerBitIdenticalToResidentForEveryBudgetPoli
           expect_same_bits(got, expected, info);
 
           const auto tel = m.cache->telemetry();
-          // Read-ahead: each forward pass guesses min(lookahead, l) rounds for MoE layer l, and none at 0.
+          // Read-ahead: each forward pass guesses MoE layer l as read_ahead_rule.h says.
           for (int l = 0; l < n_moe; ++l)
             EXPECT_EQ(tel.layers[static_cast<size_t>(l)].prefetch_rounds,
-                      static_cast<uint64_t>(got.forwards) * static_cast<uint64_t>(std::min(lookahead, l)))
+                      static_cast<uint64_t>(got.forwards) *
+                          static_cast<uint64_t>(guess_rounds_per_forward(info.moe_layers, l, lookahead)))
                 << "MoE layer " << l;
           if (lookahead == 0) {
             EXPECT_EQ(tel.total.prefetch_issued + tel.total.prefetch_dropped + tel.total.prefetch_hits, 0u);

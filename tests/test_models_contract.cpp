@@ -27,6 +27,7 @@
 #include "gguf/gguf.h"
 #include "models/model.h"
 #include "models_test_util.h"
+#include "read_ahead_rule.h"
 #include "util/error.h"
 
 namespace df::models {
@@ -265,8 +266,7 @@ TEST_P(MoeModelContract, PrefetchGuessesNeverChangeTheLogits) {
     auto st = m->new_state(32);
     std::vector<float> logits(prompt.size() * V), step(V);
     m->forward(*st, prompt, logits, true);
-    // The seed's rule: MoE layer l guesses layers l+1..l+lookahead, so layer j gets min(j, lookahead)
-    // guesses.
+    // read_ahead_rule.h: the seed's rule, and the dense layer before a MoE layer guessing it.
     std::map<int, int> guesses;
     for (const auto& [layer, ids] : rec->prefetches) {
       ++guesses[layer];
@@ -275,7 +275,8 @@ TEST_P(MoeModelContract, PrefetchGuessesNeverChangeTheLogits) {
       for (int32_t id : ids) EXPECT_TRUE(id >= 0 && id < m->info().n_expert);
     }
     for (int j = 0; j < n_moe; ++j)
-      EXPECT_EQ(guesses[j], std::min(j, lookahead)) << "lookahead " << lookahead;
+      EXPECT_EQ(guesses[j], df::testing::guess_rounds_per_forward(m->info().moe_layers, j, lookahead))
+          << "lookahead " << lookahead << ", MoE layer " << j;
     const int32_t next = 77;
     m->forward(*st, std::span<const int32_t>(&next, 1), step, false);
     logits.insert(logits.end(), step.begin(), step.end());

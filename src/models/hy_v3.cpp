@@ -49,6 +49,9 @@ void HyV3Model::run_layer(State& st, const SequenceBatch& batch, int il, Forward
     run_moe(st, batch, l, capture);
     return;
   }
+  read_ahead_from_dense_layer(st.moe, il, T, [&](int target, const RoutingOut& out) {
+    route(st, layers_[static_cast<size_t>(moe_model_layer(target))], T, out);
+  });
   be.rms_norm(ws.x.view(), T, H, l.ffn_norm, cfg_.eps, ws.xn.view());
   dense_ffn(be, l.ffn_gate, l.ffn_up, l.ffn_down, backend::ActivationParams{}, ws.xn.view(), T,
             ws.mix.view());

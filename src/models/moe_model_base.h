@@ -91,12 +91,18 @@ class MoeModelBase : public Model {
   void route_with_read_ahead(MoeBuffers& m, int moe, int64_t T, backend::Buf<float> xn,
                              RouteMoe&& route_moe) {
     route_moe(moe, RoutingOut{xn, m.router_logits.view(), m.expert_ids.view(), m.expert_weights.view()});
-    prefetch_next_layers(*backend_, read_ahead_experts_ ? *read_ahead_experts_ : *experts_, m, moe,
-                         read_ahead_experts_ ? guess_moe_end_ : stage_moe_end_, prefetch_lookahead_, T,
-                         info_.n_expert_used, info_.n_expert, [&](int target) {
-                           route_moe(target, RoutingOut{m.guess_xn.view(), m.guess_logits.view(),
-                                                        m.guess_ids.view(), m.guess_weights.view()});
-                         });
+    guess_layers_after(m, moe, T, route_moe);
+  }
+  // Model layer il, a dense layer, guesses like a MoE layer when the next layer is a MoE layer: that layer
+  // and the next prefetch_lookahead_ - 1 (their routers on il's state before its FFN). Otherwise nothing
+  // guesses the MoE layer after dense ones (lfm2's first), and its reads start only once it has routed.
+  template <class RouteMoe>
+  void read_ahead_from_dense_layer(MoeBuffers& m, int il, int64_t T, RouteMoe&& route_moe) {
+    for (const auto& l : expert_layout_.layers)
+      if (l.model_layer == il + 1) {
+        guess_layers_after(m, static_cast<int>(&l - expert_layout_.layers.data()) - 1, T, route_moe);
+        return;
+      }
   }
   // MoE layer moe's routing told to the routing sink and written into the capture.
   void report_moe(MoeBuffers& m, int moe, const SequenceBatch& batch, ForwardCapture* capture) {
@@ -143,6 +149,17 @@ class MoeModelBase : public Model {
   // The model layers after this stage whose routing its last MoE layers guess (the next
   // prefetch_lookahead_ layers that have routed experts in `tensors`); none for a whole model.
   std::vector<int> layers_guessed_past_stage(const std::vector<TensorDesc>& tensors, int n_layer) const;
+  // The guesses for the prefetch_lookahead_ MoE layers after MoE layer moe (-1: from the first), into the
+  // guess buffers, seen only by the expert provider (the split's, for a stage's last layers).
+  template <class RouteMoe>
+  void guess_layers_after(MoeBuffers& m, int moe, int64_t T, RouteMoe& route_moe) {
+    prefetch_next_layers(*backend_, read_ahead_experts_ ? *read_ahead_experts_ : *experts_, m, moe,
+                         read_ahead_experts_ ? guess_moe_end_ : stage_moe_end_, prefetch_lookahead_, T,
+                         info_.n_expert_used, info_.n_expert, [&](int target) {
+                           route_moe(target, RoutingOut{m.guess_xn.view(), m.guess_logits.view(),
+                                                        m.guess_ids.view(), m.guess_weights.view()});
+                         });
+  }
   // The checks of forward() and forward_many() (a state of this model, check_forward_args, distinct states),
   // then batch_ refilled from the steps.
   void make_batch(std::span<const SequenceStep> steps);
