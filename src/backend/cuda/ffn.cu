@@ -35,8 +35,7 @@ __global__ void ffn_row_map_kernel(const int32_t* entry_task, const FfnDesc* des
 
 // The descriptor of routed entry i = t · k + j (expert ids[i], one row: x row t, out row i), as
 // launch_routed_tables documents it; its row lists are left to the caller. An id out of range is recorded
-// and read as 0. kPastL1: the slot map read with __ldcg (ffn_down_combine_kernel's reads before its wait).
-template <bool kPastL1 = false>
+// and read as 0.
 __device__ __forceinline__ FfnDesc routed_desc(const ExpertStacks& st, int32_t e, int64_t i,
                                                DeviceError* err) {
   if (e < 0 || e >= st.n_expert) {
@@ -44,7 +43,7 @@ __device__ __forceinline__ FfnDesc routed_desc(const ExpertStacks& st, int32_t e
     e = 0;
   }
   const size_t ue = static_cast<size_t>(e);
-  const int32_t slot = !st.slot_of ? e : kPastL1 ? __ldcg(st.slot_of + e) : st.slot_of[e];
+  const int32_t slot = st.slot_of ? st.slot_of[e] : e;
   const size_t us = static_cast<size_t>(slot);
   FfnDesc d;
   // A negative slot: the host computes this expert (RoutedExperts::host); its descriptor has no weights.
@@ -268,15 +267,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
 // warps' staging, then the K quantized h rows. An entry whose expert the host computed (a negative slot)
 // takes its down sums from host_v (entries x n_out, the values rows_dot would have formed) in place of its
 // product; the warp reads slot 0's row for it meanwhile, so that every warp's rows stay valid.
-// The routing and the down rows are read before the wait for the previous kernel (the gate/up product): they
-// were written before it began (the ids by the routing before the gate/up kernel's own wait, a tier's slot
-// map and records before its stream reached that kernel), and this kernel starts only once every gate/up
-// block has passed its wait. The reads bypass L1 (__ldcg), which a kernel that ran earlier on the SM may have
-// left holding older values.
 template <class T, int K>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     ffn_down_combine_kernel(FfnShape s, const float* h_raw, const float* weights, float* acc_rows,
                             RoutedSource rs, const float* host_v) {
+  pdl_begin();
   extern __shared__ __align__(16) uint8_t combine_smem[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t t = blockIdx.y;
@@ -286,14 +281,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   const uint8_t* rows[K];
 #pragma unroll
   for (int j = 0; j < K; ++j) {
-    d[j] = routed_desc<true>(rs.st, __ldcg(rs.ids + t * K + j), t * K + j, rs.err);
+    d[j] = routed_desc(rs.st, rs.ids[t * K + j], t * K + j, rs.err);
     rows[j] = (d[j].down ? d[j].down : rs.st.down) + o * s.down_row_bytes;
   }
   const size_t stride = act_row_stride(GgmlType::Q8_0, s.n_ff);
   uint8_t* act = combine_smem + kWarpsPerBlock * K * smem_slot<T>();
   typename T::Acc acc[K][1];
   rows_dot<T, 1, K, true>(rows, s.n_ff, act, stride, 1, combine_smem + warp * K * smem_slot<T>(), acc, [&] {
-    pdl_begin();
     block_quantize_q8_0([&](int c) { return h_raw + (t * K + c) * s.n_ff; }, K, s.n_ff, act, stride);
     __syncthreads();
   });

@@ -99,32 +99,6 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
 // holds (the decode matrix-vector kernels: up to kMatvecMaxRows rows of a non-F32 weight type).
 bool matmul_accumulates(GgmlType w_type, int64_t cols);
 
-// Backend::norm_matmul_many in one launch (decode rows): every block norms the input rows x as the rms_norm
-// kernels do (the same sums in the same order, so the same bits), quantizes them into its shared memory and
-// forms its output rows of one of the products; the blocks of product 0 with blockIdx.x 0 also write the
-// normed rows to xn. The products' blocks follow each other in grid x (block_end: each product's end).
-constexpr int kMaxNormMatmulTasks = 4;
-struct NormMatmulTask {
-  const uint8_t* w;
-  size_t row_bytes;
-  int64_t n_out;
-  float* y;
-};
-struct NormMatmulArgs {
-  NormMatmulTask task[kMaxNormMatmulTasks];
-  int block_end[kMaxNormMatmulTasks];
-  int n_tasks;
-  const float* x;  // cols rows of n floats, 16-byte aligned
-  int64_t n, cols;
-  const float* norm;  // null: no weight
-  float eps;
-  float* xn;
-};
-// Whether one launch takes these products (a weight type the decode kernels quantize for, decode rows, rows
-// long enough for the rms_norm kernels' block-wide sums).
-bool norm_matmul_fused(GgmlType w_type, const float* x, int64_t n, int64_t cols, size_t n_tasks);
-void launch_norm_matmul(GgmlType w_type, NormMatmulArgs a, cudaStream_t stream);
-
 // ---- Grouped FFN (ffn.cu). One descriptor per FFN task; one work item per (task, up to 8 entries).
 struct FfnDesc {
   const uint8_t* gate;

@@ -5,28 +5,10 @@
 #include "backend/cuda/f32_dot.cuh"
 #include "backend/cuda/matvec.cuh"
 #include "backend/cuda/mma_tile.cuh"
-#include "backend/cuda/norm_row.cuh"
 #include "backend/cuda/q8_block.cuh"
 
 namespace df::backend::cuda {
 namespace {
-
-// A warp's sums, stored by its lane 0: output rows o0 + r (r < kRowsPerWarp, below n_out) of activation rows
-// c < nc, y's rows y_stride apart (accumulate: added to what y holds, the add op's float addition).
-template <class T, int NC>
-__device__ __forceinline__ void store_warp_rows(const typename T::Acc (&acc)[kRowsPerWarp][NC], int nc,
-                                                int64_t o0, int64_t n_out, float* y, int64_t y_stride,
-                                                bool accumulate) {
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-    for (int c = 0; c < NC; ++c)
-      if (c < nc && o0 + r < n_out) {
-        float* out = y + c * y_stride + o0 + r;
-        const float v = static_cast<float>(acc[r][c]);
-        *out = accumulate ? *out + v : v;
-      }
-}
 
 // The weights are read before the kernel waits for its predecessor (pdl_begin in rows_dot's prologue): the
 // first chunk of every row is on its way while the previous kernel finishes and while this one quantizes its
@@ -60,59 +42,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
       __syncthreads();
     }
   });
-  if (lane == 0) store_warp_rows<T, NC>(acc, nc, o0, n_out, y + c0 * y_stride, y_stride, accumulate);
-}
-
-// Backend::norm_matmul_many (kernels.h NormMatmulArgs): matmul_kernel's rows of one of the products, the
-// input rows normed in the prologue (their sums as the rms_norm kernels form them, small_block_rms_scale)
-// while the first weight chunks load, then quantized with the norm applied value by value as the rms_norm
-// kernels store it (two roundings: the scale, then the weight).
-template <class T, int NC>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarp) norm_matmul_kernel(NormMatmulArgs a) {
-  constexpr int kThreads = kWarpsPerBlock * kWarp;
-  __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kRowsPerWarp * smem_slot<T>()];
-  __shared__ double partial[kNormThreads / kWarp];
-  __shared__ float scales[NC];
-  extern __shared__ __align__(16) uint8_t act_smem[];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  int k = 0;
-  while (k + 1 < a.n_tasks && static_cast<int>(blockIdx.x) >= a.block_end[k]) ++k;
-  const uint8_t* w = a.task[0].w;
-  size_t row_bytes = a.task[0].row_bytes;
-  int64_t n_out = a.task[0].n_out;
-  float* y = a.task[0].y;
+  if (lane == 0)
 #pragma unroll
-  for (int j = 1; j < kMaxNormMatmulTasks; ++j)  // constant indices: the parameters stay in their space
-    if (j == k) {
-      w = a.task[j].w;
-      row_bytes = a.task[j].row_bytes;
-      n_out = a.task[j].n_out;
-      y = a.task[j].y;
-    }
-  const int block0 = k == 0 ? 0 : a.block_end[k - 1];
-  const int64_t o0 = (static_cast<int64_t>(blockIdx.x - block0) * kWarpsPerBlock + warp) * kRowsPerWarp;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * NC;
-  const int nc = static_cast<int>(a.cols - c0 < NC ? a.cols - c0 : NC);
-  const size_t act_stride = act_row_stride(GgmlType::Q8_0, a.n);
-  const uint8_t* rows[kRowsPerWarp];  // past the last row: the last row again, unwritten (as matmul_kernel)
+    for (int r = 0; r < kRowsPerWarp; ++r)
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) rows[r] = w + (o0 + r < n_out ? o0 + r : n_out - 1) * row_bytes;
-  typename T::Acc acc[kRowsPerWarp][NC];
-  rows_dot<T, NC, kRowsPerWarp>(rows, a.n, act_smem, act_stride, nc, smem[warp], acc, [&] {
-    pdl_begin();
-    for (int c = 0; c < nc; ++c)
-      small_block_rms_scale<kThreads>(a.x + (c0 + c) * a.n, a.n, a.eps, partial, &scales[c]);
-    const bool write_xn = blockIdx.x == 0;
-    block_quantize_q8_0([&](int c) { return a.x + (c0 + c) * a.n; }, nc, a.n, act_smem, act_stride,
-                        [&](int c, int64_t i, float v) {
-                          const float r = v * scales[c];
-                          const float normed = a.norm ? r * a.norm[i] : r;
-                          if (write_xn) a.xn[(c0 + c) * a.n + i] = normed;
-                          return normed;
-                        });
-    __syncthreads();
-  });
-  if (lane == 0) store_warp_rows<T, NC>(acc, nc, o0, n_out, y + c0 * n_out, n_out, false);
+      for (int c = 0; c < NC; ++c)
+        if (c < nc && o0 + r < n_out) {
+          float* out = y + (c0 + c) * y_stride + o0 + r;
+          const float v = static_cast<float>(acc[r][c]);
+          *out = accumulate ? *out + v : v;  // accumulate: the add op's float addition
+        }
 }
 
 // F32 weights (routers: a few dozen rows of a few thousand values, too few rows to occupy the GPU one warp
@@ -201,32 +140,6 @@ bool in_kernel_quantize(GgmlType w_type, const float* x, int64_t x_stride, int64
 bool matmul_accumulates(GgmlType w_type, int64_t cols) {
   return cols >= 1 && cols <= kMatvecMaxRows && w_type != GgmlType::F32 &&
          with_weight_traits(w_type, [&]<class T>() {});
-}
-
-bool norm_matmul_fused(GgmlType w_type, const float* x, int64_t n, int64_t cols, size_t n_tasks) {
-  return n_tasks >= 1 && n_tasks <= static_cast<size_t>(kMaxNormMatmulTasks) && n > kNormWarpMax &&
-         in_kernel_quantize(w_type, x, n, n, cols);
-}
-
-void launch_norm_matmul(GgmlType w_type, NormMatmulArgs a, cudaStream_t stream) {
-  if (!norm_matmul_fused(w_type, a.x, a.n, a.cols, static_cast<size_t>(a.n_tasks)))
-    check_cuda(cudaErrorInvalidValue, "norm_matmul kernel (a shape norm_matmul_fused refuses)");
-  constexpr int64_t kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
-  int blocks = 0;
-  for (int k = 0; k < a.n_tasks; ++k) {
-    blocks += static_cast<int>((a.task[k].n_out + kRowsPerBlock - 1) / kRowsPerBlock);
-    a.block_end[k] = blocks;
-  }
-  if (blocks == 0) return;
-  const int nc = col_tile(a.cols);
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((a.cols + nc - 1) / nc));
-  const size_t quant_smem = act_row_stride(GgmlType::Q8_0, a.n) * static_cast<size_t>(nc);
-  with_traits_among<TQ4_0, TQ8_0, TMXFP4>(w_type, [&]<class T>() {
-    with_col_tile(nc, [&]<int NC>() {
-      launch_kernel(norm_matmul_kernel<T, NC>, grid, kWarpsPerBlock * kWarp, quant_smem, stream, a);
-    });
-  });
-  check_launch("norm_matmul kernel");
 }
 
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,

@@ -11,12 +11,6 @@ namespace df::backend::cuda {
 
 constexpr int kNormThreads = 256, kNormPerThread = 16, kNormWarpMax = 16 * kWarp;
 
-// 1/sqrt(mean + eps) of a row's sum of squares, the mean rounded to float first (ggml's).
-__device__ __forceinline__ float rms_scale_of(double sum, int64_t n, float eps) {
-  const float mean = static_cast<float>(sum / static_cast<double>(n));
-  return 1.0f / sqrtf(mean + eps);
-}
-
 // The row's scale 1/sqrt(mean + eps) from each thread's partial sum of squares: the warps' sums in a fixed
 // tree, then the block's. Every thread of a kNormThreads block must call it; it leaves the shared state
 // free again for the block's next row.
@@ -29,37 +23,13 @@ __device__ __forceinline__ float block_rms_scale(double thread_sum, int64_t n, f
   if (threadIdx.x == 0) {
     double t = 0.0;
     for (int k = 0; k < kNormThreads / kWarp; ++k) t += partial[k];
-    s_scale = rms_scale_of(t, n, eps);
+    const float mean = static_cast<float>(t / static_cast<double>(n));
+    s_scale = 1.0f / sqrtf(mean + eps);
   }
   __syncthreads();
   const float scale = s_scale;
   __syncthreads();
   return scale;
-}
-
-// block_rms_scale's value for a row, by a block of kThreads (fewer than kNormThreads): each thread plays the
-// rms_norm kernels' threads t, t + kThreads, ..., so that every double sum is formed in their order. Every
-// thread must call it; partial is kNormThreads / kWarp doubles of shared memory, and *s_scale (shared)
-// receives the scale, readable once the call returns.
-template <int kThreads>
-__device__ __forceinline__ void small_block_rms_scale(const float* xr, int64_t n, float eps, double* partial,
-                                                      float* s_scale) {
-  static_assert(kNormThreads % kThreads == 0 && kThreads % kWarp == 0, "whole warps of the norm kernels");
-#pragma unroll
-  for (int v = 0; v < kNormThreads / kThreads; ++v) {
-    const int t = static_cast<int>(threadIdx.x) + v * kThreads;
-    double sum = 0.0;
-    for (int64_t i = t; i < n; i += kNormThreads) sum += static_cast<double>(__fmul_rn(xr[i], xr[i]));
-    sum = warp_sum(sum);
-    if (threadIdx.x % kWarp == 0) partial[t / kWarp] = sum;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0.0;
-    for (int k = 0; k < kNormThreads / kWarp; ++k) t += partial[k];
-    *s_scale = rms_scale_of(t, n, eps);
-  }
-  __syncthreads();
 }
 
 // Every thread of a kNormThreads block must call it (it synchronises the block). The weight load overlaps
@@ -102,7 +72,8 @@ __device__ __forceinline__ void warp_norm_row(const float* xr, int64_t n, const 
     sum += static_cast<double>(__fmul_rn(v[j], v[j]));
   }
   sum = warp_sum(sum);
-  const float scale = rms_scale_of(sum, n, eps);
+  const float mean = static_cast<float>(sum / static_cast<double>(n));
+  const float scale = 1.0f / sqrtf(mean + eps);
 #pragma unroll
   for (int j = 0; j < kNormWarpMax / kWarp; ++j) {
     const int64_t i = lane + static_cast<int64_t>(j) * kWarp;

@@ -14,14 +14,10 @@ __device__ __forceinline__ int q8_0_value(float v, float id) { return __float2in
 // `rows` rows of n floats (row r at row_of(r): 16-byte aligned, n a multiple of 32) into dst in the aligned
 // activation layout (kernels.h act_row_stride: the n quants, then a float scale per 32 values; rows `stride`
 // bytes apart). One thread per 32-value block; every thread of the block must call it, and the caller
-// synchronises the block before reading dst. transform(r, i, v) gives the value quantized for value v at
-// index i of row r (norm_matmul's norm; by default v itself).
-struct SameValue {
-  __device__ float operator()(int, int64_t, float v) const { return v; }
-};
-template <class RowOf, class Transform = SameValue>
+// synchronises the block before reading dst.
+template <class RowOf>
 __device__ __forceinline__ void block_quantize_q8_0(RowOf row_of, int rows, int64_t n, uint8_t* dst,
-                                                    size_t stride, Transform transform = {}) {
+                                                    size_t stride) {
   const int64_t nb = n / 32;
   for (int64_t i = threadIdx.x; i < rows * nb; i += blockDim.x) {
     const int r = static_cast<int>(i / nb);
@@ -31,11 +27,10 @@ __device__ __forceinline__ void block_quantize_q8_0(RowOf row_of, int rows, int6
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       const float4 f = src[k];
-      const int64_t i0 = b * 32 + 4 * k;
-      v[4 * k] = transform(r, i0, f.x);
-      v[4 * k + 1] = transform(r, i0 + 1, f.y);
-      v[4 * k + 2] = transform(r, i0 + 2, f.z);
-      v[4 * k + 3] = transform(r, i0 + 3, f.w);
+      v[4 * k] = f.x;
+      v[4 * k + 1] = f.y;
+      v[4 * k + 2] = f.z;
+      v[4 * k + 3] = f.w;
     }
     // The maximum of the magnitudes does not depend on the order they are met in (fmaxf passes over NaN).
     float amax = fabsf(v[0]);
