@@ -146,8 +146,9 @@ class MoeModelBase : public Model {
   // first_layer_/end_layer_ from the options for a model of n_layer layers (df::Error for a range that is
   // empty or outside them).
   void resolve_stage(int n_layer);
-  // The model layers after this stage whose routing its last MoE layers guess (the next
-  // prefetch_lookahead_ layers that have routed experts in `tensors`); none for a whole model.
+  // The model layers after this stage whose routing its last layers guess (its last MoE layers, or the dense
+  // layer before the next stage's first MoE layer: the next prefetch_lookahead_ layers that have routed
+  // experts in `tensors`); none for a whole model.
   std::vector<int> layers_guessed_past_stage(const std::vector<TensorDesc>& tensors, int n_layer) const;
   // The guesses for the prefetch_lookahead_ MoE layers after MoE layer moe (-1: from the first), into the
   // guess buffers, seen only by the expert provider (the split's, for a stage's last layers).
