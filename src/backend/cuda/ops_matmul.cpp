@@ -164,8 +164,8 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
 
 void CudaBackend::norm_matmul_many(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight,
                                    float eps, Buf<float> xn, std::span<const MatmulTask> tasks) {
-  // The two ops for now. A one-launch kernel (the products' blocks norm and quantize their own input rows)
-  // is written but waits for a GPU run of its tests before it replaces them (docs/ARCHITECTURE.md).
+  // The two ops. The one-launch kernel (the products' blocks norm and quantize their own input rows) gave
+  // their bits on the H200 but decoded slower; its mend waits on a branch (docs/ARCHITECTURE.md).
   check_norm_matmul_tasks(xn, n, tasks);
   rms_norm(x, rows, n, weight, eps, xn);
   matmul_many(tasks, rows);
