@@ -941,8 +941,8 @@ TEST(CudaOps, RoutingChoosesTheSameExpertsWithTheSameWeights) {
 }
 
 // norm_route (one launch on CUDA for decode-sized batches: its blocks count themselves, the last one routes)
-// gives the bits of rms_norm, matmul and route called in turn, on every row count, width and gating, called
-// again and again (the count must be back at zero after each launch); and the CPU's choices.
+// gives the bits of rms_norm, matmul and route called in turn, on every row count, width, expert count and
+// gating, called again and again (the count must be back at zero after each launch); and the CPU's choices.
 TEST(CudaOps, NormRouteIsTheThreeOpsBitForBit) {
   NEED_GPU();
   struct Case {
@@ -954,7 +954,8 @@ TEST(CudaOps, NormRouteIsTheThreeOpsBitForBit) {
   const Case cases[] = {{1, 2048, 64, Gating::Sigmoid, true},        {1, 256, 16, Gating::Softmax, false},
                         {3, 1024, 64, Gating::SoftmaxWeight, false}, {8, 2048, 32, Gating::Softmax, true},
                         {5, 4096, 8, Gating::Sigmoid, false},        {9, 2048, 64, Gating::Sigmoid, true},
-                        {2, 4100, 16, Gating::Softmax, false}};
+                        {2, 4100, 16, Gating::Softmax, false},       {1, 2048, 128, Gating::Softmax, false},
+                        {1, 4096, 32, Gating::SoftmaxWeight, true},  {1, 1024, 40, Gating::Sigmoid, false}};
   for (const Case& c : cases) {
     const int k = 4;
     const auto x = random_floats(static_cast<size_t>(c.rows * c.n), 71 + static_cast<uint32_t>(c.n), 1.0f);

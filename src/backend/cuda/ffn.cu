@@ -35,7 +35,8 @@ __global__ void ffn_row_map_kernel(const int32_t* entry_task, const FfnDesc* des
 
 // The descriptor of routed entry i = t · k + j (expert ids[i], one row: x row t, out row i), as
 // launch_routed_tables documents it; its row lists are left to the caller. An id out of range is recorded
-// and read as 0.
+// and read as 0. kPastL1: the slot map read with __ldcg (ffn_down_combine_kernel's reads before its wait).
+template <bool kPastL1 = false>
 __device__ __forceinline__ FfnDesc routed_desc(const ExpertStacks& st, int32_t e, int64_t i,
                                                DeviceError* err) {
   if (e < 0 || e >= st.n_expert) {
@@ -43,7 +44,7 @@ __device__ __forceinline__ FfnDesc routed_desc(const ExpertStacks& st, int32_t e
     e = 0;
   }
   const size_t ue = static_cast<size_t>(e);
-  const int32_t slot = st.slot_of ? st.slot_of[e] : e;
+  const int32_t slot = !st.slot_of ? e : kPastL1 ? __ldcg(st.slot_of + e) : st.slot_of[e];
   const size_t us = static_cast<size_t>(slot);
   FfnDesc d;
   // A negative slot: the host computes this expert (RoutedExperts::host); its descriptor has no weights.
@@ -126,8 +127,8 @@ __device__ __forceinline__ float activate(const FfnShape& s, float g, float u) {
 // kQuantize (mode 0 only): the block quantizes its entries' input rows x_raw + row_map[entry] * n_in
 // (kRouted: the entry's token, entry / k) into shared memory, in place of qg, while the first weight chunks
 // load.
-template <class T, int NC, int kMode, bool kQuantize, bool kRouted>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+template <class T, int NC, int kMode, bool kQuantize, bool kRouted, int kWarps = kWarpsPerBlock>
+__global__ void __launch_bounds__(kWarps* kWarp)
     ffn_gate_up_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qg,
                        size_t qg_stride, const uint8_t* qu, size_t qu_stride, float* h, float* u_buf,
                        const float* x_raw, const int32_t* row_map, RoutedSource rs) {
@@ -135,10 +136,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   static_assert(!kQuantize || kMode == 0, "in-kernel quantization serves the fused gate/up kernel");
   static_assert(!kRouted || (kQuantize && NC == 1), "routed entries are single rows quantized in the kernel");
   constexpr int kPerRow = kMode == 0 ? 2 : 1, R = kRowsPerWarp * kPerRow;
-  __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][R * smem_slot<T>()];
+  __shared__ __align__(16) uint8_t smem[kWarps][R * smem_slot<T>()];
   extern __shared__ __align__(16) uint8_t act_smem[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp) * kRowsPerWarp;
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
   FfnItem it;
   FfnDesc d;
   block_work<kRouted>(descs, items, rs, it, d);
@@ -260,34 +261,46 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   }
 }
 
-// The routed down product with the MoE combine: a block per token (grid y) and kWarpsPerBlock output rows
+// Warps (output rows) per block of the routed down/combine kernel: each block quantizes all K of the token's
+// h rows before its products, so fewer, larger blocks repeat that less (4 warps: 512 blocks each reading the
+// 24 KB of h from L2 for a 2,048-row down, more than its 7 MB of weights; session 28). Eight past k = 4, so
+// that the staging of k = 8 rows of 2 KB chunks per warp fits a block's shared memory.
+__host__ __device__ constexpr int combine_warps(int k) { return k <= 4 ? 16 : 8; }
+
+// The routed down product with the MoE combine: a block per token (grid y) and combine_warps(K) output rows
 // (grid x), a warp per output row. The warp meets the row of each of the token's K experts with that entry's
 // own h row (rows_dot's diagonal), then lane 0 forms each entry's value as ffn_down_kernel does and their
 // weighted sum in slot order as moe_combine_add_kernel does, and adds it to acc. Shared memory (dynamic): the
 // warps' staging, then the K quantized h rows. An entry whose expert the host computed (a negative slot)
 // takes its down sums from host_v (entries x n_out, the values rows_dot would have formed) in place of its
 // product; the warp reads slot 0's row for it meanwhile, so that every warp's rows stay valid.
+// The routing and the down rows are read before the wait for the previous kernel (the gate/up product, or
+// the copy of the host's sums after it), so the down weights load while gate/up finishes (session 28: about
+// half of +5 % decode on lfm2-24b). They were written before that kernel began: the ids by the routing before
+// the gate/up kernel's own wait, a tier's slot map and records before its stream reached the gate/up kernel;
+// and this kernel starts only once every block of its predecessor has passed its wait. The reads bypass L1
+// (__ldcg), which a kernel that ran earlier on the SM may have left holding older values.
 template <class T, int K>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+__global__ void __launch_bounds__(combine_warps(K) * kWarp)
     ffn_down_combine_kernel(FfnShape s, const float* h_raw, const float* weights, float* acc_rows,
                             RoutedSource rs, const float* host_v) {
-  pdl_begin();
   extern __shared__ __align__(16) uint8_t combine_smem[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t t = blockIdx.y;
-  const int64_t o_own = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  const int64_t o_own = static_cast<int64_t>(blockIdx.x) * combine_warps(K) + warp;
   const int64_t o = o_own < s.n_out ? o_own : s.n_out - 1;  // past the last row: the last row, unwritten
   FfnDesc d[K];
   const uint8_t* rows[K];
 #pragma unroll
   for (int j = 0; j < K; ++j) {
-    d[j] = routed_desc(rs.st, rs.ids[t * K + j], t * K + j, rs.err);
+    d[j] = routed_desc<true>(rs.st, __ldcg(rs.ids + t * K + j), t * K + j, rs.err);
     rows[j] = (d[j].down ? d[j].down : rs.st.down) + o * s.down_row_bytes;
   }
   const size_t stride = act_row_stride(GgmlType::Q8_0, s.n_ff);
-  uint8_t* act = combine_smem + kWarpsPerBlock * K * smem_slot<T>();
+  uint8_t* act = combine_smem + combine_warps(K) * K * smem_slot<T>();
   typename T::Acc acc[K][1];
   rows_dot<T, 1, K, true>(rows, s.n_ff, act, stride, 1, combine_smem + warp * K * smem_slot<T>(), acc, [&] {
+    pdl_begin();
     block_quantize_q8_0([&](int c) { return h_raw + (t * K + c) * s.n_ff; }, K, s.n_ff, act, stride);
     __syncthreads();
   });
@@ -475,15 +488,28 @@ bool routed_ffn_direct(const FfnShape& s, const float* x) {
          in_kernel_quantize_shape(s.down_type, s.n_ff, s.n_ff, 1);
 }
 
-namespace {}  // namespace
+namespace {
+
+// Warps per block of the routed gate/up kernel: eight where their staging (static shared memory, at most 48
+// KB) allows it. Each block quantizes the token's input row before its products, so fewer, larger blocks
+// repeat that less (session 28: with the down/combine's reads before its wait, +5 % decode on lfm2-24b).
+template <class T>
+constexpr int routed_gate_up_warps() {
+  constexpr bool routed =
+      T::kType == GgmlType::Q4_0 || T::kType == GgmlType::Q8_0 || T::kType == GgmlType::MXFP4;
+  return routed && 8 * kRowsPerWarp * 2 * smem_slot<T>() <= 48 * 1024 ? 8 : kWarpsPerBlock;
+}
+
+}  // namespace
 
 void launch_routed_gate_up(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
                            float* h, cudaStream_t stream) {
-  constexpr int64_t kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
-  const dim3 grid(static_cast<unsigned>((s.n_ff + kRowsPerBlock - 1) / kRowsPerBlock),
-                  static_cast<unsigned>(entries));
   with_weight_traits(s.gate_type, [&]<class T>() {
-    launch_kernel(ffn_gate_up_kernel<T, 1, 0, true, true>, grid, kWarpsPerBlock * kWarp,
+    constexpr int kWarps = routed_gate_up_warps<T>();
+    constexpr int64_t kRowsPerBlock = kWarps * kRowsPerWarp;
+    const dim3 grid(static_cast<unsigned>((s.n_ff + kRowsPerBlock - 1) / kRowsPerBlock),
+                    static_cast<unsigned>(entries));
+    launch_kernel(ffn_gate_up_kernel<T, 1, 0, true, true, kWarps>, grid, kWarps * kWarp,
                   act_row_stride(GgmlType::Q8_0, s.n_in), stream, s, nullptr, nullptr, nullptr, 0, nullptr, 0,
                   h, nullptr, x, nullptr, rs);
   });
@@ -521,7 +547,7 @@ bool with_combine_k(int k, F&& f) {
 size_t combine_smem_bytes(const FfnShape& s, int k) {
   size_t slot = 0;
   with_routed_traits(s.down_type, [&]<class T>() { slot = smem_slot<T>(); });
-  return static_cast<size_t>(kWarpsPerBlock) * static_cast<size_t>(k) * slot +
+  return static_cast<size_t>(combine_warps(k)) * static_cast<size_t>(k) * slot +
          static_cast<size_t>(k) * act_row_stride(GgmlType::Q8_0, s.n_ff);
 }
 
@@ -567,16 +593,16 @@ void launch_routed_down_combine(const FfnShape& s, const RoutedSource& rs, int64
                                 const float* weights, float* acc, const float* host_v, cudaStream_t stream) {
   if (T <= 0 || s.n_ff <= 0 || s.n_out <= 0) return;
   const size_t smem = combine_smem_bytes(s, rs.k);
-  const dim3 grid(static_cast<unsigned>((s.n_out + kWarpsPerBlock - 1) / kWarpsPerBlock),
-                  static_cast<unsigned>(T));
+  const int warps = combine_warps(rs.k);
+  const dim3 grid(static_cast<unsigned>((s.n_out + warps - 1) / warps), static_cast<unsigned>(T));
   bool launched = false;
   with_routed_traits(s.down_type, [&]<class T>() {
     launched = with_combine_k(rs.k, [&]<int K>() {
       check_cuda(cudaFuncSetAttribute(ffn_down_combine_kernel<T, K>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                  "cudaFuncSetAttribute (routed down/combine kernel)");
-      launch_kernel(ffn_down_combine_kernel<T, K>, grid, kWarpsPerBlock * kWarp, smem, stream, s, h, weights,
-                    acc, rs, host_v);
+      launch_kernel(ffn_down_combine_kernel<T, K>, grid, warps * kWarp, smem, stream, s, h, weights, acc, rs,
+                    host_v);
     });
   });
   if (!launched)

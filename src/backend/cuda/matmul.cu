@@ -13,15 +13,15 @@ namespace {
 // The weights are read before the kernel waits for its predecessor (pdl_begin in rows_dot's prologue): the
 // first chunk of every row is on its way while the previous kernel finishes and while this one quantizes its
 // input. So `w` must be memory no kernel writes (uploaded weights; every matmul weight is one).
-template <class T, int NC, bool kQuantize>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+template <class T, int NC, bool kQuantize, int kWarps = kWarpsPerBlock>
+__global__ void __launch_bounds__(kWarps* kWarp)
     matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in, const uint8_t* act,
                   size_t act_stride, int64_t cols, float* y, int64_t y_stride, const float* x_raw,
                   bool accumulate) {
-  __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kRowsPerWarp * smem_slot<T>()];
+  __shared__ __align__(16) uint8_t smem[kWarps][kRowsPerWarp * smem_slot<T>()];
   extern __shared__ __align__(16) uint8_t act_smem[];  // kQuantize: this tile's quantized input rows
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp) * kRowsPerWarp;
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * NC;
   const int nc = static_cast<int>(cols - c0 < NC ? cols - c0 : NC);
   const uint8_t* tile_act = act + c0 * act_stride;
@@ -52,6 +52,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
           const float v = static_cast<float>(acc[r][c]);
           *out = accumulate ? *out + v : v;  // accumulate: the add op's float addition
         }
+}
+
+// Warps per block of a decode product (one activation row) that quantizes its input: eight where their
+// staging fits the 48 KB of static shared memory. Each block quantizes the whole input row before its
+// products, on the step's critical path after the wait, so fewer, larger blocks repeat that less (session 28:
+// with the routed kernels' wider blocks, +5 % decode on lfm2-24b).
+// (Only the types that quantize in the kernel, in_kernel_quantize_shape's, get the wider instantiation.)
+template <class T>
+constexpr int quantizing_decode_warps() {
+  constexpr bool quantizes =
+      T::kType == GgmlType::Q4_0 || T::kType == GgmlType::Q8_0 || T::kType == GgmlType::MXFP4;
+  return quantizes && 8 * kRowsPerWarp * smem_slot<T>() <= 48 * 1024 ? 8 : kWarpsPerBlock;
 }
 
 // F32 weights (routers: a few dozen rows of a few thousand values, too few rows to occupy the GPU one warp
@@ -186,6 +198,17 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
   const size_t quant_smem = x_raw ? act_row_stride(GgmlType::Q8_0, n_in) * static_cast<size_t>(nc) : 0;
   with_weight_traits(w_type, [&]<class T>() {
     with_col_tile(nc, [&]<int NC>() {
+      constexpr int kWide = quantizing_decode_warps<T>();
+      if constexpr (NC == 1 && kWide != kWarpsPerBlock) {
+        if (x_raw) {
+          constexpr int64_t kWideRows = kWide * kRowsPerWarp;
+          const dim3 wide_grid(static_cast<unsigned>((n_out + kWideRows - 1) / kWideRows),
+                               static_cast<unsigned>(cols));
+          launch_kernel(matmul_kernel<T, 1, true, kWide>, wide_grid, kWide * kWarp, quant_smem, stream, w,
+                        row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, x_raw, accumulate);
+          return;
+        }
+      }
       if (x_raw)
         launch_kernel(matmul_kernel<T, NC, true>, grid, kWarpsPerBlock * kWarp, quant_smem, stream, w,
                       row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, x_raw, accumulate);

@@ -13,45 +13,45 @@ __device__ __forceinline__ int q8_0_value(float v, float id) { return __float2in
 
 // `rows` rows of n floats (row r at row_of(r): 16-byte aligned, n a multiple of 32) into dst in the aligned
 // activation layout (kernels.h act_row_stride: the n quants, then a float scale per 32 values; rows `stride`
-// bytes apart). One thread per 32-value block; every thread of the block must call it, and the caller
-// synchronises the block before reading dst.
+// bytes apart). Eight threads per 32-value block, a float4 each, the block's maximum magnitude across the
+// eight by shuffles (as quantize.cu's vector kernel): a consumer kernel runs this after waiting for its
+// input, so its length is on the step's critical path, and a thread per block (64 of 128 threads busy for a
+// 2,048-value row, each a chain of 32 maxima) cost ~2-5 us a launch (session 28). Each thread issues its
+// loads for kBatch tasks before it quantizes any. Every thread of the block must call it (blockDim.x a
+// multiple of 32), and the caller synchronises the block before reading dst.
 template <class RowOf>
 __device__ __forceinline__ void block_quantize_q8_0(RowOf row_of, int rows, int64_t n, uint8_t* dst,
                                                     size_t stride) {
-  const int64_t nb = n / 32;
-  for (int64_t i = threadIdx.x; i < rows * nb; i += blockDim.x) {
-    const int r = static_cast<int>(i / nb);
-    const int64_t b = i % nb;
-    const float4* src = reinterpret_cast<const float4*>(row_of(r) + b * 32);
-    float v[32];
+  constexpr int kBatch = 4;
+  const int64_t nb = n / 32, tasks = rows * nb * 8;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * kBatch;
+  for (int64_t base = 0; base < tasks; base += step) {  // uniform across the warp: every lane shuffles
+    float4 f[kBatch];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const float4 f = src[k];
-      v[4 * k] = f.x;
-      v[4 * k + 1] = f.y;
-      v[4 * k + 2] = f.z;
-      v[4 * k + 3] = f.w;
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = base + j * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+      f[j] = i < tasks ? reinterpret_cast<const float4*>(row_of(static_cast<int>(i / (nb * 8))))[i % (nb * 8)]
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
-    // The maximum of the magnitudes does not depend on the order they are met in (fmaxf passes over NaN).
-    float amax = fabsf(v[0]);
 #pragma unroll
-    for (int k = 1; k < 32; ++k) amax = fmaxf(amax, fabsf(v[k]));
-    const float d = amax / 127;
-    const float id = q8_0_inverse(d);
-    uint32_t packed[8];
+    for (int j = 0; j < kBatch; ++j) {
+      const int64_t i = base + j * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+      // The maximum of the magnitudes does not depend on the order they are met in (fmaxf passes over NaN).
+      float amax = fmaxf(fmaxf(fabsf(f[j].x), fabsf(f[j].y)), fmaxf(fabsf(f[j].z), fabsf(f[j].w)));
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      uint32_t word = 0;
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        word |= (static_cast<uint32_t>(q8_0_value(v[4 * k + j], id)) & 0xFFu) << (8 * j);
-      packed[k] = word;
+      for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o, 8));
+      if (i >= tasks) continue;
+      const float d = amax / 127;
+      const float id = q8_0_inverse(d);
+      const uint32_t word = (static_cast<uint32_t>(q8_0_value(f[j].x, id)) & 0xFFu) |
+                            (static_cast<uint32_t>(q8_0_value(f[j].y, id)) & 0xFFu) << 8 |
+                            (static_cast<uint32_t>(q8_0_value(f[j].z, id)) & 0xFFu) << 16 |
+                            (static_cast<uint32_t>(q8_0_value(f[j].w, id)) & 0xFFu) << 24;
+      const int64_t r = i / (nb * 8), k = i % (nb * 8);
+      uint8_t* row = dst + static_cast<size_t>(r) * stride;
+      reinterpret_cast<uint32_t*>(row)[k] = word;
+      if (k % 8 == 0) reinterpret_cast<float*>(row + n)[k / 8] = round_f16(d);
     }
-    uint8_t* row = dst + static_cast<size_t>(r) * stride;
-    uint4* q = reinterpret_cast<uint4*>(row + b * 32);
-    q[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    q[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
-    reinterpret_cast<float*>(row + n)[b] = round_f16(d);
   }
 }
 
