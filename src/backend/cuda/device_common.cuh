@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace df::backend::cuda {
 
@@ -49,6 +50,28 @@ inline bool pdl_enabled() {
   return on;
 }
 
+// DF_CUDA_LAUNCH_TWICE=a,b (a measurement, never a mode to run in): every kernel whose name (as
+// cudaFuncGetName gives it, mangled) contains a or b is launched twice, the second launch waiting for the
+// first like any link of the chain. The decode step's time with a kernel class doubled, less the time
+// without, is that class's cost inside the graph, where ncu can only time each kernel alone (session 28's
+// table, docs/PERF.md). Doubling a kernel that adds into its output changes the values, not the work.
+inline int launch_repeats(const void* kernel) {
+  static const std::string names = [] {
+    const char* v = std::getenv("DF_CUDA_LAUNCH_TWICE");
+    return std::string(v ? v : "");
+  }();
+  if (names.empty()) return 1;
+  const char* name = nullptr;
+  if (cudaFuncGetName(&name, kernel) != cudaSuccess || name == nullptr) return 1;
+  for (size_t begin = 0; begin < names.size();) {
+    size_t end = names.find(',', begin);
+    if (end == std::string::npos) end = names.size();
+    if (end > begin && std::strstr(name, names.substr(begin, end - begin).c_str()) != nullptr) return 2;
+    begin = end + 1;
+  }
+  return 1;
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed (errors are
 // left for check_launch, as a <<<>>> launch leaves them).
 template <class... Params, class... Args>
@@ -64,7 +87,8 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
-  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  for (int i = launch_repeats(reinterpret_cast<const void*>(kernel)); i > 0; --i)
+    (void)cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 // quant::fp16_to_fp32: every f16 value is exact in float, so the hardware conversion is the same function.
