@@ -263,8 +263,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
 
 // Warps (output rows) per block of the routed down/combine kernel: each block quantizes all K of the token's
 // h rows before its products, so fewer, larger blocks repeat that less (4 warps: 512 blocks each reading the
-// 24 KB of h from L2 for a 2,048-row down, more than its 7 MB of weights; session 28). Eight past k = 4, so
-// that the staging of k = 8 rows of 2 KB chunks per warp fits a block's shared memory.
+// 24 KB of h from L2 for a 2,048-row down, more than its 7 MB of weights; session 28, measured together with
+// the cooperative quantizer: no decode change alone, the reads before the wait below then mattered). Eight
+// past k = 4, so that the staging of k = 6-8 rows of 2 KB chunks per warp fits a block's shared memory.
 __host__ __device__ constexpr int combine_warps(int k) { return k <= 4 ? 16 : 8; }
 
 // The routed down product with the MoE combine: a block per token (grid y) and combine_warps(K) output rows
@@ -492,7 +493,7 @@ namespace {
 
 // Warps per block of the routed gate/up kernel: eight where their staging (static shared memory, at most 48
 // KB) allows it. Each block quantizes the token's input row before its products, so fewer, larger blocks
-// repeat that less (session 28: with the down/combine's reads before its wait, +5 % decode on lfm2-24b).
+// repeat that less (session 28: with the decode products' 8-warp blocks, +2-4 % decode on lfm2-24b).
 template <class T>
 constexpr int routed_gate_up_warps() {
   constexpr bool routed =

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kWarps* kWarp)
 // Warps per block of a decode product (one activation row) that quantizes its input: eight where their
 // staging fits the 48 KB of static shared memory. Each block quantizes the whole input row before its
 // products, on the step's critical path after the wait, so fewer, larger blocks repeat that less (session 28:
-// with the routed kernels' wider blocks, +5 % decode on lfm2-24b).
+// with the routed gate/up's 8-warp blocks, +2-4 % decode on lfm2-24b).
 // (Only the types that quantize in the kernel, in_kernel_quantize_shape's, get the wider instantiation.)
 template <class T>
 constexpr int quantizing_decode_warps() {

@@ -15,10 +15,11 @@ __device__ __forceinline__ int q8_0_value(float v, float id) { return __float2in
 // activation layout (kernels.h act_row_stride: the n quants, then a float scale per 32 values; rows `stride`
 // bytes apart). Eight threads per 32-value block, a float4 each, the block's maximum magnitude across the
 // eight by shuffles (as quantize.cu's vector kernel): a consumer kernel runs this after waiting for its
-// input, so its length is on the step's critical path, and a thread per block (64 of 128 threads busy for a
-// 2,048-value row, each a chain of 32 maxima) cost ~2-5 us a launch (session 28). Each thread issues its
-// loads for kBatch tasks before it quantizes any. Every thread of the block must call it (blockDim.x a
-// multiple of 32), and the caller synchronises the block before reading dst.
+// input, on the step's critical path where its weights have already arrived. A thread per block (64 of 128
+// threads busy for a 2,048-value row, each a chain of 32 maxima) took 3.3 us more per down/combine launch
+// whose weights were in L2 (session 28; in the step, where they come from HBM, no decode figure moved with it
+// alone). Each thread issues its loads for kBatch tasks before it quantizes any. Every thread of the block
+// must call it (blockDim.x a multiple of 32), and the caller synchronises the block before reading dst.
 template <class RowOf>
 __device__ __forceinline__ void block_quantize_q8_0(RowOf row_of, int rows, int64_t n, uint8_t* dst,
                                                     size_t stride) {
