@@ -489,24 +489,10 @@ bool routed_ffn_direct(const FfnShape& s, const float* x) {
          in_kernel_quantize_shape(s.down_type, s.n_ff, s.n_ff, 1);
 }
 
-namespace {
-
-// Warps per block of the routed gate/up kernel: eight where their staging (static shared memory, at most 48
-// KB) allows it. Each block quantizes the token's input row before its products, so fewer, larger blocks
-// repeat that less (session 28: with the decode products' 8-warp blocks, +2-4 % decode on lfm2-24b).
-template <class T>
-constexpr int routed_gate_up_warps() {
-  constexpr bool routed =
-      T::kType == GgmlType::Q4_0 || T::kType == GgmlType::Q8_0 || T::kType == GgmlType::MXFP4;
-  return routed && 8 * kRowsPerWarp * 2 * smem_slot<T>() <= 48 * 1024 ? 8 : kWarpsPerBlock;
-}
-
-}  // namespace
-
 void launch_routed_gate_up(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
                            float* h, cudaStream_t stream) {
   with_weight_traits(s.gate_type, [&]<class T>() {
-    constexpr int kWarps = routed_gate_up_warps<T>();
+    constexpr int kWarps = quantizing_decode_warps<T, 2 * kRowsPerWarp>();  // gate and up rows
     constexpr int64_t kRowsPerBlock = kWarps * kRowsPerWarp;
     const dim3 grid(static_cast<unsigned>((s.n_ff + kRowsPerBlock - 1) / kRowsPerBlock),
                     static_cast<unsigned>(entries));

@@ -54,18 +54,6 @@ __global__ void __launch_bounds__(kWarps* kWarp)
         }
 }
 
-// Warps per block of a decode product (one activation row) that quantizes its input: eight where their
-// staging fits the 48 KB of static shared memory. Each block quantizes the whole input row before its
-// products, on the step's critical path after the wait, so fewer, larger blocks repeat that less (session 28:
-// with the routed gate/up's 8-warp blocks, +2-4 % decode on lfm2-24b).
-// (Only the types that quantize in the kernel, in_kernel_quantize_shape's, get the wider instantiation.)
-template <class T>
-constexpr int quantizing_decode_warps() {
-  constexpr bool quantizes =
-      T::kType == GgmlType::Q4_0 || T::kType == GgmlType::Q8_0 || T::kType == GgmlType::MXFP4;
-  return quantizes && 8 * kRowsPerWarp * smem_slot<T>() <= 48 * 1024 ? 8 : kWarpsPerBlock;
-}
-
 // F32 weights (routers: a few dozen rows of a few thousand values, too few rows to occupy the GPU one warp
 // per row): a block per output row, each thread a strided share of the row's 4-value units with the float
 // products summed in double, then the threads' sums added as a fixed tree.
@@ -140,8 +128,7 @@ __global__ void __launch_bounds__(kMmaWarps* kWarp)
 bool mma_supported(GgmlType w_type) { return w_type == GgmlType::Q4_0 || w_type == GgmlType::Q8_0; }
 
 bool in_kernel_quantize_shape(GgmlType w_type, int64_t x_stride, int64_t n, int64_t cols) {
-  return (w_type == GgmlType::Q4_0 || w_type == GgmlType::Q8_0 || w_type == GgmlType::MXFP4) && cols >= 1 &&
-         cols <= 8 && n % 32 == 0 && x_stride % 4 == 0 &&
+  return quantizes_in_kernel(w_type) && cols >= 1 && cols <= 8 && n % 32 == 0 && x_stride % 4 == 0 &&
          act_row_stride(GgmlType::Q8_0, n) * static_cast<size_t>(col_tile(cols)) <= kInKernelQuantBytes;
 }
 
@@ -198,7 +185,7 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
   const size_t quant_smem = x_raw ? act_row_stride(GgmlType::Q8_0, n_in) * static_cast<size_t>(nc) : 0;
   with_weight_traits(w_type, [&]<class T>() {
     with_col_tile(nc, [&]<int NC>() {
-      constexpr int kWide = quantizing_decode_warps<T>();
+      constexpr int kWide = quantizing_decode_warps<T, kRowsPerWarp>();
       if constexpr (NC == 1 && kWide != kWarpsPerBlock) {
         if (x_raw) {
           constexpr int64_t kWideRows = kWide * kRowsPerWarp;

@@ -354,6 +354,23 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // fits the GPU in one wave and each warp keeps two rows' bytes in flight.
 constexpr int kRowsPerWarp = 2;
 
+// The weight types whose decode products quantize their Q8_0 input inside the kernel
+// (in_kernel_quantize_shape, the routed kernels' with_routed_traits).
+__host__ __device__ constexpr bool quantizes_in_kernel(GgmlType t) {
+  return t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::MXFP4;
+}
+
+// Warps per block of a one-row decode product of type T that quantizes its input in the kernel, each warp
+// staging R weight rows: eight where their staging fits the 48 KB of static shared memory, else
+// kWarpsPerBlock. Every block quantizes the whole input row after its wait, on the step's critical path, so
+// fewer, larger blocks repeat that less (session 28: the matmul's and the routed gate/up's 8-warp blocks,
+// +2-4 % decode on lfm2-24b). Types that never quantize in the kernel keep kWarpsPerBlock (no second
+// instantiation).
+template <class T, int R>
+constexpr int quantizing_decode_warps() {
+  return quantizes_in_kernel(T::kType) && 8 * R * smem_slot<T>() <= 48 * 1024 ? 8 : kWarpsPerBlock;
+}
+
 struct NoPrologue {
   __device__ void operator()() const {}
 };
