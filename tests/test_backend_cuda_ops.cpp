@@ -940,6 +940,50 @@ TEST(CudaOps, RoutingChoosesTheSameExpertsWithTheSameWeights) {
   }
 }
 
+// The CPU's pick rule on rows made of exact ties, signed zeros, infinities and NaN, for expert counts of one
+// to ten experts a lane and k up to 10: the lowest id among equal scores, -0 equal to +0, a NaN score chosen
+// only where it is the first expert not yet taken. The weights are not compared (NaN rows make them NaN).
+TEST(CudaOps, RoutingBreaksTiesAndMeetsNaNAsTheCpuDoes) {
+  NEED_GPU();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int E : {16, 40, 64, 256, 300}) {
+    for (int k : {1, 4, 8, 10}) {
+      const int64_t rows = 7;
+      std::vector<float> logits(static_cast<size_t>(rows * E));
+      uint32_t seed = 12345u + static_cast<uint32_t>(E * 16 + k);
+      const auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
+      const float palette[] = {-1.0f, -0.0f, 0.0f, 0.5f, 1.0f, -inf, inf, nan};
+      const auto logit = [&](int64_t r, int e) {
+        if (r == 0) return 0.25f;                                   // every score equal
+        if (r == 1) return palette[next() % 5];                     // ties, signed zeros
+        if (r == 2) return e == 0 ? nan : palette[next() % 5];      // NaN first: chosen first
+        if (r == 3) return e % 7 == 3 ? nan : palette[next() % 7];  // NaN later, infinities
+        if (r == 4) return nan;                                     // nothing but NaN
+        if (r == 5) return e < k / 2 ? nan : palette[next() % 8];   // the first few NaN
+        return static_cast<float>(next() % 3) - 1.0f;               // three values, many ties
+      };
+      for (int64_t r = 0; r < rows; ++r)
+        for (int e = 0; e < E; ++e) logits[static_cast<size_t>(r * E + e)] = logit(r, e);
+      for (Gating g : {Gating::Softmax, Gating::Sigmoid, Gating::SoftmaxWeight}) {
+        std::vector<int32_t> ids[2];
+        int i = 0;
+        for (Backend* b : {&cpu, &gpu}) {
+          DeviceBuffer dl = put(*b, logits);
+          DeviceBuffer di = b->alloc_array<int32_t>(rows * k, "ids"),
+                       dw = b->alloc_array<float>(rows * k, "w");
+          RouterParams p;
+          p.gating = g;
+          p.n_expert = E;
+          p.k = k;
+          b->route(p, dl.as<const float>(), rows, di.as<int32_t>(), dw.as<float>());
+          ids[i++] = get<int32_t>(*b, di, rows * k);
+        }
+        EXPECT_EQ(ids[1], ids[0]) << "E " << E << " k " << k << " gating " << static_cast<int>(g);
+      }
+    }
+  }
+}
+
 // norm_route (one launch on CUDA for decode-sized batches: its blocks count themselves, the last one routes)
 // gives the bits of rms_norm, matmul and route called in turn, on every row count, width, expert count and
 // gating, called again and again (the count must be back at zero after each launch); and the CPU's choices.
@@ -955,7 +999,8 @@ TEST(CudaOps, NormRouteIsTheThreeOpsBitForBit) {
                         {3, 1024, 64, Gating::SoftmaxWeight, false}, {8, 2048, 32, Gating::Softmax, true},
                         {5, 4096, 8, Gating::Sigmoid, false},        {9, 2048, 64, Gating::Sigmoid, true},
                         {2, 4100, 16, Gating::Softmax, false},       {1, 2048, 128, Gating::Softmax, false},
-                        {1, 4096, 32, Gating::SoftmaxWeight, true},  {1, 1024, 40, Gating::Sigmoid, false}};
+                        {1, 4096, 32, Gating::SoftmaxWeight, true},  {1, 1024, 40, Gating::Sigmoid, false},
+                        {2, 1024, 300, Gating::Softmax, true},       {1, 2048, 256, Gating::Sigmoid, true}};
   for (const Case& c : cases) {
     const int k = 4;
     const auto x = random_floats(static_cast<size_t>(c.rows * c.n), 71 + static_cast<uint32_t>(c.n), 1.0f);

@@ -1,6 +1,6 @@
-// Expert choice (the CPU backend's routing.cpp): one warp per token row. Probabilities per expert in
-// shared memory, k passes of a warp argmax (descending score, lowest id on an exact tie), and the weights'
-// sequential double sums on lane 0, as the CPU orders them.
+// Expert choice (the CPU backend's routing.cpp): one warp per token row. Each pick of the top-k follows the
+// CPU's scan (descending score, the lowest id on an exact tie, a NaN score chosen only where it is the first
+// expert not yet taken), the weights' sums are sequential doubles in pick order, as the CPU orders them.
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/f32_dot.cuh"
 #include "backend/cuda/kernels.h"
@@ -11,12 +11,48 @@ namespace {
 
 constexpr int kGatingSoftmax = 1, kGatingSigmoid = 2, kGatingSoftmaxWeight = 3;
 
-// One token row's choice by one warp: l its n_expert logits, id and w its k results, s route_smem_bytes of
-// the warp's shared memory (16-byte aligned). The choices are kept there and written out once at the end (a
-// chain of global stores and loads on one lane is what made this slow). Every lane of the warp must call it.
+// A score as an unsigned key in the order of `>`: +0 and -0 one key, NaN 0 (below every other key, so it
+// never wins a maximum).
+__device__ __forceinline__ uint32_t score_key(float s) {
+  const uint32_t u = s == 0.0f ? 0u : __float_as_uint(s);
+  return s != s ? 0u : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// One pick of the top-k as the CPU's scan makes it (best = the first expert not yet taken, replaced by each
+// later one whose score is greater): the first untaken expert if its score is NaN, else the highest score
+// that is not NaN, the lowest id among equals. Each lane offers its untaken experts in increasing id order;
+// winner() combines the lanes with three warp reductions (no shared memory, no chain of shuffles).
+struct LanePick {
+  uint32_t first = 0xFFFFFFFFu;  // (the lane's lowest untaken id << 1) | its score is NaN
+  uint32_t key = 0, id = 0xFFFFFFFFu;
+  // Expert e (offered in increasing order) whose score has score_key k (0: NaN).
+  __device__ __forceinline__ void offer(int e, uint32_t k) {
+    if (first == 0xFFFFFFFFu) first = static_cast<uint32_t>(e) << 1 | (k == 0u ? 1u : 0u);
+    if (k > key) {
+      key = k;
+      id = static_cast<uint32_t>(e);
+    }
+  }
+  __device__ __forceinline__ int winner() const {
+    const uint32_t f = __reduce_min_sync(0xffffffffu, first);
+    const uint32_t m = __reduce_max_sync(0xffffffffu, key);
+    const uint32_t w = __reduce_min_sync(0xffffffffu, key == m ? id : 0xFFFFFFFFu);
+    return static_cast<int>((f & 1u) || m == 0u ? f >> 1 : w);
+  }
+};
+
+// One token row's choice by one warp: l its n_expert logits (read past L1 with kPastL1: another block of the
+// kernel wrote them), id and w its k results, s route_smem_bytes of the warp's shared memory (16-byte
+// aligned). The choices are kept there and written out once at the end (a chain of global stores and loads
+// on one lane is what made this slow). Every lane of the warp must call it.
+//
+// Session 29: the picks by LanePick's three warp reductions, the logits read straight into the
+// probabilities, +5 % decode on lfm2-24b (H100). The same route with every value in registers (experts
+// lane + 32 i in unrolled arrays, up to 256) decoded 10 % slower than before, for reasons not found.
 __device__ __host__ constexpr size_t route_smem_bytes(int64_t E, int64_t k) {
   return (static_cast<size_t>(2 * E + 2 * k) * sizeof(float) + static_cast<size_t>(E) + 15) / 16 * 16;
 }
+template <bool kPastL1>
 __device__ void warp_route_row(const RouteArgs& a, const float* l, int32_t* id, float* w, float* s) {
   const int E = a.n_expert, k = a.k, lane = threadIdx.x % kWarp;
   float* probs = s;
@@ -24,23 +60,22 @@ __device__ void warp_route_row(const RouteArgs& a, const float* l, int32_t* id, 
   float* pick_w = s + 2 * E;
   int32_t* pick_id = reinterpret_cast<int32_t*>(pick_w + k);
   uint8_t* taken = reinterpret_cast<uint8_t*>(pick_id + k);
+  for (int e = lane; e < E; e += kWarp) probs[e] = kPastL1 ? __ldcg(l + e) : l[e];
   if (a.gating == kGatingSigmoid) {
-    for (int e = lane; e < E; e += kWarp) probs[e] = 1.0f / (1.0f + expf(-l[e]));
+    for (int e = lane; e < E; e += kWarp) probs[e] = 1.0f / (1.0f + expf(-probs[e]));
   } else if (a.gating == kGatingSoftmax) {
     float m = -INFINITY;
-    for (int e = lane; e < E; e += kWarp) m = fmaxf(m, l[e]);
+    for (int e = lane; e < E; e += kWarp) m = fmaxf(m, probs[e]);
     m = warp_max(m);
     double sum = 0.0;
     for (int e = lane; e < E; e += kWarp) {
-      probs[e] = expf(l[e] - m);
+      probs[e] = expf(probs[e] - m);
       sum += static_cast<double>(probs[e]);
     }
     sum = warp_sum(sum);
     const float inv = static_cast<float>(1.0 / sum);
     for (int e = lane; e < E; e += kWarp) probs[e] *= inv;
-  } else {
-    for (int e = lane; e < E; e += kWarp) probs[e] = l[e];  // SoftmaxWeight: top-k of the raw logits
-  }
+  }  // SoftmaxWeight: top-k of the raw logits
   for (int e = lane; e < E; e += kWarp) {
     score[e] =
         a.gating != kGatingSoftmaxWeight && a.selection_bias ? probs[e] + a.selection_bias[e] : probs[e];
@@ -48,22 +83,10 @@ __device__ void warp_route_row(const RouteArgs& a, const float* l, int32_t* id, 
   }
   __syncwarp();
   for (int j = 0; j < k; ++j) {
-    int best = -1;
-    float best_s = 0.0f;
+    LanePick pick;
     for (int e = lane; e < E; e += kWarp)
-      if (taken[e] == 0 && (best < 0 || score[e] > best_s)) {
-        best = e;
-        best_s = score[e];
-      }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const int ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const float os = __shfl_xor_sync(0xffffffffu, best_s, o);
-      if (ob >= 0 && (best < 0 || os > best_s || (os == best_s && ob < best))) {
-        best = ob;
-        best_s = os;
-      }
-    }
+      if (taken[e] == 0) pick.offer(e, score_key(score[e]));
+    const int best = pick.winner();
     if (lane == 0) {
       pick_id[j] = best;
       pick_w[j] = probs[best];
@@ -101,7 +124,7 @@ __global__ void route_kernel(RouteArgs a, const float* logits, int32_t* ids, flo
   pdl_begin();
   extern __shared__ float s[];  // warp_route_row's
   const int64_t r = blockIdx.x;
-  warp_route_row(a, logits + r * a.n_expert, ids + r * a.k, weights + r * a.k, s);
+  warp_route_row<false>(a, logits + r * a.n_expert, ids + r * a.k, weights + r * a.k, s);
 }
 
 // The fused router (CudaBackend::norm_route): a block per expert row of the F32 router. Each block norms the
@@ -112,10 +135,10 @@ __global__ void route_kernel(RouteArgs a, const float* logits, int32_t* ids, flo
 // kernel (weights: no kernel writes them).
 constexpr int kRouterPrefetch = 2;
 __global__ void __launch_bounds__(kNormThreads) norm_route_kernel(NormRouteArgs a) {
-  extern __shared__ __align__(16) float sm[];  // rows × n normed values, then per row E logits + route's
+  extern __shared__ __align__(16) float sm[];  // rows × n normed values, then per row the route's scratch
   __shared__ bool last;
   const int64_t n = a.n, E = a.route.n_expert, e = blockIdx.x;
-  const int rows = a.rows, lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int rows = a.rows, warp = threadIdx.x / kWarp;
   const float4* wr = reinterpret_cast<const float4*>(a.router + e * n);
   const auto early = f32_load_early<kNormThreads, kRouterPrefetch>(wr, n / 4);
   pdl_begin();
@@ -148,12 +171,10 @@ __global__ void __launch_bounds__(kNormThreads) norm_route_kernel(NormRouteArgs 
   if (!last) return;
   __threadfence();
   if (warp < rows) {
-    // The row's logits (read past L1), then route's scratch.
-    float* s =
-        sm + rows * n + warp * (E + static_cast<int64_t>(route_smem_bytes(E, a.route.k) / sizeof(float)));
-    for (int64_t k = lane; k < E; k += kWarp) s[k] = __ldcg(a.logits + warp * E + k);
-    __syncwarp();
-    warp_route_row(a.route, s, a.ids + warp * a.route.k, a.weights + warp * a.route.k, s + E);
+    // The row's logits, read past L1 (other blocks wrote them).
+    float* s = sm + rows * n + warp * static_cast<int64_t>(route_smem_bytes(E, a.route.k) / sizeof(float));
+    warp_route_row<true>(a.route, a.logits + warp * E, a.ids + warp * a.route.k, a.weights + warp * a.route.k,
+                         s);
   }
   if (threadIdx.x == 0) *a.counter = 0;
 }
@@ -192,8 +213,7 @@ void launch_moe_combine_add(const float* expert_out, const float* weights, int64
 }
 
 size_t norm_route_smem_bytes(int64_t rows, int64_t n, int n_expert, int k) {
-  return static_cast<size_t>(rows) *
-         (static_cast<size_t>(n + n_expert) * sizeof(float) + route_smem_bytes(n_expert, k));
+  return static_cast<size_t>(rows) * (static_cast<size_t>(n) * sizeof(float) + route_smem_bytes(n_expert, k));
 }
 
 bool norm_route_fused(int64_t rows, int64_t n, int n_expert, int k) {
