@@ -127,8 +127,16 @@ __device__ __forceinline__ float activate(const FfnShape& s, float g, float u) {
 // kQuantize (mode 0 only): the block quantizes its entries' input rows x_raw + row_map[entry] * n_in
 // (kRouted: the entry's token, entry / k) into shared memory, in place of qg, while the first weight chunks
 // load.
+//
+// The routed 8-warp blocks (Q4_0) ask for three blocks an SM: left to itself, ptxas aimed at four (64
+// registers) and spilled 48 bytes a thread, which ncu saw as local-memory traffic in every call; at three
+// it takes 80 registers, spills nothing, and lfm2-24b's 384 blocks (96 a token's expert, 4 experts) still
+// fit the H100's 132 SMs in one wave. Session 29: +2.5 % decode on lfm2-24b (H100). 0: ptxas's own choice.
+__host__ __device__ constexpr int routed_gate_up_min_blocks(bool routed, int warps) {
+  return routed && warps == 8 ? 3 : 0;
+}
 template <class T, int NC, int kMode, bool kQuantize, bool kRouted, int kWarps = kWarpsPerBlock>
-__global__ void __launch_bounds__(kWarps* kWarp)
+__global__ void __launch_bounds__(kWarps* kWarp, routed_gate_up_min_blocks(kRouted, kWarps))
     ffn_gate_up_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qg,
                        size_t qg_stride, const uint8_t* qu, size_t qu_stride, float* h, float* u_buf,
                        const float* x_raw, const int32_t* row_map, RoutedSource rs) {
