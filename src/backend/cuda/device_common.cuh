@@ -153,14 +153,19 @@ __device__ __forceinline__ void lds_words(const uint8_t* s, int off, uint32_t (&
   }
 }
 
-// Byte `i` (runtime) of a little-endian array of 32-bit words.
+// Byte `i` (runtime, < 4 N) of a little-endian array of N <= 4 32-bit words, by a select between two 64-bit
+// halves and a shift. A chain of "if (i / 4 == k) word = w[k]" let the compiler turn the selection back into
+// an indexed load, which put the array in local memory: four stores and loads per call inside the K-quant
+// products' loops (the Q6_K output head, the Q4_K / Q5_K scales; session 29).
 template <int N>
 __device__ __forceinline__ uint32_t byte_of(const uint32_t (&w)[N], int i) {
-  uint32_t word = w[0];
-#pragma unroll
-  for (int k = 1; k < N; ++k)
-    if (i / 4 == k) word = w[k];
-  return (word >> (8 * (i & 3))) & 0xFFu;
+  static_assert(N >= 1 && N <= 4, "at most 16 bytes");
+  const auto half = [&](int k) {  // words k and k + 1 (compile-time k), zero past the array
+    const uint32_t lo = k < N ? w[k < N ? k : 0] : 0u, hi = k + 1 < N ? w[k + 1 < N ? k + 1 : 0] : 0u;
+    return static_cast<uint64_t>(hi) << 32 | lo;
+  };
+  const uint64_t v = N <= 2 ? half(0) : (i & 8) ? half(2) : half(0);
+  return static_cast<uint32_t>(v >> (8 * (i & 7))) & 0xFFu;
 }
 
 }  // namespace df::backend::cuda
