@@ -211,17 +211,17 @@ __global__ void __launch_bounds__(kWarps* kWarp, routed_gate_up_min_blocks(kRout
 
 // kQuantize: the block quantizes its entries' rows of h_raw (n_ff floats apart) into shared memory, in place
 // of qh, while the first weight chunks load. kRouted: the output row is the entry.
-template <class T, int NC, bool kQuantize, bool kRouted>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+template <class T, int NC, bool kQuantize, bool kRouted, int kWarps = kWarpsPerBlock>
+__global__ void __launch_bounds__(kWarps* kWarp)
     ffn_down_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qh,
                     size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err,
                     const float* h_raw, RoutedSource rs) {
   pdl_begin();
   static_assert(!kRouted || (kQuantize && NC == 1), "routed entries are single rows quantized in the kernel");
-  __shared__ __align__(16) uint8_t smem[kWarpsPerBlock][kRowsPerWarp * smem_slot<T>()];
+  __shared__ __align__(16) uint8_t smem[kWarps][kRowsPerWarp * smem_slot<T>()];
   extern __shared__ __align__(16) uint8_t act_smem[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp) * kRowsPerWarp;
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
   FfnItem it;
   FfnDesc d;
   block_work<kRouted>(descs, items, rs, it, d);
@@ -424,11 +424,19 @@ void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* 
   const size_t quant_smem =
       x_raw ? act_row_stride(GgmlType::Q8_0, s.n_in) * static_cast<size_t>(s.max_cols) : 0;
   // The column tile covers the largest item (smaller items skip the extra columns at run time); a decode
-  // step's items all have one row and get the lean 1-column kernel.
+  // step's items all have one row and get the lean 1-column kernel, in blocks of quantizing_decode_warps
+  // where it quantizes its input (each block quantizes the whole input row).
   with_col_tile(col_tile(s.max_cols), [&]<int NC>() {
     if (s.gate_type == s.up_type) {
       with_weight_traits(s.gate_type, [&]<class T>() {
-        if (x_raw)
+        constexpr int kWide = NC == 1 ? quantizing_decode_warps<T, 2 * kRowsPerWarp>() : kWarpsPerBlock;
+        if (x_raw && kWide != kWarpsPerBlock) {
+          const dim3 wide(static_cast<unsigned>((s.n_ff + kWide * kRowsPerWarp - 1) / (kWide * kRowsPerWarp)),
+                          static_cast<unsigned>(n_items));
+          launch_kernel(ffn_gate_up_kernel<T, NC, 0, true, false, kWide>, wide, kWide * kWarp, quant_smem,
+                        stream, s, descs, items, qg, qg_stride, qu, qu_stride, h, nullptr, x_raw, row_map,
+                        RoutedSource{});
+        } else if (x_raw)
           launch_kernel(ffn_gate_up_kernel<T, NC, 0, true, false>, grid, threads, quant_smem, stream, s,
                         descs, items, qg, qg_stride, qu, qu_stride, h, nullptr, x_raw, row_map,
                         RoutedSource{});
@@ -472,7 +480,13 @@ void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* ite
       h_raw ? act_row_stride(GgmlType::Q8_0, s.n_ff) * static_cast<size_t>(s.max_cols) : 0;
   with_col_tile(col_tile(s.max_cols), [&]<int NC>() {
     with_weight_traits(s.down_type, [&]<class T>() {
-      if (h_raw)
+      constexpr int kWide = NC == 1 ? quantizing_decode_warps<T, kRowsPerWarp>() : kWarpsPerBlock;
+      if (h_raw && kWide != kWarpsPerBlock) {  // as the gate/up launch above
+        const dim3 wide(static_cast<unsigned>((s.n_out + kWide * kRowsPerWarp - 1) / (kWide * kRowsPerWarp)),
+                        static_cast<unsigned>(n_items));
+        launch_kernel(ffn_down_kernel<T, NC, true, false, kWide>, wide, kWide * kWarp, quant_smem, stream, s,
+                      descs, items, qh, qh_stride, out, out_rows_total, err, h_raw, RoutedSource{});
+      } else if (h_raw)
         launch_kernel(ffn_down_kernel<T, NC, true, false>, grid, kWarpsPerBlock * kWarp, quant_smem, stream,
                       s, descs, items, qh, qh_stride, out, out_rows_total, err, h_raw, RoutedSource{});
       else
