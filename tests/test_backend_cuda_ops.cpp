@@ -906,35 +906,41 @@ TEST(CudaOps, Gemma4AttentionShapesMatchTheCpu) {
   }
 }
 
+// route() on backend b: the ids and weights of `rows` rows of logits, with the selection bias `bias` when
+// given (uploaded to b).
+struct RouteResult {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+RouteResult route_on(Backend& b, RouterParams p, const std::vector<float>& logits, int64_t rows,
+                     const std::vector<float>* bias = nullptr) {
+  DeviceBuffer dl = put(b, logits);
+  DeviceBuffer dsel = bias ? put(b, *bias) : DeviceBuffer{};
+  if (bias) p.selection_bias = dsel.as<const float>();
+  DeviceBuffer di = b.alloc_array<int32_t>(rows * p.k, "ids"), dw = b.alloc_array<float>(rows * p.k, "w");
+  b.route(p, dl.as<const float>(), rows, di.as<int32_t>(), dw.as<float>());
+  return {get<int32_t>(b, di, rows * p.k), get<float>(b, dw, rows * p.k)};
+}
+
 TEST(CudaOps, RoutingChoosesTheSameExpertsWithTheSameWeights) {
   NEED_GPU();
   const int64_t rows = 7;
   for (int E : {16, 64, 129}) {
     for (Gating g : {Gating::Softmax, Gating::Sigmoid, Gating::SoftmaxWeight}) {
       for (bool bias : {false, true}) {
-        const int k = 4;
         const auto logits = random_floats(static_cast<size_t>(rows * E), 61 + E, 2.0f);
         const auto sel = random_floats(static_cast<size_t>(E), 62, 0.01f);
-        std::vector<int32_t> ids[2];
-        std::vector<float> ws[2];
-        int i = 0;
-        for (Backend* b : {&cpu, &gpu}) {
-          DeviceBuffer dl = put(*b, logits), dsel = put(*b, sel);
-          DeviceBuffer di = b->alloc_array<int32_t>(rows * k, "ids"),
-                       dw = b->alloc_array<float>(rows * k, "w");
-          RouterParams p;
-          p.gating = g;
-          p.n_expert = E;
-          p.k = k;
-          if (bias && g != Gating::SoftmaxWeight) p.selection_bias = dsel.as<const float>();
-          p.scale = 2.5f;
-          b->route(p, dl.as<const float>(), rows, di.as<int32_t>(), dw.as<float>());
-          ids[i] = get<int32_t>(*b, di, rows * k);
-          ws[i] = get<float>(*b, dw, rows * k);
-          ++i;
-        }
-        EXPECT_EQ(ids[1], ids[0]) << "E " << E << " gating " << static_cast<int>(g);
-        EXPECT_LT(rel_l2(ws[1], ws[0]), 1e-5) << "E " << E << " gating " << static_cast<int>(g);
+        RouterParams p;
+        p.gating = g;
+        p.n_expert = E;
+        p.k = 4;
+        p.scale = 2.5f;
+        const std::vector<float>* with = bias && g != Gating::SoftmaxWeight ? &sel : nullptr;
+        const RouteResult on_cpu = route_on(cpu, p, logits, rows, with),
+                          on_gpu = route_on(gpu, p, logits, rows, with);
+        EXPECT_EQ(on_gpu.ids, on_cpu.ids) << "E " << E << " gating " << static_cast<int>(g);
+        EXPECT_LT(rel_l2(on_gpu.weights, on_cpu.weights), 1e-5)
+            << "E " << E << " gating " << static_cast<int>(g);
       }
     }
   }
@@ -965,20 +971,12 @@ TEST(CudaOps, RoutingBreaksTiesAndMeetsNaNAsTheCpuDoes) {
       for (int64_t r = 0; r < rows; ++r)
         for (int e = 0; e < E; ++e) logits[static_cast<size_t>(r * E + e)] = logit(r, e);
       for (Gating g : {Gating::Softmax, Gating::Sigmoid, Gating::SoftmaxWeight}) {
-        std::vector<int32_t> ids[2];
-        int i = 0;
-        for (Backend* b : {&cpu, &gpu}) {
-          DeviceBuffer dl = put(*b, logits);
-          DeviceBuffer di = b->alloc_array<int32_t>(rows * k, "ids"),
-                       dw = b->alloc_array<float>(rows * k, "w");
-          RouterParams p;
-          p.gating = g;
-          p.n_expert = E;
-          p.k = k;
-          b->route(p, dl.as<const float>(), rows, di.as<int32_t>(), dw.as<float>());
-          ids[i++] = get<int32_t>(*b, di, rows * k);
-        }
-        EXPECT_EQ(ids[1], ids[0]) << "E " << E << " k " << k << " gating " << static_cast<int>(g);
+        RouterParams p;
+        p.gating = g;
+        p.n_expert = E;
+        p.k = k;
+        EXPECT_EQ(route_on(gpu, p, logits, rows).ids, route_on(cpu, p, logits, rows).ids)
+            << "E " << E << " k " << k << " gating " << static_cast<int>(g);
       }
     }
   }

@@ -130,8 +130,9 @@ __device__ __forceinline__ float activate(const FfnShape& s, float g, float u) {
 //
 // The routed 8-warp blocks (Q4_0) ask for three blocks an SM: left to itself, ptxas aimed at four (64
 // registers) and spilled 48 bytes a thread, which ncu saw as local-memory traffic in every call; at three
-// it takes 80 registers, spills nothing, and lfm2-24b's 384 blocks (96 a token's expert, 4 experts) still
-// fit the H100's 132 SMs in one wave. Session 29: +2.5 % decode on lfm2-24b (H100). 0: ptxas's own choice.
+// it takes 80 registers, spills nothing, and lfm2-24b's 384 blocks (96 for each of a token's 4 experts)
+// still fit the H100's 132 SMs in one wave. Session 29: +2.5 % decode on lfm2-24b (H100). 0: ptxas's own
+// choice.
 __host__ __device__ constexpr int routed_gate_up_min_blocks(bool routed, int warps) {
   return routed && warps == 8 ? 3 : 0;
 }

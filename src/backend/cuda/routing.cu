@@ -47,7 +47,7 @@ struct LanePick {
 // on one lane is what made this slow). Every lane of the warp must call it.
 //
 // Session 29: the picks by LanePick's three warp reductions, the logits read straight into the
-// probabilities, +5 % decode on lfm2-24b (H100). The same route with every value in registers (experts
+// probabilities, +3-5 % decode on lfm2-24b (H100). The same route with every value in registers (experts
 // lane + 32 i in unrolled arrays, up to 256) decoded 10 % slower than before, for reasons not found.
 __device__ __host__ constexpr size_t route_smem_bytes(int64_t E, int64_t k) {
   return (static_cast<size_t>(2 * E + 2 * k) * sizeof(float) + static_cast<size_t>(E) + 15) / 16 * 16;
