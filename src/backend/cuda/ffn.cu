@@ -418,9 +418,7 @@ void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* 
     check_launch("ffn gate/up kernel (mma)");
     return;
   }
-  constexpr int64_t kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
-  const dim3 grid(static_cast<unsigned>((s.n_ff + kRowsPerBlock - 1) / kRowsPerBlock),
-                  static_cast<unsigned>(n_items));
+  const dim3 grid = matvec_grid(s.n_ff, kWarpsPerBlock, n_items);
   const unsigned threads = kWarpsPerBlock * kWarp;
   const size_t quant_smem =
       x_raw ? act_row_stride(GgmlType::Q8_0, s.n_in) * static_cast<size_t>(s.max_cols) : 0;
@@ -430,15 +428,10 @@ void launch_ffn_gate_up(const FfnShape& s, const FfnDesc* descs, const FfnItem* 
   with_col_tile(col_tile(s.max_cols), [&]<int NC>() {
     if (s.gate_type == s.up_type) {
       with_weight_traits(s.gate_type, [&]<class T>() {
-        constexpr int kWide = NC == 1 ? quantizing_decode_warps<T, 2 * kRowsPerWarp>() : kWarpsPerBlock;
-        if (x_raw && kWide != kWarpsPerBlock) {
-          const dim3 wide(static_cast<unsigned>((s.n_ff + kWide * kRowsPerWarp - 1) / (kWide * kRowsPerWarp)),
-                          static_cast<unsigned>(n_items));
-          launch_kernel(ffn_gate_up_kernel<T, NC, 0, true, false, kWide>, wide, kWide * kWarp, quant_smem,
-                        stream, s, descs, items, qg, qg_stride, qu, qu_stride, h, nullptr, x_raw, row_map,
-                        RoutedSource{});
-        } else if (x_raw)
-          launch_kernel(ffn_gate_up_kernel<T, NC, 0, true, false>, grid, threads, quant_smem, stream, s,
+        constexpr int kQuantWarps = NC == 1 ? quantizing_decode_warps<T, 2 * kRowsPerWarp>() : kWarpsPerBlock;
+        if (x_raw)
+          launch_kernel(ffn_gate_up_kernel<T, NC, 0, true, false, kQuantWarps>,
+                        matvec_grid(s.n_ff, kQuantWarps, n_items), kQuantWarps * kWarp, quant_smem, stream, s,
                         descs, items, qg, qg_stride, qu, qu_stride, h, nullptr, x_raw, row_map,
                         RoutedSource{});
         else
@@ -474,22 +467,17 @@ void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* ite
     check_launch("ffn down kernel (mma)");
     return;
   }
-  constexpr int64_t kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
-  const dim3 grid(static_cast<unsigned>((s.n_out + kRowsPerBlock - 1) / kRowsPerBlock),
-                  static_cast<unsigned>(n_items));
+  const dim3 grid = matvec_grid(s.n_out, kWarpsPerBlock, n_items);
   const size_t quant_smem =
       h_raw ? act_row_stride(GgmlType::Q8_0, s.n_ff) * static_cast<size_t>(s.max_cols) : 0;
   with_col_tile(col_tile(s.max_cols), [&]<int NC>() {
     with_weight_traits(s.down_type, [&]<class T>() {
-      constexpr int kWide = NC == 1 ? quantizing_decode_warps<T, kRowsPerWarp>() : kWarpsPerBlock;
-      if (h_raw && kWide != kWarpsPerBlock) {  // as the gate/up launch above
-        const dim3 wide(static_cast<unsigned>((s.n_out + kWide * kRowsPerWarp - 1) / (kWide * kRowsPerWarp)),
-                        static_cast<unsigned>(n_items));
-        launch_kernel(ffn_down_kernel<T, NC, true, false, kWide>, wide, kWide * kWarp, quant_smem, stream, s,
+      // As the gate/up launch above: a one-row decode item that quantizes takes quantizing_decode_warps.
+      constexpr int kQuantWarps = NC == 1 ? quantizing_decode_warps<T, kRowsPerWarp>() : kWarpsPerBlock;
+      if (h_raw)
+        launch_kernel(ffn_down_kernel<T, NC, true, false, kQuantWarps>,
+                      matvec_grid(s.n_out, kQuantWarps, n_items), kQuantWarps * kWarp, quant_smem, stream, s,
                       descs, items, qh, qh_stride, out, out_rows_total, err, h_raw, RoutedSource{});
-      } else if (h_raw)
-        launch_kernel(ffn_down_kernel<T, NC, true, false>, grid, kWarpsPerBlock * kWarp, quant_smem, stream,
-                      s, descs, items, qh, qh_stride, out, out_rows_total, err, h_raw, RoutedSource{});
       else
         launch_kernel(ffn_down_kernel<T, NC, false, false>, grid, kWarpsPerBlock * kWarp, 0, stream, s, descs,
                       items, qh, qh_stride, out, out_rows_total, err, nullptr, RoutedSource{});
@@ -516,12 +504,9 @@ void launch_routed_gate_up(const FfnShape& s, const RoutedSource& rs, int64_t en
                            float* h, cudaStream_t stream) {
   with_weight_traits(s.gate_type, [&]<class T>() {
     constexpr int kWarps = quantizing_decode_warps<T, 2 * kRowsPerWarp>();  // gate and up rows
-    constexpr int64_t kRowsPerBlock = kWarps * kRowsPerWarp;
-    const dim3 grid(static_cast<unsigned>((s.n_ff + kRowsPerBlock - 1) / kRowsPerBlock),
-                    static_cast<unsigned>(entries));
-    launch_kernel(ffn_gate_up_kernel<T, 1, 0, true, true, kWarps>, grid, kWarps * kWarp,
-                  act_row_stride(GgmlType::Q8_0, s.n_in), stream, s, nullptr, nullptr, nullptr, 0, nullptr, 0,
-                  h, nullptr, x, nullptr, rs);
+    launch_kernel(ffn_gate_up_kernel<T, 1, 0, true, true, kWarps>, matvec_grid(s.n_ff, kWarps, entries),
+                  kWarps * kWarp, act_row_stride(GgmlType::Q8_0, s.n_in), stream, s, nullptr, nullptr,
+                  nullptr, 0, nullptr, 0, h, nullptr, x, nullptr, rs);
   });
   check_launch("routed ffn gate/up kernel");
 }
@@ -567,9 +552,7 @@ void launch_routed_ffn(const FfnShape& s, const RoutedSource& rs, int64_t entrie
                        float* out, cudaStream_t stream) {
   if (entries <= 0 || s.n_ff <= 0 || s.n_out <= 0) return;
   launch_routed_gate_up(s, rs, entries, x, h, stream);
-  constexpr int64_t kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
-  const dim3 grid_down(static_cast<unsigned>((s.n_out + kRowsPerBlock - 1) / kRowsPerBlock),
-                       static_cast<unsigned>(entries));
+  const dim3 grid_down = matvec_grid(s.n_out, kWarpsPerBlock, entries);
   with_weight_traits(s.down_type, [&]<class T>() {
     launch_kernel(ffn_down_kernel<T, 1, true, true>, grid_down, kWarpsPerBlock * kWarp,
                   act_row_stride(GgmlType::Q8_0, s.n_ff), stream, s, nullptr, nullptr, nullptr, 0, out,

@@ -179,26 +179,17 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
     check_launch("matmul kernel (mma)");
     return;
   }
-  constexpr int64_t kRowsPerBlock = kWarpsPerBlock * kRowsPerWarp;
-  const dim3 grid(static_cast<unsigned>((n_out + kRowsPerBlock - 1) / kRowsPerBlock),
-                  static_cast<unsigned>((cols + nc - 1) / nc));
+  const dim3 grid = matvec_grid(n_out, kWarpsPerBlock, (cols + nc - 1) / nc);
   const size_t quant_smem = x_raw ? act_row_stride(GgmlType::Q8_0, n_in) * static_cast<size_t>(nc) : 0;
   with_weight_traits(w_type, [&]<class T>() {
     with_col_tile(nc, [&]<int NC>() {
-      constexpr int kWide = quantizing_decode_warps<T, kRowsPerWarp>();
-      if constexpr (NC == 1 && kWide != kWarpsPerBlock) {
-        if (x_raw) {
-          constexpr int64_t kWideRows = kWide * kRowsPerWarp;
-          const dim3 wide_grid(static_cast<unsigned>((n_out + kWideRows - 1) / kWideRows),
-                               static_cast<unsigned>(cols));
-          launch_kernel(matmul_kernel<T, 1, true, kWide>, wide_grid, kWide * kWarp, quant_smem, stream, w,
-                        row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, x_raw, accumulate);
-          return;
-        }
-      }
+      // A one-row product that quantizes its input: blocks of quantizing_decode_warps.
+      constexpr int kQuantWarps = NC == 1 ? quantizing_decode_warps<T, kRowsPerWarp>() : kWarpsPerBlock;
       if (x_raw)
-        launch_kernel(matmul_kernel<T, NC, true>, grid, kWarpsPerBlock * kWarp, quant_smem, stream, w,
-                      row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, x_raw, accumulate);
+        launch_kernel(matmul_kernel<T, NC, true, kQuantWarps>,
+                      matvec_grid(n_out, kQuantWarps, (cols + nc - 1) / nc), kQuantWarps * kWarp, quant_smem,
+                      stream, w, row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, x_raw,
+                      accumulate);
       else
         launch_kernel(matmul_kernel<T, NC, false>, grid, kWarpsPerBlock * kWarp, 0, stream, w, row_bytes,
                       n_out, n_in, act, act_stride, cols, y, y_stride, nullptr, accumulate);

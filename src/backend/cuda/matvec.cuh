@@ -371,6 +371,14 @@ constexpr int quantizing_decode_warps() {
   return quantizes_in_kernel(T::kType) && 8 * R * smem_slot<T>() <= 48 * 1024 ? 8 : kWarpsPerBlock;
 }
 
+// The grid of a matrix-vector launch: blocks of `warps` warps, kRowsPerWarp output rows a warp, over n_rows
+// rows in x; y in y (column tiles or work items).
+inline dim3 matvec_grid(int64_t n_rows, int warps, int64_t y) {
+  const int64_t rows_per_block = static_cast<int64_t>(warps) * kRowsPerWarp;
+  return dim3(static_cast<unsigned>((n_rows + rows_per_block - 1) / rows_per_block),
+              static_cast<unsigned>(y));
+}
+
 struct NoPrologue {
   __device__ void operator()() const {}
 };

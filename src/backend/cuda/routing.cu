@@ -56,7 +56,7 @@ template <bool kPastL1>
 __device__ void warp_route_row(const RouteArgs& a, const float* l, int32_t* id, float* w, float* s) {
   const int E = a.n_expert, k = a.k, lane = threadIdx.x % kWarp;
   float* probs = s;
-  float* score = s + E;
+  uint32_t* key = reinterpret_cast<uint32_t*>(s + E);  // score_key of each expert's score
   float* pick_w = s + 2 * E;
   int32_t* pick_id = reinterpret_cast<int32_t*>(pick_w + k);
   uint8_t* taken = reinterpret_cast<uint8_t*>(pick_id + k);
@@ -77,15 +77,15 @@ __device__ void warp_route_row(const RouteArgs& a, const float* l, int32_t* id, 
     for (int e = lane; e < E; e += kWarp) probs[e] *= inv;
   }  // SoftmaxWeight: top-k of the raw logits
   for (int e = lane; e < E; e += kWarp) {
-    score[e] =
-        a.gating != kGatingSoftmaxWeight && a.selection_bias ? probs[e] + a.selection_bias[e] : probs[e];
+    key[e] = score_key(a.gating != kGatingSoftmaxWeight && a.selection_bias ? probs[e] + a.selection_bias[e]
+                                                                            : probs[e]);
     taken[e] = 0;
   }
   __syncwarp();
   for (int j = 0; j < k; ++j) {
     LanePick pick;
     for (int e = lane; e < E; e += kWarp)
-      if (taken[e] == 0) pick.offer(e, score_key(score[e]));
+      if (taken[e] == 0) pick.offer(e, key[e]);
     const int best = pick.winner();
     if (lane == 0) {
       pick_id[j] = best;
