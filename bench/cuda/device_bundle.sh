@@ -54,7 +54,7 @@ case "$mode" in
     ldd "$build/diskformer" | awk '$3 ~ /^\// {print $3}' |
       grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libresolv|ld-linux[^/]*)\.so' |
       while read -r lib; do cp "$lib" .device/bench/lib/; done
-    cp bench/cuda/run_gpu_bench.sh bench/cuda/run_gpu_tiers.sh bench/cuda/run_gpu_cgroup.sh bench/cuda/run_gpu_cpu_misses.sh bench/cuda/run_multi_gpu.sh bench/cuda/common.sh bench/cuda/ncu_step.py bench/cuda/serve_check.py \
+    cp bench/cuda/ab_decode.sh bench/cuda/run_gpu_bench.sh bench/cuda/run_gpu_tiers.sh bench/cuda/run_gpu_cgroup.sh bench/cuda/run_gpu_cpu_misses.sh bench/cuda/run_multi_gpu.sh bench/cuda/common.sh bench/cuda/ncu_step.py bench/cuda/serve_check.py \
       .device/bench/
     ;;
   *)
