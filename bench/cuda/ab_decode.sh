@@ -4,8 +4,9 @@
 #   bench/cuda/ab_decode.sh MODEL ROUNDS SPEC [SPEC...]
 # SPEC is DIR or DIR,VAR=VALUE[,VAR=VALUE...]: DIR holds a diskformer binary, the variables are set for its runs
 # only (e.g. `new,DF_CUDA_PDL=0`). Each round runs every SPEC once, in the order given, and prints one line:
-# the SPEC and bench's decode and repetitions lines. Then each SPEC's greedy output (`run --temp 0`) is compared with the
-# first SPEC's and the line says SAME or DIFFERENT (a timing-only build that skips work is expected to differ).
+# the SPEC and bench's decode and repetitions lines. Then each SPEC's greedy output (`run --temp 0`) is
+# compared with the first SPEC's: SAME or DIFFERENT (a timing-only build that skips work is expected to
+# differ).
 # BENCH_ARGS (default: --device cuda:0 --resident -p 8 -n 128 -r 2) and RUN_ARGS (default: --device cuda:0
 # --resident -n 48) replace the runs' arguments; OUT_DIR (default .) receives ab.txt.
 set -euo pipefail
