@@ -18,7 +18,10 @@ model=$1
 rounds=$2
 shift 2
 [ -f "$model" ] || [ -d "$model" ] || { echo "ab_decode.sh: no model at $model" >&2; exit 2; }
-[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "ab_decode.sh: ROUNDS must be a positive integer, got '$rounds'" >&2; exit 2; }
+if ! [[ "$rounds" =~ ^[1-9][0-9]*$ ]]; then
+  echo "ab_decode.sh: ROUNDS must be a positive integer, got '$rounds'" >&2
+  exit 2
+fi
 read -r -a bench_args <<< "${BENCH_ARGS:---device cuda:0 --resident -p 8 -n 128 -r 2}"
 read -r -a run_args <<< "${RUN_ARGS:---device cuda:0 --resident -n 48}"
 out=${OUT_DIR:-.}
@@ -53,7 +56,8 @@ for spec in "$@"; do
   with_spec "$spec" bash -c '"$exe" run -m "$0" -p "The sky is" --temp 0 "${@}" 2>/dev/null' "$model" \
     "${run_args[@]}" > "$tmp/$i.txt" || true
   if [ "$i" -gt 0 ]; then
-    if cmp -s "$tmp/0.txt" "$tmp/$i.txt"; then verdict="SAME greedy output as"; else verdict="DIFFERENT greedy output from"; fi
+    verdict="DIFFERENT greedy output from"
+    cmp -s "$tmp/0.txt" "$tmp/$i.txt" && verdict="SAME greedy output as"
     echo "output  $spec  $verdict $1" | tee -a "$out/ab.txt"
   fi
   i=$((i + 1))
