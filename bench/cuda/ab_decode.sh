@@ -31,18 +31,18 @@ for spec in "$@"; do
   [ -x "$dir/diskformer" ] || { echo "ab_decode.sh: no diskformer in '$dir' (SPEC '$spec')" >&2; exit 2; }
 done
 
-# with_spec SPEC CMD...: CMD with the SPEC's variables set, its diskformer as $exe.
+# with_spec SPEC ARGS...: the SPEC's diskformer with ARGS, its variables set.
 with_spec() {
   local spec=$1
   shift
   local dir=${spec%%,*} vars=()
   [ "$spec" = "$dir" ] || IFS=, read -r -a vars <<< "${spec#*,}"
-  exe="$dir/diskformer" env ${vars[@]+"${vars[@]}"} "$@"
+  env ${vars[@]+"${vars[@]}"} "$dir/diskformer" "$@"
 }
 
 for ((r = 1; r <= rounds; ++r)); do
   for spec in "$@"; do
-    line=$(with_spec "$spec" bash -c '"$exe" bench -m "$0" "${@}" 2>&1' "$model" "${bench_args[@]}" |
+    line=$(with_spec "$spec" bench -m "$model" "${bench_args[@]}" 2>&1 |
       grep -E '^(decode +[0-9]|repetitions )' | tr -s ' \n' ' ' || true)
     [ -n "$line" ] || line="bench printed no decode line: run it alone to see why"
     echo "round $r  $spec  $line" | tee -a "$out/ab.txt"
@@ -53,8 +53,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 i=0
 for spec in "$@"; do
-  with_spec "$spec" bash -c '"$exe" run -m "$0" -p "The sky is" --temp 0 "${@}" 2>/dev/null' "$model" \
-    "${run_args[@]}" > "$tmp/$i.txt" || true
+  with_spec "$spec" run -m "$model" -p "The sky is" --temp 0 "${run_args[@]}" > "$tmp/$i.txt" 2>/dev/null ||
+    true
   if [ "$i" -gt 0 ]; then
     verdict="DIFFERENT greedy output from"
     cmp -s "$tmp/0.txt" "$tmp/$i.txt" && verdict="SAME greedy output as"
