@@ -220,6 +220,14 @@ void launch_get_rows(GgmlType type, const uint8_t* table, size_t row_bytes, int6
 // ---- Norm and RoPE (norm_rope.cu).
 void launch_rms_norm(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y,
                      cudaStream_t stream);
+// The same norm of rows of kNormWarpMax < n <= 4,096 values (n a multiple of 32, y 16-byte aligned), each row
+// then also quantized to Q8_0 at q (act_row_stride(Q8_0, n) apart), value for value what a decode product
+// quantizing its input in the kernel makes of y: the producer quantizes a row once, where each block of the
+// products reading it would read the floats and quantize them after its wait (docs/PERF.md, session 30: the
+// products' own quantization is 18 % of a decode step, 13 points of it that read).
+bool rms_norm_q8_shape(int64_t n);
+void launch_rms_norm_q8(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y,
+                        uint8_t* q, cudaStream_t stream);
 struct RopeArgs {
   int n_rot, neox;
   float theta_scale, freq_scale, ext_factor, attn_factor, corr_lo, corr_hi, yarn_mag;

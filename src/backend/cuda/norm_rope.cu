@@ -2,6 +2,7 @@
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/norm_row.cuh"
+#include "backend/cuda/q8_block.cuh"
 
 namespace df::backend::cuda {
 namespace {
@@ -29,6 +30,18 @@ __global__ void __launch_bounds__(kNormThreads)
   pdl_begin();
   float* yr = y + blockIdx.x * n;
   block_norm_row(x + blockIdx.x * n, n, weight, eps, [&](int64_t i, float v) { yr[i] = v; });
+}
+
+// rms_norm_regs_kernel's row, then the block quantizes it (its own global writes, visible to the block after
+// the barrier) with the products' in-kernel quantizer, so the Q8_0 bytes are those the products would make.
+__global__ void __launch_bounds__(kNormThreads)
+    rms_norm_q8_kernel(const float* x, int64_t n, const float* weight, float eps, float* y, uint8_t* q) {
+  pdl_begin();
+  float* yr = y + blockIdx.x * n;
+  block_norm_row(x + blockIdx.x * n, n, weight, eps, [&](int64_t i, float v) { yr[i] = v; });
+  __syncthreads();
+  const size_t stride = act_row_stride(GgmlType::Q8_0, n);
+  block_quantize_q8_0([&](int) { return yr; }, 1, n, q + blockIdx.x * stride, stride);
 }
 
 // Short rows (per-head norms: head_dim values): one warp per row (norm_row.cuh).
@@ -101,6 +114,18 @@ void launch_rms_norm(const float* x, int64_t rows, int64_t n, const float* weigh
                   y);
   }
   check_launch("rms_norm kernel");
+}
+
+bool rms_norm_q8_shape(int64_t n) {
+  return n > kNormWarpMax && n <= int64_t{kNormThreads} * kNormPerThread && n % 32 == 0;
+}
+
+void launch_rms_norm_q8(const float* x, int64_t rows, int64_t n, const float* weight, float eps, float* y,
+                        uint8_t* q, cudaStream_t stream) {
+  if (rows <= 0) return;
+  launch_kernel(rms_norm_q8_kernel, static_cast<unsigned>(rows), kNormThreads, 0, stream, x, n, weight, eps,
+                y, q);
+  check_launch("rms_norm_q8 kernel");
 }
 
 void launch_rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos, const RopeArgs& a,

@@ -164,11 +164,40 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
 
 void CudaBackend::norm_matmul_many(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight,
                                    float eps, Buf<float> xn, std::span<const MatmulTask> tasks) {
-  // The two ops. The one-launch kernel (the products' blocks norm and quantize their own input rows) gave
-  // their bits on the H200 but decoded slower; its mend waits on a branch (docs/ARCHITECTURE.md).
   check_norm_matmul_tasks(xn, n, tasks);
-  rms_norm(x, rows, n, weight, eps, xn);
-  matmul_many(tasks, rows);
+  // Decode rows whose products would each quantize the normed rows in every block: the norm quantizes them
+  // once, and the products read the Q8_0 rows (kernels.h, launch_rms_norm_q8). The same bits either way.
+  const bool prequantize = !tasks.empty() && tasks.size() <= max_matmul_tasks() &&
+                           cuda::rms_norm_q8_shape(n) &&
+                           std::all_of(tasks.begin(), tasks.end(), [&](const MatmulTask& t) {
+                             return cuda::in_kernel_quantize(t.w.type, BA::raw(xn), n, n, rows);
+                           });
+  if (!prequantize) {
+    // The two ops. The one-launch kernel (the products' blocks norm and quantize their own input rows) gave
+    // their bits on the H200 but decoded slower; its mend waits on a branch (docs/ARCHITECTURE.md).
+    rms_norm(x, rows, n, weight, eps, xn);
+    matmul_many(tasks, rows);
+    return;
+  }
+  const auto timer = timed({"norm_matmul_many", nullptr, 0, n, rows});
+  need(x, rows * n, "norm_matmul_many input");
+  need(xn, rows * n, "norm_matmul_many normed rows");
+  if (weight) need(weight, n, "norm_matmul_many norm weight");
+  for (const MatmulTask& t : tasks) {
+    check_weight(t.w, "norm_matmul_many");
+    need(t.y, rows * t.w.n_out, "norm_matmul_many output");
+  }
+  if (graph_.skip("norm_matmul_many", BA::raw(xn), rows, static_cast<int64_t>(tasks.size()))) return;
+  const size_t stride = cuda::act_row_stride(GgmlType::Q8_0, n);
+  auto* q =
+      static_cast<uint8_t*>(grow(act_scratch_, stride * static_cast<size_t>(rows), "norm_matmul_many rows"));
+  cuda::launch_rms_norm_q8(BA::raw(x), rows, n, weight ? BA::raw(weight) : nullptr, eps, BA::raw(xn), q,
+                           as_stream(stream_));
+  for (const MatmulTask& t : tasks) {
+    if (t.w.n_out <= 0) continue;
+    cuda::launch_matmul(t.w.type, static_cast<const uint8_t*>(t.w.data), t.w.row_bytes(), t.w.n_out, n, q,
+                        stride, rows, BA::raw(t.y), t.w.n_out, nullptr, as_stream(stream_));
+  }
 }
 
 struct CudaBackend::FfnHost {
