@@ -210,6 +210,70 @@ __global__ void __launch_bounds__(kWarps* kWarp, routed_gate_up_min_blocks(kRout
   }
 }
 
+// The routed gate/up of the combine path (launch_routed_gate_up_q8): ffn_gate_up_kernel's routed one-row
+// products, but a warp takes kQhRowsPerWarp rows, so that a block of kQhWarps owns a whole 32-value group of
+// its entry's h (n_ff a multiple of 32), and the block writes h quantized to Q8_0 (act_row_stride rows) with
+// the bytes block_quantize_q8_0 makes of the floats: the down/combine blocks then copy 6.9 KB of quantized
+// rows, where each read the 24 KB of h floats and quantized them after its wait (docs/PERF.md, session 31).
+// Eight rows a warp need more staging than static shared memory allows: all of it is dynamic (the warps'
+// staging, the quantized input row, the block's 32 values of h).
+constexpr int kQhRowsPerWarp = 4, kQhWarps = 8, kQhGroup = kQhRowsPerWarp * kQhWarps;
+static_assert(kQhGroup == 32, "a block's rows of h are one Q8_0 group");
+template <class T>
+size_t routed_gate_up_q8_smem(int64_t n_in) {
+  return static_cast<size_t>(kQhWarps * 2 * kQhRowsPerWarp * smem_slot<T>()) +
+         act_row_stride(GgmlType::Q8_0, n_in) + kQhGroup * sizeof(float);
+}
+template <class T>
+__global__ void __launch_bounds__(kQhWarps* kWarp, 2)
+    routed_gate_up_q8_kernel(FfnShape s, const float* x, uint8_t* qh, RoutedSource rs) {
+  constexpr int R = 2 * kQhRowsPerWarp;  // gate and up rows
+  extern __shared__ __align__(16) uint8_t dyn_smem[];
+  uint8_t* act = dyn_smem + kQhWarps * R * smem_slot<T>();
+  const size_t act_stride = act_row_stride(GgmlType::Q8_0, s.n_in);
+  auto* h_group = reinterpret_cast<float*>(act + act_stride);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t e = blockIdx.y;
+  pdl_begin();  // the routing ids come from the previous kernel
+  const FfnDesc d = routed_desc(rs.st, rs.ids[e], e, rs.err);
+  if (d.gate == nullptr) return;  // a host-computed entry: the whole block has nothing to do
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kQhGroup + warp * kQhRowsPerWarp;
+  const uint8_t* rows[R];
+#pragma unroll
+  for (int j = 0; j < kQhRowsPerWarp; ++j) {
+    rows[2 * j] = d.gate + (o0 + j) * s.gate_row_bytes;
+    rows[2 * j + 1] = d.up + (o0 + j) * s.up_row_bytes;
+  }
+  typename T::Acc acc[R][1];
+  rows_dot<T, 1, R>(rows, s.n_in, act, act_stride, 1, dyn_smem + warp * R * smem_slot<T>(), acc, [&] {
+    block_quantize_q8_0([&](int) { return x + (e / rs.k) * s.n_in; }, 1, s.n_in, act, act_stride);
+    __syncthreads();
+  });
+  if (lane == 0) {
+#pragma unroll
+    for (int j = 0; j < kQhRowsPerWarp; ++j) {
+      const int64_t o = o0 + j;
+      float gv = static_cast<float>(acc[2 * j][0]);
+      if (d.gate_bias) gv += d.gate_bias[o];
+      float uv = static_cast<float>(acc[2 * j + 1][0]);
+      if (d.up_bias) uv += d.up_bias[o];
+      h_group[warp * kQhRowsPerWarp + j] = activate(s, gv, uv);
+    }
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  // block_quantize_q8_0's group, lane i holding value i: the same maximum (order-free), scale and values.
+  const float v = h_group[lane];
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float dq = amax / 127;
+  uint8_t* row = qh + e * act_row_stride(GgmlType::Q8_0, s.n_ff);
+  const int64_t g = blockIdx.x;
+  row[g * kQhGroup + lane] = static_cast<uint8_t>(q8_0_value(v, q8_0_inverse(dq)) & 0xFF);
+  if (lane == 0) reinterpret_cast<float*>(row + s.n_ff)[g] = round_f16(dq);
+}
+
 // kQuantize: the block quantizes its entries' rows of h_raw (n_ff floats apart) into shared memory, in place
 // of qh, while the first weight chunks load. kRouted: the output row is the entry.
 template <class T, int NC, bool kQuantize, bool kRouted, int kWarps = kWarpsPerBlock>
@@ -270,8 +334,9 @@ __global__ void __launch_bounds__(kWarps* kWarp)
   }
 }
 
-// Warps (output rows) per block of the routed down/combine kernel: each block quantizes all K of the token's
-// h rows before its products, so fewer, larger blocks repeat that less (4 warps: 512 blocks each reading the
+// Warps (output rows) per block of the routed down/combine kernel: each block quantized all K of the token's
+// h rows before its products (now it copies them, quantized by the gate/up kernel), so fewer, larger blocks
+// repeat that less (4 warps: 512 blocks each reading the
 // 24 KB of h from L2 for a 2,048-row down, more than its 7 MB of weights; session 28, measured together with
 // the cooperative quantizer: no decode change alone, the reads before the wait below then mattered). Eight
 // past k = 4, so that the staging of k = 6-8 rows of 2 KB chunks per warp fits a block's shared memory.
@@ -281,7 +346,7 @@ __host__ __device__ constexpr int combine_warps(int k) { return k <= 4 ? 16 : 8;
 // (grid x), a warp per output row. The warp meets the row of each of the token's K experts with that entry's
 // own h row (rows_dot's diagonal), then lane 0 forms each entry's value as ffn_down_kernel does and their
 // weighted sum in slot order as moe_combine_add_kernel does, and adds it to acc. Shared memory (dynamic): the
-// warps' staging, then the K quantized h rows. An entry whose expert the host computed (a negative slot)
+// warps' staging, then the K quantized h rows, copied from qh (routed_gate_up_q8_kernel's) after the wait. An entry whose expert the host computed (a negative slot)
 // takes its down sums from host_v (entries x n_out, the values rows_dot would have formed) in place of its
 // product; the warp reads slot 0's row for it meanwhile, so that every warp's rows stay valid.
 // The routing and the down rows are read before the wait for the previous kernel (the gate/up product, or
@@ -292,7 +357,7 @@ __host__ __device__ constexpr int combine_warps(int k) { return k <= 4 ? 16 : 8;
 // (__ldcg), which a kernel that ran earlier on the SM may have left holding older values.
 template <class T, int K>
 __global__ void __launch_bounds__(combine_warps(K) * kWarp)
-    ffn_down_combine_kernel(FfnShape s, const float* h_raw, const float* weights, float* acc_rows,
+    ffn_down_combine_kernel(FfnShape s, const uint8_t* qh, const float* weights, float* acc_rows,
                             RoutedSource rs, const float* host_v) {
   extern __shared__ __align__(16) uint8_t combine_smem[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -311,7 +376,9 @@ __global__ void __launch_bounds__(combine_warps(K) * kWarp)
   typename T::Acc acc[K][1];
   rows_dot<T, 1, K, true>(rows, s.n_ff, act, stride, 1, combine_smem + warp * K * smem_slot<T>(), acc, [&] {
     pdl_begin();
-    block_quantize_q8_0([&](int c) { return h_raw + (t * K + c) * s.n_ff; }, K, s.n_ff, act, stride);
+    const auto* src = reinterpret_cast<const int4*>(qh + t * K * stride);
+    auto* dst = reinterpret_cast<int4*>(act);
+    for (size_t i = threadIdx.x; i < K * stride / 16; i += blockDim.x) dst[i] = src[i];
     __syncthreads();
   });
   if (lane != 0 || o_own >= s.n_out) return;
@@ -500,6 +567,8 @@ bool routed_ffn_direct(const FfnShape& s, const float* x) {
          in_kernel_quantize_shape(s.down_type, s.n_ff, s.n_ff, 1);
 }
 
+namespace {
+
 void launch_routed_gate_up(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
                            float* h, cudaStream_t stream) {
   with_weight_traits(s.gate_type, [&]<class T>() {
@@ -510,8 +579,6 @@ void launch_routed_gate_up(const FfnShape& s, const RoutedSource& rs, int64_t en
   });
   check_launch("routed ffn gate/up kernel");
 }
-
-namespace {
 
 // The types the routed kernels take (routed_ffn_direct's), as traits.
 template <class F>
@@ -572,17 +639,36 @@ bool routed_ffn_combines(const FfnShape& s, const float* x, int k) {
                "cudaDeviceGetAttribute (shared memory per block)");
     return limit;
   }();
-  return combine_smem_bytes(s, k) <= static_cast<size_t>(smem_limit);
+  size_t gate_up_smem = 0;
+  with_routed_traits(s.gate_type, [&]<class T>() { gate_up_smem = routed_gate_up_q8_smem<T>(s.n_in); });
+  return s.n_ff % kQhGroup == 0 && combine_smem_bytes(s, k) <= static_cast<size_t>(smem_limit) &&
+         gate_up_smem <= static_cast<size_t>(smem_limit);
 }
 
-void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* x, float* h,
-                               const float* weights, float* acc, cudaStream_t stream) {
+void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* x,
+                               uint8_t* qh, const float* weights, float* acc, cudaStream_t stream) {
   if (T <= 0 || s.n_ff <= 0 || s.n_out <= 0) return;
-  launch_routed_gate_up(s, rs, T * rs.k, x, h, stream);
-  launch_routed_down_combine(s, rs, T, h, weights, acc, nullptr, stream);
+  launch_routed_gate_up_q8(s, rs, T * rs.k, x, qh, stream);
+  launch_routed_down_combine(s, rs, T, qh, weights, acc, nullptr, stream);
 }
 
-void launch_routed_down_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* h,
+void launch_routed_gate_up_q8(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
+                              uint8_t* qh, cudaStream_t stream) {
+  if (entries <= 0 || s.n_ff <= 0) return;
+  const dim3 grid(static_cast<unsigned>(s.n_ff / kQhGroup), static_cast<unsigned>(entries));
+  const bool launched = with_routed_traits(s.gate_type, [&]<class T>() {
+    const size_t smem = routed_gate_up_q8_smem<T>(s.n_in);
+    check_cuda(cudaFuncSetAttribute(routed_gate_up_q8_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)),
+               "cudaFuncSetAttribute (routed gate/up kernel)");
+    launch_kernel(routed_gate_up_q8_kernel<T>, grid, kQhWarps * kWarp, smem, stream, s, x, qh, rs);
+  });
+  if (!launched)
+    check_cuda(cudaErrorInvalidValue, "routed gate/up kernel (a weight type routed_ffn_combines refuses)");
+  check_launch("routed ffn gate/up kernel (quantized h)");
+}
+
+void launch_routed_down_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const uint8_t* qh,
                                 const float* weights, float* acc, const float* host_v, cudaStream_t stream) {
   if (T <= 0 || s.n_ff <= 0 || s.n_out <= 0) return;
   const size_t smem = combine_smem_bytes(s, rs.k);
@@ -594,8 +680,8 @@ void launch_routed_down_combine(const FfnShape& s, const RoutedSource& rs, int64
       check_cuda(cudaFuncSetAttribute(ffn_down_combine_kernel<T, K>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                  "cudaFuncSetAttribute (routed down/combine kernel)");
-      launch_kernel(ffn_down_combine_kernel<T, K>, grid, warps * kWarp, smem, stream, s, h, weights, acc, rs,
-                    host_v);
+      launch_kernel(ffn_down_combine_kernel<T, K>, grid, warps * kWarp, smem, stream, s, qh, weights, acc,
+                    rs, host_v);
     });
   });
   if (!launched)

@@ -194,18 +194,19 @@ void launch_routed_ffn(const FfnShape& s, const RoutedSource& rs, int64_t entrie
 // The same with the MoE combine in the down product (CudaBackend::routed_ffn_add): for each of the T tokens,
 // acc[t] += Σ_j weights[t·k + j] · entry t·k + j's down output (bias, scale), each entry's value formed as
 // the down kernel forms it and the sum as launch_moe_combine_add does; the entries' rows are not written.
-// Only where routed_ffn_combines holds: routed_ffn_direct, and k one of 2, 4, 6, 8 with the block's staging
-// within the device's shared memory.
+// Only where routed_ffn_combines holds: routed_ffn_direct, k one of 2, 4, 6, 8, n_ff a multiple of 32 and
+// both kernels' shared memory within the device's. qh: the entries' activations h as Q8_0 rows (T·k rows
+// act_row_stride(Q8_0, n_ff) apart), which the gate/up kernel writes and the down/combine kernel reads.
 bool routed_ffn_combines(const FfnShape& s, const float* x, int k);
-void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* x, float* h,
-                               const float* weights, float* acc, cudaStream_t stream);
+void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* x,
+                               uint8_t* qh, const float* weights, float* acc, cudaStream_t stream);
 // Its two launches apart, for a call whose host computes some experts meanwhile (CudaBackend::routed_ffn_add
 // with RoutedExperts::host): the gate/up products of the entries whose slot is not negative, then the down
 // product with the combine, in which an entry of a negative slot takes its down sums from host_v (entries x
 // n_out floats on the device; null when no slot is negative).
-void launch_routed_gate_up(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
-                           float* h, cudaStream_t stream);
-void launch_routed_down_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* h,
+void launch_routed_gate_up_q8(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
+                              uint8_t* qh, cudaStream_t stream);
+void launch_routed_down_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const uint8_t* qh,
                                 const float* weights, float* acc, const float* host_v, cudaStream_t stream);
 
 // ---- Expert records: n_out Q4_0 rows (n_out a multiple of 16) from Q4_0x16 groups (quant/q4_0x16.h), the

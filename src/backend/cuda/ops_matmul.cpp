@@ -513,12 +513,11 @@ void CudaBackend::routed_ffn_add(const RoutedExperts& ex, const ActivationParams
   const auto timer = timed({"routed_ffn_add", ggml_type_name(ex.gate.first.type).data(), ex.gate.first.n_out,
                             ex.gate.first.n_in, T});
   if (graph_.skip("routed_ffn_add", BA::raw(acc), entries, c.n_out)) return;
-  // h: the scratch's start, which the device allocator aligns to 256 bytes.
-  auto* h = static_cast<float*>(
-      grow(ffn_scratch_, static_cast<size_t>(entries) * static_cast<size_t>(c.n_ff) * sizeof(float),
-           "ffn scratch"));
+  // qh: the scratch's start, which the device allocator aligns to 256 bytes.
+  auto* qh = static_cast<uint8_t*>(grow(
+      ffn_scratch_, static_cast<size_t>(entries) * cuda::act_row_stride(GgmlType::Q8_0, c.n_ff), "ffn scratch"));
   auto* err = static_cast<cuda::DeviceError*>(error_word_device_);
-  cuda::launch_routed_ffn_combine(shape, cuda::RoutedSource{c.st, BA::raw(ids), k, err}, T, BA::raw(x), h,
+  cuda::launch_routed_ffn_combine(shape, cuda::RoutedSource{c.st, BA::raw(ids), k, err}, T, BA::raw(x), qh,
                                   BA::raw(weights), BA::raw(acc), as_stream(stream_));
 }
 
@@ -574,12 +573,12 @@ void CudaBackend::routed_ffn_add_host(const RoutedExperts& ex, const ActivationP
   cuda::check_cuda(cudaMemcpyAsync(hids, BA::raw(ids), ids_bytes, cudaMemcpyDeviceToHost, stream),
                    "cudaMemcpyAsync (down)");
   cuda::check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(host_in_event_), stream), "cudaEventRecord");
-  auto* h = static_cast<float*>(
-      grow(ffn_scratch_, static_cast<size_t>(entries * c.n_ff) * sizeof(float), "ffn scratch"));
+  auto* qh = static_cast<uint8_t*>(grow(
+      ffn_scratch_, static_cast<size_t>(entries) * cuda::act_row_stride(GgmlType::Q8_0, c.n_ff), "ffn scratch"));
   auto* v_dev = static_cast<float*>(grow(host_v_scratch_, v_bytes, "host expert sums"));
   const cuda::FfnShape shape = ffn_shape(c.a, act, 1);
   const cuda::RoutedSource rs{c.st, BA::raw(ids), k, static_cast<cuda::DeviceError*>(error_word_device_)};
-  cuda::launch_routed_gate_up(shape, rs, entries, BA::raw(x), h, stream);
+  cuda::launch_routed_gate_up_q8(shape, rs, entries, BA::raw(x), qh, stream);
   cuda::check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(host_in_event_)), "cudaEventSynchronize");
   host_jobs_.clear();
   for (int64_t i = 0; i < entries; ++i) {
@@ -594,7 +593,7 @@ void CudaBackend::routed_ffn_add_host(const RoutedExperts& ex, const ActivationP
   void* hv_mapped = nullptr;
   cuda::check_cuda(cudaHostGetDevicePointer(&hv_mapped, hv, 0), "cudaHostGetDevicePointer");
   cuda::launch_copy_floats(v_dev, static_cast<const float*>(hv_mapped), entries * c.n_out, stream);
-  cuda::launch_routed_down_combine(shape, rs, T, h, BA::raw(weights), BA::raw(acc), v_dev, stream);
+  cuda::launch_routed_down_combine(shape, rs, T, qh, BA::raw(weights), BA::raw(acc), v_dev, stream);
 }
 
 }  // namespace df::backend
