@@ -1054,6 +1054,71 @@ TEST(CudaOps, NormRouteIsTheThreeOpsBitForBit) {
   }
 }
 
+// The conv's decode rows, quantized by the conv for the product that reads them next
+// (CudaBackend::quantized_output): that product's output is bit for bit the one of the product quantizing
+// the floats itself (an op in between, which ends the hand-over), eager and in a replayed step graph; an op
+// in between that rewrites the floats is seen (the product reads the new floats, not the conv's rows).
+TEST(CudaOps, ShortConvRowsQuantizedForTheNextProductBitForBit) {
+  NEED_GPU();
+  const int l_cache = 3;
+  for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+    for (const int64_t rows : {1, 3, 8}) {
+      const int64_t n = 512, n_out = 96;
+      const std::string what = std::string(ggml_type_name(type)) + " " + std::to_string(rows) + " rows";
+      const auto bcx = random_floats(static_cast<size_t>(rows * 3 * n), 171, 2.0f);
+      const auto w = random_floats(static_cast<size_t>(n * l_cache), 172);
+      const auto st = random_floats(static_cast<size_t>((l_cache - 1) * n), 173);
+      const auto residual = random_floats(static_cast<size_t>(rows * n_out), 174);
+      UploadedWeights wo = upload(gpu, type, quantized_rows(type, n, n_out, 175), n, n_out);
+      DeviceBuffer dbcx = put(gpu, bcx), dw = put(gpu, w), ones = put(gpu, std::vector<float>(4, 1.0f));
+      DeviceBuffer dy = gpu.alloc_array<float>(rows * n, "y"),
+                   tmp = gpu.alloc_array<float>(rows * n_out, "tmp");
+      DeviceBuffer other = gpu.alloc_array<float>(4, "other"), ds = put(gpu, st), acc = put(gpu, residual);
+      DeviceBuffer scratch = gpu.alloc(gpu.matmul_scratch_bytes(type, n, rows) + 16, "scratch");
+      // mode 0: the conv, then the product; 1: an unrelated op between them; 2: the floats doubled between.
+      auto run = [&](int mode, std::optional<uint64_t> graph_key) {
+        std::vector<std::vector<float>> outs;
+        const uint64_t replayed = gpu.steps_replayed();
+        // The same buffers every repetition (new ones would give the recorded graph stale addresses).
+        for (int rep = 0; rep < (graph_key ? 4 : 1); ++rep) {
+          gpu.upload(ds.as<uint8_t>(), st.data(), st.size() * sizeof(float));
+          gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float));
+          std::optional<StepScope> scope;
+          if (graph_key) scope.emplace(gpu, *graph_key);
+          gpu.short_conv(dbcx.as<const float>(), rows, n, dw.as<const float>(), l_cache, ds.as<float>(),
+                         dy.as<float>());
+          if (mode == 1) gpu.add(other.as<float>(), ones.as<const float>(), 4);
+          if (mode == 2) gpu.scale(dy.as<float>(), rows * n, 2.0f);
+          gpu.matmul_add(wo.first, dy.as<const float>(), rows, tmp.as<float>(), acc.as<float>(),
+                         scratch.as<uint8_t>());
+          if (scope) scope->end();
+          outs.push_back(get<float>(gpu, acc, residual.size()));
+        }
+        if (graph_key) {
+          EXPECT_GT(gpu.steps_replayed(), replayed) << what << ": the step was never replayed";
+        }
+        return outs;
+      };
+      const auto handed = run(0, std::nullopt), apart = run(1, std::nullopt), doubled = run(2, std::nullopt);
+      const auto graphed = run(0, 0x5c0000u + static_cast<uint64_t>(rows) * 16 + static_cast<uint64_t>(type));
+      EXPECT_EQ(handed[0], apart[0]) << what;
+      for (const auto& g : graphed) EXPECT_EQ(g, apart[0]) << what << " (graph)";
+      EXPECT_GT(rel_l2(handed[0], residual), 1e-3) << what << ": nothing was added";
+      // The doubled floats' product: the same weights on 2 · y, quantized by the product itself.
+      gpu.upload(ds.as<uint8_t>(), st.data(), st.size() * sizeof(float));
+      gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float));
+      gpu.short_conv(dbcx.as<const float>(), rows, n, dw.as<const float>(), l_cache, ds.as<float>(),
+                     dy.as<float>());
+      auto y2 = get<float>(gpu, dy, rows * n);
+      for (float& v : y2) v *= 2.0f;
+      DeviceBuffer dy2 = put(gpu, y2);
+      gpu.matmul_add(wo.first, dy2.as<const float>(), rows, tmp.as<float>(), acc.as<float>(),
+                     scratch.as<uint8_t>());
+      EXPECT_EQ(doubled[0], get<float>(gpu, acc, residual.size())) << what << " (floats rewritten between)";
+    }
+  }
+}
+
 TEST(CudaOps, ShortConvAndElementwiseOpsMatchTheCpu) {
   NEED_GPU();
   const int64_t n = 200;

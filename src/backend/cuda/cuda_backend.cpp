@@ -170,6 +170,7 @@ bool param_uploads() {
 }  // namespace
 
 void CudaBackend::stage_to_device(void* dst, const void* src, size_t bytes) {
+  note_op();
   if (bytes == 0) return;
   if (graph_.mode() == cuda::StepGraphs::Mode::Capture) {
     // The captured copy runs at every replay: it reads bytes the graph keeps, not a reused staging slot.
@@ -251,6 +252,7 @@ void CudaBackend::cancel_step() noexcept { graph_.cancel(stream_); }
 
 void CudaBackend::upload(Buf<uint8_t> dst, const void* src, size_t bytes) {
   const auto timer = timed({"upload"});
+  note_op();
   graph_.unreplayable("an upload");
   if (bytes > dst.size())
     fail("cuda backend: upload of {} bytes into a buffer view of {}", bytes, dst.size());
@@ -278,7 +280,7 @@ void CudaBackend::download(void* dst, Buf<const uint8_t> src, size_t bytes) {
 void CudaBackend::copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) {
   if (bytes > dst.size() || bytes > src.size())
     fail("cuda backend: copy of {} bytes between buffer views of {} and {}", bytes, src.size(), dst.size());
-  if (bytes == 0 || graph_.skip("copy", BufferAccess::raw(dst), static_cast<int64_t>(bytes), 0)) return;
+  if (bytes == 0 || skip_op("copy", BufferAccess::raw(dst), static_cast<int64_t>(bytes), 0)) return;
   check_cuda(cudaMemcpyAsync(BufferAccess::raw(dst), BufferAccess::raw(src), bytes, cudaMemcpyDeviceToDevice,
                              as_stream(stream_)),
              "cudaMemcpyAsync (device copy)");
@@ -287,7 +289,7 @@ void CudaBackend::copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) {
 void CudaBackend::fill_zero(Buf<uint8_t> dst, size_t bytes) {
   if (bytes > dst.size())
     fail("cuda backend: fill_zero of {} bytes in a buffer view of {}", bytes, dst.size());
-  if (bytes == 0 || graph_.skip("fill_zero", BufferAccess::raw(dst), static_cast<int64_t>(bytes), 0)) return;
+  if (bytes == 0 || skip_op("fill_zero", BufferAccess::raw(dst), static_cast<int64_t>(bytes), 0)) return;
   check_cuda(cudaMemsetAsync(BufferAccess::raw(dst), 0, bytes, as_stream(stream_)), "cudaMemsetAsync");
 }
 
@@ -354,6 +356,7 @@ std::optional<uint64_t> CudaBackend::free_device_bytes() const {
 }
 
 UploadedWeights CudaBackend::upload_weights(const WeightSource& src) {
+  note_op();
   const auto& tr = ggml_traits(src.type);
   if (src.n_in <= 0 || src.n_in % tr.block_size != 0 || src.n_out < 0 || src.n_matrices < 1)
     fail("cuda backend: cannot upload {} weights of {} x {} x {} (rows must be whole {}-value blocks)",
@@ -376,6 +379,19 @@ UploadedWeights CudaBackend::upload_weights(const WeightSource& src) {
   u.first = Weight{src.type, BufferAccess::data(u.memory), src.n_in, src.n_out, quant::RowPacking::kNone};
   u.slab_bytes = slab;
   return u;
+}
+
+uint8_t* CudaBackend::quantized_output(const float* x, int64_t rows, int64_t n) {
+  auto* q = static_cast<uint8_t*>(grow(quantized_rows_scratch_,
+                                       cuda::act_row_stride(GgmlType::Q8_0, n) * static_cast<size_t>(rows),
+                                       "quantized rows"));
+  quantized_rows_ = {x, rows, n, q, op_seq_};
+  return q;
+}
+
+const uint8_t* CudaBackend::quantized_input(const float* x, int64_t rows, int64_t n) const {
+  const QuantizedRows& r = quantized_rows_;
+  return r.q && r.op + 1 == op_seq_ && r.x == x && r.rows == rows && r.n == n ? r.q : nullptr;
 }
 
 }  // namespace df::backend

@@ -158,6 +158,29 @@ class CudaBackend final : public Backend {
   void ffn_launches(const FfnTask& a, const ActivationParams& act, Buf<const float> x, int64_t x_rows,
                     Buf<float> out, int64_t out_rows_total, uint8_t* table, size_t items_off, size_t task_off,
                     size_t map_off, int64_t entries, int64_t n_items, int max_cols, bool row_map_ready);
+  // The step graphs' skip (step_graph.h), counting the ops that launch: every op that writes device memory
+  // calls it once, or note_op() where it does not launch through it (uploads, the host experts' path).
+  bool skip_op(const char* op, const void* out, int64_t a, int64_t b) {
+    note_op();
+    return graph_.skip(op, out, a, b);
+  }
+  void note_op() { ++op_seq_; }
+  // A producer's output rows also written as Q8_0 rows (act_row_stride apart) for the product that reads
+  // them next (the conv's for its out_proj): that product copies 2.3 KB of quantized rows, where each of its
+  // blocks would read the floats and quantize them after its wait (docs/PERF.md, session 31). Valid only for
+  // the very next op, so that no op in between can have rewritten the floats; quantized_input() gives the
+  // rows to the op that asks if it is that op and reads those floats.
+  uint8_t* quantized_output(const float* x, int64_t rows, int64_t n);
+  const uint8_t* quantized_input(const float* x, int64_t rows, int64_t n) const;
+  struct QuantizedRows {
+    const float* x = nullptr;
+    int64_t rows = 0, n = 0;
+    const uint8_t* q = nullptr;
+    uint64_t op = 0;
+  };
+  QuantizedRows quantized_rows_;
+  Scratch quantized_rows_scratch_;
+  uint64_t op_seq_ = 0;
   // Times the op in scope when DF_CUDA_PROFILE is set (op_profile.h).
   auto timed(const OpKey& key) {
     return OpTimer(

@@ -346,15 +346,16 @@ __host__ __device__ constexpr int combine_warps(int k) { return k <= 4 ? 16 : 8;
 // (grid x), a warp per output row. The warp meets the row of each of the token's K experts with that entry's
 // own h row (rows_dot's diagonal), then lane 0 forms each entry's value as ffn_down_kernel does and their
 // weighted sum in slot order as moe_combine_add_kernel does, and adds it to acc. Shared memory (dynamic): the
-// warps' staging, then the K quantized h rows, copied from qh (routed_gate_up_q8_kernel's) after the wait. An entry whose expert the host computed (a negative slot)
-// takes its down sums from host_v (entries x n_out, the values rows_dot would have formed) in place of its
-// product; the warp reads slot 0's row for it meanwhile, so that every warp's rows stay valid.
-// The routing and the down rows are read before the wait for the previous kernel (the gate/up product, or
-// the copy of the host's sums after it), so the down weights load while gate/up finishes (session 28: about
-// half of +5 % decode on lfm2-24b). They were written before that kernel began: the ids by the routing before
-// the gate/up kernel's own wait, a tier's slot map and records before its stream reached the gate/up kernel;
-// and this kernel starts only once every block of its predecessor has passed its wait. The reads bypass L1
-// (__ldcg), which a kernel that ran earlier on the SM may have left holding older values.
+// warps' staging, then the K quantized h rows, copied from qh (routed_gate_up_q8_kernel's) after the wait. An
+// entry whose expert the host computed (a negative slot) takes its down sums from host_v (entries x n_out,
+// the values rows_dot would have formed) in place of its product; the warp reads slot 0's row for it
+// meanwhile, so that every warp's rows stay valid. The routing and the down rows are read before the wait for
+// the previous kernel (the gate/up product, or the copy of the host's sums after it), so the down weights
+// load while gate/up finishes (session 28: about half of +5 % decode on lfm2-24b). They were written before
+// that kernel began: the ids by the routing before the gate/up kernel's own wait, a tier's slot map and
+// records before its stream reached the gate/up kernel; and this kernel starts only once every block of its
+// predecessor has passed its wait. The reads bypass L1 (__ldcg), which a kernel that ran earlier on the SM
+// may have left holding older values.
 template <class T, int K>
 __global__ void __launch_bounds__(combine_warps(K) * kWarp)
     ffn_down_combine_kernel(FfnShape s, const uint8_t* qh, const float* weights, float* acc_rows,
@@ -680,8 +681,8 @@ void launch_routed_down_combine(const FfnShape& s, const RoutedSource& rs, int64
       check_cuda(cudaFuncSetAttribute(ffn_down_combine_kernel<T, K>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                  "cudaFuncSetAttribute (routed down/combine kernel)");
-      launch_kernel(ffn_down_combine_kernel<T, K>, grid, warps * kWarp, smem, stream, s, qh, weights, acc,
-                    rs, host_v);
+      launch_kernel(ffn_down_combine_kernel<T, K>, grid, warps * kWarp, smem, stream, s, qh, weights, acc, rs,
+                    host_v);
     });
   });
   if (!launched)

@@ -285,8 +285,11 @@ void launch_moe_combine_add(const float* expert_out, const float* weights, int64
                             float* x, cudaStream_t stream);
 
 // ---- LFM2 short convolution (short_conv.cu).
+// q (null: none; only where short_conv_quantizes holds): y's rows also as Q8_0 rows (act_row_stride apart),
+// the bytes launch_quantize makes of them.
+bool short_conv_quantizes(int64_t rows, int64_t n);
 void launch_short_conv(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache,
-                       float* state, float* y, cudaStream_t stream);
+                       float* state, float* y, uint8_t* q, cudaStream_t stream);
 
 // ---- qwen35moe's gated delta-net (delta_net.cu): Backend::delta_net_conv, gated_delta_net and mul_sigmoid.
 void launch_delta_net_conv(const float* u, int64_t rows, int64_t channels, const float* conv_w, int taps,

@@ -63,7 +63,7 @@ void CudaBackend::get_rows(const Weight& table, Buf<const int32_t> ids, int64_t 
   need(ids, n, "get_rows ids");
   need(out, n * table.n_in, "get_rows output");
   // Ids are checked on the device; one out of range is reported at the next synchronisation (download).
-  if (graph_.skip("get_rows", BA::raw(out), n, table.n_in)) return;
+  if (skip_op("get_rows", BA::raw(out), n, table.n_in)) return;
   cuda::launch_get_rows(table.type, static_cast<const uint8_t*>(table.data), table.row_bytes(), table.n_out,
                         table.n_in, BA::raw(ids), n, BA::raw(out),
                         static_cast<cuda::DeviceError*>(error_word_device_), as_stream(stream_));
@@ -77,7 +77,7 @@ void CudaBackend::gather_rows(Buf<const float> table, int64_t width, Buf<const i
   const int64_t n_rows = static_cast<int64_t>(table.size()) / width;
   need(ids, n, "gather_rows ids");
   need(out, n * width, "gather_rows output");
-  if (graph_.skip("gather_rows", BA::raw(out), n, width)) return;
+  if (skip_op("gather_rows", BA::raw(out), n, width)) return;
   // get_rows' kernel on an F32 table is an exact row copy; an id outside the table is reported (as a token
   // id) at the next synchronisation.
   cuda::launch_get_rows(GgmlType::F32, reinterpret_cast<const uint8_t*>(BA::raw(table)),
@@ -93,7 +93,7 @@ void CudaBackend::rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<cons
   need(x, rows * n, "rms_norm input");
   need(y, rows * n, "rms_norm output");
   if (weight) need(weight, n, "rms_norm weight");
-  if (graph_.skip("rms_norm", BA::raw(y), rows, n)) return;
+  if (skip_op("rms_norm", BA::raw(y), rows, n)) return;
   cuda::launch_rms_norm(BA::raw(x), rows, n, raw_or_null(weight), eps, BA::raw(y), as_stream(stream_));
 }
 
@@ -124,7 +124,7 @@ void CudaBackend::rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf
     a.yarn_mag = 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
   }
   a.freq_factors = raw_or_null(p.freq_factors);
-  if (graph_.skip("rope", BA::raw(x), rows, n_head * head_dim)) return;
+  if (skip_op("rope", BA::raw(x), rows, n_head * head_dim)) return;
   cuda::launch_rope(BA::raw(x), rows, n_head, head_dim, BA::raw(pos), a, as_stream(stream_));
 }
 
@@ -140,7 +140,7 @@ void CudaBackend::kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const 
   need(kv.k, static_cast<int64_t>(kv.n_ctx) * row, "kv cache K");
   need(kv.v, static_cast<int64_t>(kv.n_ctx) * row, "kv cache V");
   const int32_t* pos0_device = graph_.dynamic_int(pos0);
-  if (graph_.skip("kv_store", BA::raw(kv.k), rows, row)) return;
+  if (skip_op("kv_store", BA::raw(kv.k), rows, row)) return;
   cuda::launch_kv_store(BA::raw(kv.k), BA::raw(kv.v), kv.n_ctx, row, BA::raw(k), BA::raw(v), rows, pos0,
                         pos0_device, as_stream(stream_));
 }
@@ -177,7 +177,7 @@ void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t r
         static_cast<int64_t>(kMaxScoreFloats / (static_cast<size_t>(n_head) * static_cast<size_t>(kv.n_ctx))),
         1, 65535);
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) (void)graph_.dynamic_int(pos0 + static_cast<int>(r0));
-    (void)graph_.skip("attention", BA::raw(out), rows, hrow);
+    (void)skip_op("attention", BA::raw(out), rows, hrow);
     return;
   }
   const size_t per_row = static_cast<size_t>(n_head) * static_cast<size_t>(kv.n_ctx);
@@ -201,7 +201,7 @@ void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t r
                            pos0 + static_cast<int>(r0), pos0_device, a, BA::raw(out) + r0 * hrow, scores,
                            as_stream(stream_));
   }
-  (void)graph_.skip("attention", BA::raw(out), rows, hrow);
+  (void)skip_op("attention", BA::raw(out), rows, hrow);
 }
 
 void CudaBackend::delta_net_conv(Buf<const float> u, int64_t rows, int64_t channels, Buf<const float> conv_w,
@@ -213,7 +213,7 @@ void CudaBackend::delta_net_conv(Buf<const float> u, int64_t rows, int64_t chann
   need(conv_w, channels * taps, "delta_net_conv weights");
   need(state, (taps - 1) * channels, "delta_net_conv state");
   need(y, rows * channels, "delta_net_conv output");
-  if (graph_.skip("delta_net_conv", BA::raw(y), rows, channels)) return;
+  if (skip_op("delta_net_conv", BA::raw(y), rows, channels)) return;
   cuda::launch_delta_net_conv(BA::raw(u), rows, channels, BA::raw(conv_w), taps, BA::raw(state), BA::raw(y),
                               as_stream(stream_));
 }
@@ -236,7 +236,7 @@ void CudaBackend::gated_delta_net(const DeltaNetParams& p, Buf<const float> qkv,
   need(p.ssm_a, nv, "gated_delta_net ssm_a");
   need(state, nv * d * d, "gated_delta_net state");
   need(out, rows * nv * d, "gated_delta_net output");
-  if (graph_.skip("gated_delta_net", BA::raw(out), rows, nv * d)) return;
+  if (skip_op("gated_delta_net", BA::raw(out), rows, nv * d)) return;
   cuda::DeltaNetArgs a{};
   a.n_k = p.n_k_heads;
   a.n_v = p.n_v_heads;
@@ -256,7 +256,7 @@ void CudaBackend::mul_sigmoid(Buf<float> x, Buf<const float> gate, int64_t rows,
   need(gate, rows * gate_n, "mul_sigmoid gate");
   // The gate's width is in the signature (negated for a one-value gate): a graph recorded with one width is
   // never replayed for the other.
-  if (graph_.skip("mul_sigmoid", BA::raw(x), rows, gate_n == 1 ? -n : n)) return;
+  if (skip_op("mul_sigmoid", BA::raw(x), rows, gate_n == 1 ? -n : n)) return;
   cuda::launch_mul_sigmoid(BA::raw(x), BA::raw(gate), rows, n, gate_n, as_stream(stream_));
 }
 
@@ -269,8 +269,10 @@ void CudaBackend::short_conv(Buf<const float> bcx, int64_t rows, int64_t n, Buf<
   need(conv_w, n * l_cache, "short_conv weights");
   need(state, (l_cache - 1) * n, "short_conv state");
   need(y, rows * n, "short_conv output");
-  if (graph_.skip("short_conv", BA::raw(y), rows, n)) return;
-  cuda::launch_short_conv(BA::raw(bcx), rows, n, BA::raw(conv_w), l_cache, BA::raw(state), BA::raw(y),
+  if (skip_op("short_conv", BA::raw(y), rows, n)) return;
+  // Decode rows also quantized for the out_proj that reads them next (quantized_output).
+  uint8_t* q = cuda::short_conv_quantizes(rows, n) ? quantized_output(BA::raw(y), rows, n) : nullptr;
+  cuda::launch_short_conv(BA::raw(bcx), rows, n, BA::raw(conv_w), l_cache, BA::raw(state), BA::raw(y), q,
                           as_stream(stream_));
 }
 
@@ -279,7 +281,7 @@ void CudaBackend::swiglu(Buf<const float> gate, Buf<const float> up, int64_t n, 
   need(gate, n, "swiglu gate");
   need(up, n, "swiglu up");
   need(y, n, "swiglu output");
-  if (graph_.skip("swiglu", BA::raw(y), n, 0)) return;
+  if (skip_op("swiglu", BA::raw(y), n, 0)) return;
   cuda::launch_swiglu(BA::raw(gate), BA::raw(up), n, BA::raw(y), as_stream(stream_));
 }
 
@@ -287,7 +289,7 @@ void CudaBackend::add(Buf<float> x, Buf<const float> y, int64_t n) {
   const auto timer = timed({"add"});
   need(x, n, "add x");
   need(y, n, "add y");
-  if (graph_.skip("add", BA::raw(x), n, 0)) return;
+  if (skip_op("add", BA::raw(x), n, 0)) return;
   cuda::launch_add(BA::raw(x), BA::raw(y), n, as_stream(stream_));
 }
 
@@ -295,7 +297,7 @@ void CudaBackend::add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t row
   const auto timer = timed({"add_bias_rows"});
   need(x, rows * n, "add_bias_rows x");
   need(bias, n, "add_bias_rows bias");
-  if (graph_.skip("add_bias_rows", BA::raw(x), rows, n)) return;
+  if (skip_op("add_bias_rows", BA::raw(x), rows, n)) return;
   cuda::launch_add_bias_rows(BA::raw(x), BA::raw(bias), rows, n, as_stream(stream_));
 }
 
@@ -304,7 +306,7 @@ void CudaBackend::add_bias_rows(Buf<float> x, Buf<const float> bias, int64_t row
 void CudaBackend::scale(Buf<float> x, int64_t n, float s) {
   const auto timer = timed({"scale"});
   need(x, n, "scale x");
-  if (graph_.skip("scale", BA::raw(x), n, std::bit_cast<uint32_t>(s))) return;
+  if (skip_op("scale", BA::raw(x), n, std::bit_cast<uint32_t>(s))) return;
   cuda::launch_scale(BA::raw(x), n, s, as_stream(stream_));
 }
 
@@ -312,14 +314,14 @@ void CudaBackend::mul_rows(Buf<float> x, Buf<const float> w, int64_t rows, int64
   const auto timer = timed({"mul_rows"});
   need(x, rows * n, "mul_rows x");
   need(w, n, "mul_rows weight");
-  if (graph_.skip("mul_rows", BA::raw(x), rows, n)) return;
+  if (skip_op("mul_rows", BA::raw(x), rows, n)) return;
   cuda::launch_mul_rows(BA::raw(x), BA::raw(w), rows, n, as_stream(stream_));
 }
 
 void CudaBackend::softcap(Buf<float> x, int64_t n, float cap) {
   const auto timer = timed({"softcap"});
   need(x, n, "softcap x");
-  if (graph_.skip("softcap", BA::raw(x), n, std::bit_cast<uint32_t>(cap))) return;
+  if (skip_op("softcap", BA::raw(x), n, std::bit_cast<uint32_t>(cap))) return;
   cuda::launch_softcap(BA::raw(x), n, 1.0f / cap, cap, as_stream(stream_));
 }
 
@@ -334,7 +336,7 @@ void CudaBackend::route(const RouterParams& p, Buf<const float> logits, int64_t 
   need(ids, rows * p.k, "route ids");
   need(weights, rows * p.k, "route weights");
   if (p.selection_bias) need(p.selection_bias, p.n_expert, "route selection bias");
-  if (graph_.skip("route", BA::raw(ids), rows, p.k)) return;
+  if (skip_op("route", BA::raw(ids), rows, p.k)) return;
   cuda::launch_route(route_args(p), BA::raw(logits), rows, BA::raw(ids), BA::raw(weights),
                      as_stream(stream_));
 }
@@ -360,7 +362,7 @@ void CudaBackend::norm_route(const RouterParams& p, Buf<const float> x, int64_t 
   need(ids, rows * p.k, "norm_route ids");
   need(weights, rows * p.k, "norm_route weights");
   if (p.selection_bias) need(p.selection_bias, p.n_expert, "norm_route selection bias");
-  if (graph_.skip("norm_route", BA::raw(ids), rows, p.k)) return;
+  if (skip_op("norm_route", BA::raw(ids), rows, p.k)) return;
   if (!route_counter_.ptr) {
     grow(route_counter_, sizeof(unsigned), "norm_route counter");
     cuda::check_cuda(cudaMemsetAsync(route_counter_.ptr, 0, sizeof(unsigned), as_stream(stream_)),
@@ -389,7 +391,7 @@ void CudaBackend::moe_combine_add(Buf<const float> expert_out, Buf<const float> 
   need(expert_out, rows * k * n, "moe_combine_add expert outputs");
   need(weights, rows * k, "moe_combine_add weights");
   need(x, rows * n, "moe_combine_add residual");
-  if (graph_.skip("moe_combine_add", BA::raw(x), rows, k * n)) return;
+  if (skip_op("moe_combine_add", BA::raw(x), rows, k * n)) return;
   cuda::launch_moe_combine_add(BA::raw(expert_out), BA::raw(weights), rows, k, n, BA::raw(x),
                                as_stream(stream_));
 }

@@ -92,14 +92,22 @@ void CudaBackend::matmul_rows(const Weight& w, Buf<const float> x, int64_t rows,
   if (scratch.size() < bytes)
     fail("cuda backend: matmul scratch of {} bytes, {} needed ({} rows of {} {} values)", scratch.size(),
          bytes, rows, w.n_in, ggml_type_name(w.type));
-  if (graph_.skip(accumulate ? "matmul_add" : "matmul", BA::raw(y), rows, w.n_out)) return;
+  if (skip_op(accumulate ? "matmul_add" : "matmul", BA::raw(y), rows, w.n_out)) return;
   const GgmlType act = quant::vec_dot_type(w.type);
   const auto* act_rows = reinterpret_cast<const uint8_t*>(BA::raw(x));
   // F32 activations are the input rows themselves when those are laid out as the kernels read them (16-byte
   // aligned rows of whole 4-value units): no copy.
   const bool in_place = act == GgmlType::F32 && reinterpret_cast<uintptr_t>(act_rows) % 16 == 0 &&
                         cuda::act_row_stride(act, w.n_in) == static_cast<size_t>(w.n_in) * sizeof(float);
-  // Decode rows of Q8_0 activations: the kernel quantizes them itself.
+  // Decode rows of Q8_0 activations: quantized by the op that wrote them (quantized_input), or by the
+  // kernel itself.
+  const uint8_t* quantized = act == GgmlType::Q8_0 ? quantized_input(BA::raw(x), rows, w.n_in) : nullptr;
+  if (quantized) {
+    cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in,
+                        quantized, cuda::act_row_stride(act, w.n_in), rows, BA::raw(y), w.n_out, nullptr,
+                        as_stream(stream_), accumulate);
+    return;
+  }
   const bool in_kernel = cuda::in_kernel_quantize(w.type, BA::raw(x), w.n_in, w.n_in, rows);
   if (!in_place && !in_kernel) {
     quantize_rows(act, BA::raw(x), rows, w.n_in, BA::raw(scratch));
@@ -144,7 +152,7 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
       offset_of[i] = it->offset;
     }
   }
-  if (graph_.skip("matmul_many", BA::raw(tasks[0].y), rows, static_cast<int64_t>(tasks.size()))) return;
+  if (skip_op("matmul_many", BA::raw(tasks[0].y), rows, static_cast<int64_t>(tasks.size()))) return;
   // Nothing to quantize here when every kernel quantizes its own input (no scratch: a zero-byte grow would
   // count as a reallocation and keep the step out of the graphs).
   auto* base =
@@ -187,7 +195,7 @@ void CudaBackend::norm_matmul_many(Buf<const float> x, int64_t rows, int64_t n, 
     check_weight(t.w, "norm_matmul_many");
     need(t.y, rows * t.w.n_out, "norm_matmul_many output");
   }
-  if (graph_.skip("norm_matmul_many", BA::raw(xn), rows, static_cast<int64_t>(tasks.size()))) return;
+  if (skip_op("norm_matmul_many", BA::raw(xn), rows, static_cast<int64_t>(tasks.size()))) return;
   const size_t stride = cuda::act_row_stride(GgmlType::Q8_0, n);
   auto* q =
       static_cast<uint8_t*>(grow(act_scratch_, stride * static_cast<size_t>(rows), "norm_matmul_many rows"));
@@ -305,7 +313,7 @@ void CudaBackend::ffn_group(std::span<const FfnTask> ffns, const ActivationParam
   if (entries == 0 || n_out <= 0) return;
   if (items.size() > 65535) fail("cuda backend: ffn of {} row groups (at most 65535 per call)", items.size());
 
-  if (graph_.skip("ffn", BA::raw(out), entries, static_cast<int64_t>(ffns.size()))) return;
+  if (skip_op("ffn", BA::raw(out), entries, static_cast<int64_t>(ffns.size()))) return;
   // The task tables, one staged copy: descs | items | entry_task, then the device-only row map.
   const size_t descs_bytes = descs.size() * sizeof(cuda::FfnDesc);
   const size_t items_off = (descs_bytes + 15) / 16 * 16;
@@ -457,7 +465,7 @@ void CudaBackend::routed_ffn(const RoutedExperts& ex, const ActivationParams& ac
   const int64_t entries = T * k;
   if (entries <= 0) return;
   const RoutedCall c = routed_call(ex, ids, entries, T, x, out);
-  if (graph_.skip("routed_ffn", BA::raw(out), entries, c.n_out)) return;
+  if (skip_op("routed_ffn", BA::raw(out), entries, c.n_out)) return;
   const FfnTask& a = c.a;
   const cuda::ExpertStacks& st = c.st;
   const int64_t n_ff = c.n_ff;
@@ -512,10 +520,11 @@ void CudaBackend::routed_ffn_add(const RoutedExperts& ex, const ActivationParams
   }
   const auto timer = timed({"routed_ffn_add", ggml_type_name(ex.gate.first.type).data(), ex.gate.first.n_out,
                             ex.gate.first.n_in, T});
-  if (graph_.skip("routed_ffn_add", BA::raw(acc), entries, c.n_out)) return;
+  if (skip_op("routed_ffn_add", BA::raw(acc), entries, c.n_out)) return;
   // qh: the scratch's start, which the device allocator aligns to 256 bytes.
-  auto* qh = static_cast<uint8_t*>(grow(
-      ffn_scratch_, static_cast<size_t>(entries) * cuda::act_row_stride(GgmlType::Q8_0, c.n_ff), "ffn scratch"));
+  auto* qh = static_cast<uint8_t*>(
+      grow(ffn_scratch_, static_cast<size_t>(entries) * cuda::act_row_stride(GgmlType::Q8_0, c.n_ff),
+           "ffn scratch"));
   auto* err = static_cast<cuda::DeviceError*>(error_word_device_);
   cuda::launch_routed_ffn_combine(shape, cuda::RoutedSource{c.st, BA::raw(ids), k, err}, T, BA::raw(x), qh,
                                   BA::raw(weights), BA::raw(acc), as_stream(stream_));
@@ -538,6 +547,7 @@ void CudaBackend::routed_ffn_add_host(const RoutedExperts& ex, const ActivationP
                                       Buf<const int32_t> ids, Buf<const float> weights, int64_t T, int k,
                                       Buf<const float> x, Buf<float> acc) {
   const RoutedCall& c = *static_cast<const RoutedCall*>(call);
+  note_op();
   graph_.unreplayable("routed experts computed on the host");
   const auto timer = timed(
       {"routed_ffn_add_host", ggml_type_name(ex.gate.first.type).data(), c.n_ff, ex.gate.first.n_in, T});
@@ -573,8 +583,9 @@ void CudaBackend::routed_ffn_add_host(const RoutedExperts& ex, const ActivationP
   cuda::check_cuda(cudaMemcpyAsync(hids, BA::raw(ids), ids_bytes, cudaMemcpyDeviceToHost, stream),
                    "cudaMemcpyAsync (down)");
   cuda::check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(host_in_event_), stream), "cudaEventRecord");
-  auto* qh = static_cast<uint8_t*>(grow(
-      ffn_scratch_, static_cast<size_t>(entries) * cuda::act_row_stride(GgmlType::Q8_0, c.n_ff), "ffn scratch"));
+  auto* qh = static_cast<uint8_t*>(
+      grow(ffn_scratch_, static_cast<size_t>(entries) * cuda::act_row_stride(GgmlType::Q8_0, c.n_ff),
+           "ffn scratch"));
   auto* v_dev = static_cast<float*>(grow(host_v_scratch_, v_bytes, "host expert sums"));
   const cuda::FfnShape shape = ffn_shape(c.a, act, 1);
   const cuda::RoutedSource rs{c.st, BA::raw(ids), k, static_cast<cuda::DeviceError*>(error_word_device_)};

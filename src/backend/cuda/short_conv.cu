@@ -4,6 +4,7 @@
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/q8_block.cuh"
 
 namespace df::backend::cuda {
 namespace {
@@ -18,12 +19,14 @@ __device__ __forceinline__ float conv_input(const float* bcx, int64_t n, const f
   return row[ch] * row[2 * n + ch];
 }
 
-__device__ __forceinline__ void conv_row(const float* bcx, int64_t n, const float* w, int hist_len,
-                                         const float* state, int64_t t, int64_t ch, float* y) {
+__device__ __forceinline__ float conv_row(const float* bcx, int64_t n, const float* w, int hist_len,
+                                          const float* state, int64_t t, int64_t ch, float* y) {
   float sum = 0.0f;
   for (int j = 0; j < hist_len; ++j) sum += w[j] * conv_input(bcx, n, state, hist_len, t - hist_len + j, ch);
   sum += w[hist_len] * conv_input(bcx, n, state, hist_len, t, ch);
-  y[t * n + ch] = bcx[t * 3 * n + n + ch] * sum;
+  const float v = bcx[t * 3 * n + n + ch] * sum;
+  y[t * n + ch] = v;
+  return v;
 }
 
 __global__ void short_conv_kernel(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache,
@@ -36,15 +39,27 @@ __global__ void short_conv_kernel(const float* bcx, int64_t rows, int64_t n, con
 }
 
 // A few tokens (decode): a thread per channel computes its outputs and then advances its channel's state,
-// one launch instead of two.
+// one launch instead of two. With q (n a multiple of 32, so that a warp's channels are one whole Q8_0
+// group): each warp also quantizes its 32 values of every row, as block_quantize_q8_0 does (the same
+// order-free maximum, scale and values).
 constexpr int64_t kFusedConvRows = 8;
 __global__ void short_conv_fused_kernel(const float* bcx, int64_t rows, int64_t n, const float* conv_w,
-                                        int l_cache, float* state, float* y) {
+                                        int l_cache, float* state, float* y, uint8_t* q) {
   pdl_begin();
   const int64_t ch = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (ch >= n) return;
   const int hist_len = l_cache - 1;
-  for (int64_t t = 0; t < rows; ++t) conv_row(bcx, n, conv_w + ch * l_cache, hist_len, state, t, ch, y);
+  for (int64_t t = 0; t < rows; ++t) {
+    const float v = conv_row(bcx, n, conv_w + ch * l_cache, hist_len, state, t, ch, y);
+    if (!q) continue;
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127;
+    uint8_t* row = q + t * act_row_stride(GgmlType::Q8_0, n);
+    row[ch] = static_cast<uint8_t>(q8_0_value(v, q8_0_inverse(d)) & 0xFF);
+    if (ch % 32 == 0) reinterpret_cast<float*>(row + n)[ch / 32] = round_f16(d);
+  }
   for (int i = 0; i < hist_len; ++i)
     state[i * n + ch] = conv_input(bcx, n, state, hist_len, rows - hist_len + i, ch);
 }
@@ -63,13 +78,22 @@ __global__ void short_conv_state_kernel(const float* bcx, int64_t rows, int64_t 
 
 }  // namespace
 
+bool short_conv_quantizes(int64_t rows, int64_t n) {
+  return rows >= 1 && rows <= kFusedConvRows && n % 32 == 0;
+}
+
 void launch_short_conv(const float* bcx, int64_t rows, int64_t n, const float* conv_w, int l_cache,
-                       float* state, float* y, cudaStream_t stream) {
+                       float* state, float* y, uint8_t* q, cudaStream_t stream) {
   if (n <= 0) return;
   if (rows <= 0) return;
+  if (q && !short_conv_quantizes(rows, n)) {
+    check_cuda(cudaErrorInvalidValue,
+               "short_conv kernel (quantized rows where short_conv_quantizes refuses)");
+  }
   const unsigned blocks = static_cast<unsigned>((n + 127) / 128);
   if (rows <= kFusedConvRows) {
-    launch_kernel(short_conv_fused_kernel, blocks, 128, 0, stream, bcx, rows, n, conv_w, l_cache, state, y);
+    launch_kernel(short_conv_fused_kernel, blocks, 128, 0, stream, bcx, rows, n, conv_w, l_cache, state, y,
+                  q);
     check_launch("short_conv kernel");
     return;
   }
