@@ -336,10 +336,10 @@ __global__ void __launch_bounds__(kWarps* kWarp)
 
 // Warps (output rows) per block of the routed down/combine kernel: each block quantized all K of the token's
 // h rows before its products (now it copies them, quantized by the gate/up kernel), so fewer, larger blocks
-// repeat that less (4 warps: 512 blocks each reading the
-// 24 KB of h from L2 for a 2,048-row down, more than its 7 MB of weights; session 28, measured together with
-// the cooperative quantizer: no decode change alone, the reads before the wait below then mattered). Eight
-// past k = 4, so that the staging of k = 6-8 rows of 2 KB chunks per warp fits a block's shared memory.
+// repeat that less (4 warps: 512 blocks each reading the 24 KB of h from L2 for a 2,048-row down, more than
+// its 7 MB of weights; session 28, measured together with the cooperative quantizer: no decode change alone,
+// the reads before the wait below then mattered). Eight past k = 4, so that the staging of k = 6-8 rows of
+// 2 KB chunks per warp fits a block's shared memory.
 __host__ __device__ constexpr int combine_warps(int k) { return k <= 4 ? 16 : 8; }
 
 // The routed down product with the MoE combine: a block per token (grid y) and combine_warps(K) output rows
