@@ -1119,6 +1119,71 @@ TEST(CudaOps, ShortConvRowsQuantizedForTheNextProductBitForBit) {
   }
 }
 
+// The same hand-over from decode attention to the wo product that reads its rows next: bit for bit the
+// product quantizing the floats itself, eager and replayed; an op in between that rewrites them is seen.
+TEST(CudaOps, AttentionRowsQuantizedForTheNextProductBitForBit) {
+  NEED_GPU();
+  const int n_ctx = 32, n_head = 4, n_head_kv = 2, head_dim = 64, pos0 = 11;
+  const int64_t kv_row = n_head_kv * head_dim, hrow = n_head * head_dim, n_out = 80;
+  const auto k = random_floats(static_cast<size_t>(n_ctx * kv_row), 181);
+  const auto v = random_floats(static_cast<size_t>(n_ctx * kv_row), 182);
+  DeviceBuffer kc = gpu.alloc_array<uint16_t>(n_ctx * kv_row, "k"),
+               vc = gpu.alloc_array<uint16_t>(n_ctx * kv_row, "v");
+  const KvCacheView kv{kc.as<uint16_t>(), vc.as<uint16_t>(), n_ctx, n_head_kv, head_dim};
+  DeviceBuffer dk = put(gpu, k), dv = put(gpu, v);
+  gpu.kv_store(kv, dk.as<const float>(), dv.as<const float>(), n_ctx, 0);
+  DeviceBuffer att_scratch = gpu.alloc_array<float>(gpu.attention_scratch_floats(n_ctx, head_dim), "scratch");
+  AttentionParams p;
+  p.n_head = n_head;
+  p.scale = 0.125f;
+  for (const int64_t rows : {1, 3, 8}) {
+    const std::string what = std::to_string(rows) + " rows";
+    const auto q = random_floats(static_cast<size_t>(rows * hrow), 183, 2.0f);
+    const auto residual = random_floats(static_cast<size_t>(rows * n_out), 184);
+    UploadedWeights wo =
+        upload(gpu, GgmlType::Q4_0, quantized_rows(GgmlType::Q4_0, hrow, n_out, 185), hrow, n_out);
+    DeviceBuffer dq = put(gpu, q), att = gpu.alloc_array<float>(rows * hrow, "att"), acc = put(gpu, residual);
+    DeviceBuffer tmp = gpu.alloc_array<float>(rows * n_out, "tmp"),
+                 other = gpu.alloc_array<float>(4, "other");
+    DeviceBuffer ones = put(gpu, std::vector<float>(4, 1.0f));
+    DeviceBuffer scratch = gpu.alloc(gpu.matmul_scratch_bytes(GgmlType::Q4_0, hrow, rows) + 16, "scratch");
+    // mode 0: attention, then the product; 1: an unrelated op between them; 2: the rows doubled between.
+    auto run = [&](int mode, std::optional<uint64_t> graph_key) {
+      std::vector<std::vector<float>> outs;
+      const uint64_t replayed = gpu.steps_replayed();
+      for (int rep = 0; rep < (graph_key ? 4 : 1); ++rep) {
+        gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float));
+        std::optional<StepScope> scope;
+        if (graph_key) scope.emplace(gpu, *graph_key);
+        gpu.attention(kv, dq.as<const float>(), rows, pos0, p, att.as<float>(), att_scratch.as<float>());
+        if (mode == 1) gpu.add(other.as<float>(), ones.as<const float>(), 4);
+        if (mode == 2) gpu.scale(att.as<float>(), rows * hrow, 2.0f);
+        gpu.matmul_add(wo.first, att.as<const float>(), rows, tmp.as<float>(), acc.as<float>(),
+                       scratch.as<uint8_t>());
+        if (scope) scope->end();
+        outs.push_back(get<float>(gpu, acc, residual.size()));
+      }
+      if (graph_key) {
+        EXPECT_GT(gpu.steps_replayed(), replayed) << what << ": the step was never replayed";
+      }
+      return outs;
+    };
+    const auto handed = run(0, std::nullopt), apart = run(1, std::nullopt), doubled = run(2, std::nullopt);
+    const auto graphed = run(0, 0x5d0000u + static_cast<uint64_t>(rows));
+    EXPECT_EQ(handed[0], apart[0]) << what;
+    for (const auto& g : graphed) EXPECT_EQ(g, apart[0]) << what << " (graph)";
+    EXPECT_GT(rel_l2(handed[0], residual), 1e-3) << what << ": nothing was added";
+    gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float));
+    gpu.attention(kv, dq.as<const float>(), rows, pos0, p, att.as<float>(), att_scratch.as<float>());
+    auto a2 = get<float>(gpu, att, static_cast<size_t>(rows * hrow));
+    for (float& x : a2) x *= 2.0f;
+    DeviceBuffer da2 = put(gpu, a2);
+    gpu.matmul_add(wo.first, da2.as<const float>(), rows, tmp.as<float>(), acc.as<float>(),
+                   scratch.as<uint8_t>());
+    EXPECT_EQ(doubled[0], get<float>(gpu, acc, residual.size())) << what << " (rows rewritten between)";
+  }
+}
+
 TEST(CudaOps, ShortConvAndElementwiseOpsMatchTheCpu) {
   NEED_GPU();
   const int64_t n = 200;

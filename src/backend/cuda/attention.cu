@@ -13,6 +13,7 @@
 // backend scratch (rows × n_head × n_ctx floats per launch; the host splits long prefills into chunks).
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/q8_block.cuh"
 
 namespace df::backend::cuda {
 namespace {
@@ -87,7 +88,7 @@ __device__ __forceinline__ int64_t first_visible(int64_t at, int window) {
 
 __global__ void __launch_bounds__(kAttnWarps* kWarp)
     attention_kernel(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int pos0,
-                     const int32_t* pos0_device, AttnArgs a, float* out, float* scores) {
+                     const int32_t* pos0_device, AttnArgs a, float* out, float* scores, uint8_t* q8) {
   pdl_begin();
   extern __shared__ float s_q[];  // head_dim values of q rounded to f16
   __shared__ float red_f[kAttnWarps];
@@ -136,6 +137,23 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
       s += static_cast<double>(__fmul_rn(sc[j], f16_to_f32(vr[j])));
     s = warp_sum(s);
     if (lane == 0) o[d] = static_cast<float>(s);
+    if (q8 && lane == 0) s_q[d] = static_cast<float>(s);  // q's values are no longer read
+  }
+  if (!q8) return;
+  // The head's values as Q8_0 groups of the row (head_dim a multiple of 32): warp g quantizes group g as
+  // block_quantize_q8_0 does (the same order-free maximum, scale and values).
+  __syncthreads();
+  const int64_t n = static_cast<int64_t>(a.n_head) * hd;
+  uint8_t* row = q8 + r * act_row_stride(GgmlType::Q8_0, n);
+  for (int g = static_cast<int>(threadIdx.x) / kWarp; g < hd / 32; g += kAttnWarps) {
+    const float v = s_q[g * 32 + lane];
+    float amax = fabsf(v);
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+    const float dq = amax / 127;
+    const int64_t at = static_cast<int64_t>(h) * hd + g * 32;
+    row[at + lane] = static_cast<uint8_t>(q8_0_value(v, q8_0_inverse(dq)) & 0xFF);
+    if (lane == 0) reinterpret_cast<float*>(row + n)[at / 32] = round_f16(dq);
   }
 }
 
@@ -305,14 +323,21 @@ void launch_kv_store(uint16_t* k_cache, uint16_t* v_cache, int n_ctx, int64_t ro
   check_launch("kv_store kernel");
 }
 
+bool attention_quantizes(int64_t rows, int head_dim) {
+  return rows >= 1 && rows <= kMatvecMaxRows && head_dim % 32 == 0;
+}
+
 void launch_attention(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int64_t rows,
                       int pos0, const int32_t* pos0_device, const AttnArgs& a, float* out, float* scores,
-                      cudaStream_t stream) {
+                      uint8_t* q8, cudaStream_t stream) {
   if (rows <= 0) return;
+  if (q8 && !attention_quantizes(rows, a.head_dim)) {
+    check_cuda(cudaErrorInvalidValue, "attention kernel (quantized rows where attention_quantizes refuses)");
+  }
   if (rows <= kMatvecMaxRows) {
     launch_kernel(attention_kernel, dim3(static_cast<unsigned>(a.n_head), static_cast<unsigned>(rows)),
                   kAttnWarps * kWarp, attention_smem_bytes(a.head_dim), stream, k_cache, v_cache, q, pos0,
-                  pos0_device, a, out, scores);
+                  pos0_device, a, out, scores, q8);
     check_launch("attention kernel");
     return;
   }

@@ -247,9 +247,12 @@ struct AttnArgs {
   const float* sinks;
 };
 // scores: rows × n_head × n_ctx floats of scratch.
+// q8 (null: none; only where attention_quantizes holds): out's rows also as Q8_0 rows (act_row_stride(Q8_0,
+// n_head · head_dim) apart), the bytes launch_quantize makes of them.
+bool attention_quantizes(int64_t rows, int head_dim);
 void launch_attention(const uint16_t* k_cache, const uint16_t* v_cache, const float* q, int64_t rows,
                       int pos0, const int32_t* pos0_device, const AttnArgs& a, float* out, float* scores,
-                      cudaStream_t stream);
+                      uint8_t* q8, cudaStream_t stream);
 
 // ---- Routing (routing.cu).
 struct RouteArgs {

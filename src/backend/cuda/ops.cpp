@@ -194,14 +194,20 @@ void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t r
   a.scale = p.scale;
   a.softcap = p.softcap;
   a.sinks = raw_or_null(p.sinks);
+  // Decode rows in one launch also quantized for the wo product that reads them next (quantized_output).
+  uint8_t* q8 = chunk_rows == rows && cuda::attention_quantizes(rows, kv.head_dim)
+                    ? quantized_output(BA::raw(out), rows, hrow)
+                    : nullptr;
   for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
     const int64_t n = std::min(chunk_rows, rows - r0);
     const int32_t* pos0_device = graph_.dynamic_int(pos0 + static_cast<int>(r0));
     cuda::launch_attention(BA::raw(kv.k), BA::raw(kv.v), BA::raw(q) + r0 * hrow, n,
-                           pos0 + static_cast<int>(r0), pos0_device, a, BA::raw(out) + r0 * hrow, scores,
+                           pos0 + static_cast<int>(r0), pos0_device, a, BA::raw(out) + r0 * hrow, scores, q8,
                            as_stream(stream_));
   }
   (void)skip_op("attention", BA::raw(out), rows, hrow);
+  // This op counts from its skip, which comes after its launches: the hand-over again, the same rows.
+  if (q8) quantized_output(BA::raw(out), rows, hrow);
 }
 
 void CudaBackend::delta_net_conv(Buf<const float> u, int64_t rows, int64_t channels, Buf<const float> conv_w,
