@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -25,6 +26,7 @@
 #if defined(DF_HAVE_CUDA)
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/kernels.h"
 #endif
 
@@ -1054,73 +1056,105 @@ TEST(CudaOps, NormRouteIsTheThreeOpsBitForBit) {
   }
 }
 
-// The conv's decode rows, quantized by the conv for the product that reads them next
-// (CudaBackend::quantized_output): that product's output is bit for bit the one of the product quantizing
-// the floats itself (an op in between, which ends the hand-over), eager and in a replayed step graph; an op
-// in between that rewrites the floats is seen (the product reads the new floats, not the conv's rows).
+#if defined(DF_HAVE_CUDA)
+// A producer's rows handed to the op after it as Q8_0 rows (CudaBackend::quantized_output), on one case:
+// the consumer's result is bit for bit the one it gives quantizing the floats itself (an unrelated op
+// between the two ends the hand-over), eager and in a replayed step graph; the consumer took the rows
+// (quantized_rows_taken) where it follows the producer and not otherwise; an op between that rewrites the
+// floats is seen (the result is the one of the rewritten floats).
+struct HandOver {
+  std::function<void()> reset;    // uploads again what the ops change
+  std::function<void()> produce;  // writes *floats
+  const DeviceBuffer* floats = nullptr;
+  int64_t count = 0;                              // floats produced
+  std::function<void(Buf<const float>)> consume;  // reads the floats it is given
+  std::function<std::vector<float>()> result;     // downloads what the consumer wrote
+};
+void expect_handed_over_bit_for_bit(Backend& gpu, const HandOver& h, uint64_t graph_key,
+                                    const std::string& what) {
+  auto& cuda = dynamic_cast<CudaBackend&>(gpu);
+  DeviceBuffer other = gpu.alloc_array<float>(4, "other"), ones = put(gpu, std::vector<float>(4, 1.0f));
+  // mode 0: the producer, then the consumer; 1: an unrelated op between them; 2: the floats doubled between.
+  auto run = [&](int mode, std::optional<uint64_t> key) {
+    std::vector<std::vector<float>> outs;
+    const uint64_t replayed = gpu.steps_replayed();
+    // The same buffers every repetition (new ones would give the recorded graph stale addresses).
+    for (int rep = 0; rep < (key ? 4 : 1); ++rep) {
+      h.reset();
+      const uint64_t taken = cuda.quantized_rows_taken();
+      std::optional<StepScope> scope;
+      if (key) scope.emplace(gpu, *key);
+      h.produce();
+      if (mode == 1) gpu.add(other.as<float>(), ones.as<const float>(), 4);
+      if (mode == 2) gpu.scale(h.floats->as<float>(), h.count, 2.0f);
+      h.consume(h.floats->as<const float>());
+      if (scope) scope->end();
+      if (!key) {
+        EXPECT_EQ(cuda.quantized_rows_taken() - taken, mode == 0 ? 1u : 0u) << what << ": mode " << mode;
+      }
+      outs.push_back(h.result());
+    }
+    if (key) {
+      EXPECT_GT(gpu.steps_replayed(), replayed) << what << ": the step was never replayed";
+    }
+    return outs;
+  };
+  h.reset();
+  const auto initial = h.result();
+  const auto handed = run(0, std::nullopt), apart = run(1, std::nullopt), doubled = run(2, std::nullopt);
+  const auto graphed = run(0, graph_key);
+  EXPECT_EQ(handed[0], apart[0]) << what;
+  for (const auto& g : graphed) EXPECT_EQ(g, apart[0]) << what << " (graph)";
+  EXPECT_GT(rel_l2(handed[0], initial), 1e-3) << what << ": the consumer changed nothing";
+  // The doubled floats' result: the consumer on 2 · the floats in a buffer of their own, quantizing them.
+  h.reset();
+  h.produce();
+  auto twice = get<float>(gpu, *h.floats, static_cast<size_t>(h.count));
+  for (float& v : twice) v *= 2.0f;
+  const DeviceBuffer d2 = put(gpu, twice);
+  h.consume(d2.as<const float>());
+  EXPECT_EQ(doubled[0], h.result()) << what << " (floats rewritten between)";
+}
+
+// The conv's decode rows, quantized by the conv for the product that reads them next (its out_proj).
 TEST(CudaOps, ShortConvRowsQuantizedForTheNextProductBitForBit) {
   NEED_GPU();
   const int l_cache = 3;
   for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0}) {
     for (const int64_t rows : {1, 3, 8}) {
       const int64_t n = 512, n_out = 96;
-      const std::string what = std::string(ggml_type_name(type)) + " " + std::to_string(rows) + " rows";
       const auto bcx = random_floats(static_cast<size_t>(rows * 3 * n), 171, 2.0f);
       const auto w = random_floats(static_cast<size_t>(n * l_cache), 172);
       const auto st = random_floats(static_cast<size_t>((l_cache - 1) * n), 173);
       const auto residual = random_floats(static_cast<size_t>(rows * n_out), 174);
       UploadedWeights wo = upload(gpu, type, quantized_rows(type, n, n_out, 175), n, n_out);
-      DeviceBuffer dbcx = put(gpu, bcx), dw = put(gpu, w), ones = put(gpu, std::vector<float>(4, 1.0f));
+      DeviceBuffer dbcx = put(gpu, bcx), dw = put(gpu, w), ds = put(gpu, st), acc = put(gpu, residual);
       DeviceBuffer dy = gpu.alloc_array<float>(rows * n, "y"),
                    tmp = gpu.alloc_array<float>(rows * n_out, "tmp");
-      DeviceBuffer other = gpu.alloc_array<float>(4, "other"), ds = put(gpu, st), acc = put(gpu, residual);
       DeviceBuffer scratch = gpu.alloc(gpu.matmul_scratch_bytes(type, n, rows) + 16, "scratch");
-      // mode 0: the conv, then the product; 1: an unrelated op between them; 2: the floats doubled between.
-      auto run = [&](int mode, std::optional<uint64_t> graph_key) {
-        std::vector<std::vector<float>> outs;
-        const uint64_t replayed = gpu.steps_replayed();
-        // The same buffers every repetition (new ones would give the recorded graph stale addresses).
-        for (int rep = 0; rep < (graph_key ? 4 : 1); ++rep) {
-          gpu.upload(ds.as<uint8_t>(), st.data(), st.size() * sizeof(float));
-          gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float));
-          std::optional<StepScope> scope;
-          if (graph_key) scope.emplace(gpu, *graph_key);
-          gpu.short_conv(dbcx.as<const float>(), rows, n, dw.as<const float>(), l_cache, ds.as<float>(),
-                         dy.as<float>());
-          if (mode == 1) gpu.add(other.as<float>(), ones.as<const float>(), 4);
-          if (mode == 2) gpu.scale(dy.as<float>(), rows * n, 2.0f);
-          gpu.matmul_add(wo.first, dy.as<const float>(), rows, tmp.as<float>(), acc.as<float>(),
-                         scratch.as<uint8_t>());
-          if (scope) scope->end();
-          outs.push_back(get<float>(gpu, acc, residual.size()));
-        }
-        if (graph_key) {
-          EXPECT_GT(gpu.steps_replayed(), replayed) << what << ": the step was never replayed";
-        }
-        return outs;
+      HandOver h;
+      h.reset = [&] {
+        gpu.upload(ds.as<uint8_t>(), st.data(), st.size() * sizeof(float));
+        gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float));
       };
-      const auto handed = run(0, std::nullopt), apart = run(1, std::nullopt), doubled = run(2, std::nullopt);
-      const auto graphed = run(0, 0x5c0000u + static_cast<uint64_t>(rows) * 16 + static_cast<uint64_t>(type));
-      EXPECT_EQ(handed[0], apart[0]) << what;
-      for (const auto& g : graphed) EXPECT_EQ(g, apart[0]) << what << " (graph)";
-      EXPECT_GT(rel_l2(handed[0], residual), 1e-3) << what << ": nothing was added";
-      // The doubled floats' product: the same weights on 2 · y, quantized by the product itself.
-      gpu.upload(ds.as<uint8_t>(), st.data(), st.size() * sizeof(float));
-      gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float));
-      gpu.short_conv(dbcx.as<const float>(), rows, n, dw.as<const float>(), l_cache, ds.as<float>(),
-                     dy.as<float>());
-      auto y2 = get<float>(gpu, dy, rows * n);
-      for (float& v : y2) v *= 2.0f;
-      DeviceBuffer dy2 = put(gpu, y2);
-      gpu.matmul_add(wo.first, dy2.as<const float>(), rows, tmp.as<float>(), acc.as<float>(),
-                     scratch.as<uint8_t>());
-      EXPECT_EQ(doubled[0], get<float>(gpu, acc, residual.size())) << what << " (floats rewritten between)";
+      h.produce = [&] {
+        gpu.short_conv(dbcx.as<const float>(), rows, n, dw.as<const float>(), l_cache, ds.as<float>(),
+                       dy.as<float>());
+      };
+      h.floats = &dy;
+      h.count = rows * n;
+      h.consume = [&](Buf<const float> y) {
+        gpu.matmul_add(wo.first, y, rows, tmp.as<float>(), acc.as<float>(), scratch.as<uint8_t>());
+      };
+      h.result = [&] { return get<float>(gpu, acc, residual.size()); };
+      expect_handed_over_bit_for_bit(
+          gpu, h, 0x5c0000u + static_cast<uint64_t>(rows) * 16 + static_cast<uint64_t>(type),
+          std::string(ggml_type_name(type)) + " " + std::to_string(rows) + " rows");
     }
   }
 }
 
-// The same hand-over from decode attention to the wo product that reads its rows next: bit for bit the
-// product quantizing the floats itself, eager and replayed; an op in between that rewrites them is seen.
+// Decode attention's rows, quantized by the attention kernel for the wo product that reads them next.
 TEST(CudaOps, AttentionRowsQuantizedForTheNextProductBitForBit) {
   NEED_GPU();
   const int n_ctx = 32, n_head = 4, n_head_kv = 2, head_dim = 64, pos0 = 11;
@@ -1137,52 +1171,88 @@ TEST(CudaOps, AttentionRowsQuantizedForTheNextProductBitForBit) {
   p.n_head = n_head;
   p.scale = 0.125f;
   for (const int64_t rows : {1, 3, 8}) {
-    const std::string what = std::to_string(rows) + " rows";
     const auto q = random_floats(static_cast<size_t>(rows * hrow), 183, 2.0f);
     const auto residual = random_floats(static_cast<size_t>(rows * n_out), 184);
     UploadedWeights wo =
         upload(gpu, GgmlType::Q4_0, quantized_rows(GgmlType::Q4_0, hrow, n_out, 185), hrow, n_out);
     DeviceBuffer dq = put(gpu, q), att = gpu.alloc_array<float>(rows * hrow, "att"), acc = put(gpu, residual);
-    DeviceBuffer tmp = gpu.alloc_array<float>(rows * n_out, "tmp"),
-                 other = gpu.alloc_array<float>(4, "other");
-    DeviceBuffer ones = put(gpu, std::vector<float>(4, 1.0f));
+    DeviceBuffer tmp = gpu.alloc_array<float>(rows * n_out, "tmp");
     DeviceBuffer scratch = gpu.alloc(gpu.matmul_scratch_bytes(GgmlType::Q4_0, hrow, rows) + 16, "scratch");
-    // mode 0: attention, then the product; 1: an unrelated op between them; 2: the rows doubled between.
-    auto run = [&](int mode, std::optional<uint64_t> graph_key) {
-      std::vector<std::vector<float>> outs;
-      const uint64_t replayed = gpu.steps_replayed();
-      for (int rep = 0; rep < (graph_key ? 4 : 1); ++rep) {
-        gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float));
-        std::optional<StepScope> scope;
-        if (graph_key) scope.emplace(gpu, *graph_key);
-        gpu.attention(kv, dq.as<const float>(), rows, pos0, p, att.as<float>(), att_scratch.as<float>());
-        if (mode == 1) gpu.add(other.as<float>(), ones.as<const float>(), 4);
-        if (mode == 2) gpu.scale(att.as<float>(), rows * hrow, 2.0f);
-        gpu.matmul_add(wo.first, att.as<const float>(), rows, tmp.as<float>(), acc.as<float>(),
-                       scratch.as<uint8_t>());
-        if (scope) scope->end();
-        outs.push_back(get<float>(gpu, acc, residual.size()));
-      }
-      if (graph_key) {
-        EXPECT_GT(gpu.steps_replayed(), replayed) << what << ": the step was never replayed";
-      }
-      return outs;
+    HandOver h;
+    h.reset = [&] { gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float)); };
+    h.produce = [&] {
+      gpu.attention(kv, dq.as<const float>(), rows, pos0, p, att.as<float>(), att_scratch.as<float>());
     };
-    const auto handed = run(0, std::nullopt), apart = run(1, std::nullopt), doubled = run(2, std::nullopt);
-    const auto graphed = run(0, 0x5d0000u + static_cast<uint64_t>(rows));
-    EXPECT_EQ(handed[0], apart[0]) << what;
-    for (const auto& g : graphed) EXPECT_EQ(g, apart[0]) << what << " (graph)";
-    EXPECT_GT(rel_l2(handed[0], residual), 1e-3) << what << ": nothing was added";
-    gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float));
-    gpu.attention(kv, dq.as<const float>(), rows, pos0, p, att.as<float>(), att_scratch.as<float>());
-    auto a2 = get<float>(gpu, att, static_cast<size_t>(rows * hrow));
-    for (float& x : a2) x *= 2.0f;
-    DeviceBuffer da2 = put(gpu, a2);
-    gpu.matmul_add(wo.first, da2.as<const float>(), rows, tmp.as<float>(), acc.as<float>(),
-                   scratch.as<uint8_t>());
-    EXPECT_EQ(doubled[0], get<float>(gpu, acc, residual.size())) << what << " (rows rewritten between)";
+    h.floats = &att;
+    h.count = rows * hrow;
+    h.consume = [&](Buf<const float> a) {
+      gpu.matmul_add(wo.first, a, rows, tmp.as<float>(), acc.as<float>(), scratch.as<uint8_t>());
+    };
+    h.result = [&] { return get<float>(gpu, acc, residual.size()); };
+    expect_handed_over_bit_for_bit(gpu, h, 0x5d0000u + static_cast<uint64_t>(rows),
+                                   std::to_string(rows) + " rows");
   }
 }
+
+// The router's normed rows (norm_route, one launch), quantized by it for the routed gate/up of the
+// routed_ffn_add that reads them next: one and several tokens, k 2-8, the weight types the combine path
+// takes, a width past one group of the router kernel's threads.
+TEST(CudaOps, RouterRowsQuantizedForTheRoutedFfnBitForBit) {
+  NEED_GPU();
+  struct Case {
+    FfnCase c;
+    int k;
+    int64_t rows, n;
+  };
+  const Case cases[] = {
+      {{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, Activation::SwiGLU, false}, 4, 1, 2048},
+      {{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, Activation::SwiGLU, false}, 2, 3, 512},
+      {{GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::Q8_0, Activation::SwiGLU, true}, 8, 1, 1024},
+      {{GgmlType::MXFP4, GgmlType::MXFP4, GgmlType::MXFP4, Activation::OaiSwiGLU, true}, 4, 8, 512},
+      {{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q8_0, Activation::GeGLU, false}, 6, 2, 4096},
+  };
+  const int64_t n_ff = 256, n_out = 192;
+  const int E = 16;
+  for (const Case& cs : cases) {
+    const std::string what = std::string(ggml_type_name(cs.c.gate)) + " k " + std::to_string(cs.k) +
+                             " rows " + std::to_string(cs.rows) + " n " + std::to_string(cs.n);
+    const auto x = random_floats(static_cast<size_t>(cs.rows * cs.n), 191, 2.0f);
+    const auto norm = random_floats(static_cast<size_t>(cs.n), 192, 1.0f);
+    const auto router = random_floats(static_cast<size_t>(cs.n) * E, 193, 0.05f);
+    const std::vector<uint8_t> router_bytes(reinterpret_cast<const uint8_t*>(router.data()),
+                                            reinterpret_cast<const uint8_t*>(router.data() + router.size()));
+    const auto residual = random_floats(static_cast<size_t>(cs.rows * n_out), 194);
+    const auto r = routed_setup(gpu, cs.c, cs.n, n_ff, n_out, E, x, std::vector<int32_t>(1, 0), {});
+    UploadedWeights wr = upload(gpu, GgmlType::F32, router_bytes, cs.n, E);
+    DeviceBuffer dnorm = put(gpu, norm), acc = put(gpu, residual);
+    DeviceBuffer xn = gpu.alloc_array<float>(cs.rows * cs.n, "xn"),
+                 logits = gpu.alloc_array<float>(cs.rows * E, "l");
+    DeviceBuffer ids = gpu.alloc_array<int32_t>(cs.rows * cs.k, "ids"),
+                 w = gpu.alloc_array<float>(cs.rows * cs.k, "w");
+    DeviceBuffer out = gpu.alloc_array<float>(cs.rows * cs.k * n_out, "out");
+    DeviceBuffer scratch = gpu.alloc(gpu.matmul_scratch_bytes(GgmlType::F32, cs.n, cs.rows) + 16, "scratch");
+    RouterParams p;
+    p.gating = Gating::Softmax;
+    p.n_expert = E;
+    p.k = cs.k;
+    HandOver h;
+    h.reset = [&] { gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float)); };
+    h.produce = [&] {
+      gpu.norm_route(p, r->dx.as<const float>(), cs.rows, cs.n, dnorm.as<const float>(), 1e-5f, wr.first,
+                     scratch.as<uint8_t>(), xn.as<float>(), logits.as<float>(), ids.as<int32_t>(),
+                     w.as<float>());
+    };
+    h.floats = &xn;
+    h.count = cs.rows * cs.n;
+    h.consume = [&](Buf<const float> a) {
+      gpu.routed_ffn_add(r->ex, r->act, ids.as<const int32_t>(), w.as<const float>(), cs.rows, cs.k, a,
+                         out.as<float>(), acc.as<float>());
+    };
+    h.result = [&] { return get<float>(gpu, acc, residual.size()); };
+    expect_handed_over_bit_for_bit(gpu, h, 0x5e0000u + static_cast<uint64_t>(&cs - cases), what);
+  }
+}
+#endif  // DF_HAVE_CUDA: the hand-over is the CUDA backend's own
 
 TEST(CudaOps, ShortConvAndElementwiseOpsMatchTheCpu) {
   NEED_GPU();

@@ -140,21 +140,13 @@ __global__ void __launch_bounds__(kAttnWarps* kWarp)
     if (q8 && lane == 0) s_q[d] = static_cast<float>(s);  // q's values are no longer read
   }
   if (!q8) return;
-  // The head's values as Q8_0 groups of the row (head_dim a multiple of 32): warp g quantizes group g as
-  // block_quantize_q8_0 does (the same order-free maximum, scale and values).
+  // The head's values as Q8_0 groups of the row (head_dim a multiple of 32): warp g quantizes the head's
+  // group g (warp_quantize_q8_0_group).
   __syncthreads();
   const int64_t n = static_cast<int64_t>(a.n_head) * hd;
   uint8_t* row = q8 + r * act_row_stride(GgmlType::Q8_0, n);
-  for (int g = static_cast<int>(threadIdx.x) / kWarp; g < hd / 32; g += kAttnWarps) {
-    const float v = s_q[g * 32 + lane];
-    float amax = fabsf(v);
-#pragma unroll
-    for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-    const float dq = amax / 127;
-    const int64_t at = static_cast<int64_t>(h) * hd + g * 32;
-    row[at + lane] = static_cast<uint8_t>(q8_0_value(v, q8_0_inverse(dq)) & 0xFF);
-    if (lane == 0) reinterpret_cast<float*>(row + n)[at / 32] = round_f16(dq);
-  }
+  for (int g = static_cast<int>(threadIdx.x) / kWarp; g < hd / 32; g += kAttnWarps)
+    warp_quantize_q8_0_group(s_q[g * 32 + lane], row, n, static_cast<int64_t>(h) * hd / 32 + g);
 }
 
 // ---- Prompt rows: tiles summed exactly in double.

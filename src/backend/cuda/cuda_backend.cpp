@@ -389,9 +389,11 @@ uint8_t* CudaBackend::quantized_output(const float* x, int64_t rows, int64_t n) 
   return q;
 }
 
-const uint8_t* CudaBackend::quantized_input(const float* x, int64_t rows, int64_t n) const {
+const uint8_t* CudaBackend::quantized_input(const float* x, int64_t rows, int64_t n) {
   const QuantizedRows& r = quantized_rows_;
-  return r.q && r.op + 1 == op_seq_ && r.x == x && r.rows == rows && r.n == n ? r.q : nullptr;
+  if (!r.q || r.op + 1 != op_seq_ || r.x != x || r.rows != rows || r.n != n) return nullptr;
+  ++quantized_rows_taken_;
+  return r.q;
 }
 
 }  // namespace df::backend

@@ -128,6 +128,9 @@ class CudaBackend final : public Backend {
   void end_step() override;
   void cancel_step() noexcept override;
   uint64_t steps_replayed() const override { return graph_.counts().replays; }
+  // How many products have read a producer's quantized rows (quantized_input) instead of quantizing the
+  // floats themselves: what the tests see of the hand-over, whose outputs are the same bits either way.
+  uint64_t quantized_rows_taken() const { return quantized_rows_taken_; }
 
  protected:
   void free_memory(void* data, size_t bytes) noexcept override;
@@ -150,6 +153,10 @@ class CudaBackend final : public Backend {
   void quantize_rows(GgmlType act, const float* x, int64_t rows, int64_t n, void* dst);
   void check_error_word();
   // matmul's checks and launch, its products written to y or (accumulate) added to it.
+  // rms_norm's checks and launch; quantize: its rows also written as Q8_0 rows for the products of the op
+  // after it (quantized_output; only where rms_norm_q8_shape holds).
+  void normed_rows(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
+                   Buf<float> y, bool quantize);
   void matmul_rows(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<uint8_t> scratch,
                    bool accumulate);
   // ffn's tasks whose kernels are one choice (all above kMatvecMaxRows rows, or none).
@@ -165,13 +172,15 @@ class CudaBackend final : public Backend {
     return graph_.skip(op, out, a, b);
   }
   void note_op() { ++op_seq_; }
-  // A producer's output rows also written as Q8_0 rows (act_row_stride apart) for the product that reads
-  // them next (the conv's for its out_proj): that product copies 2.3 KB of quantized rows, where each of its
-  // blocks would read the floats and quantize them after its wait (docs/PERF.md, session 31). Valid only for
-  // the very next op, so that no op in between can have rewritten the floats; quantized_input() gives the
-  // rows to the op that asks if it is that op and reads those floats.
+  // A producer's output rows also written as Q8_0 rows (act_row_stride apart) for the products that read
+  // them next (the conv's for its out_proj, attention's for wo, the router's normed rows for the routed
+  // gate/up, norm_matmul_many's norm for its products): that product reads 2.3 KB of quantized rows, where
+  // each of its blocks would read the floats and quantize them after its wait (docs/PERF.md, sessions 31-32).
+  // Valid only for the very next op, so that no op in between can have rewritten the floats: the producer
+  // calls it after its skip_op, and quantized_input() gives the rows to the op that asks if it is that op and
+  // reads those floats.
   uint8_t* quantized_output(const float* x, int64_t rows, int64_t n);
-  const uint8_t* quantized_input(const float* x, int64_t rows, int64_t n) const;
+  const uint8_t* quantized_input(const float* x, int64_t rows, int64_t n);
   struct QuantizedRows {
     const float* x = nullptr;
     int64_t rows = 0, n = 0;
@@ -180,7 +189,7 @@ class CudaBackend final : public Backend {
   };
   QuantizedRows quantized_rows_;
   Scratch quantized_rows_scratch_;
-  uint64_t op_seq_ = 0;
+  uint64_t op_seq_ = 0, quantized_rows_taken_ = 0;
   // Times the op in scope when DF_CUDA_PROFILE is set (op_profile.h).
   auto timed(const OpKey& key) {
     return OpTimer(

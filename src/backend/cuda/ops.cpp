@@ -88,12 +88,22 @@ void CudaBackend::gather_rows(Buf<const float> table, int64_t width, Buf<const i
 
 void CudaBackend::rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
                            Buf<float> y) {
+  normed_rows(x, rows, n, weight, eps, y, false);
+}
+
+void CudaBackend::normed_rows(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
+                              Buf<float> y, bool quantize) {
   const auto timer = timed({"rms_norm"});
   if (rows <= 0 || n <= 0) return;
   need(x, rows * n, "rms_norm input");
   need(y, rows * n, "rms_norm output");
   if (weight) need(weight, n, "rms_norm weight");
   if (skip_op("rms_norm", BA::raw(y), rows, n)) return;
+  if (quantize) {
+    cuda::launch_rms_norm_q8(BA::raw(x), rows, n, raw_or_null(weight), eps, BA::raw(y),
+                             quantized_output(BA::raw(y), rows, n), as_stream(stream_));
+    return;
+  }
   cuda::launch_rms_norm(BA::raw(x), rows, n, raw_or_null(weight), eps, BA::raw(y), as_stream(stream_));
 }
 
@@ -171,17 +181,13 @@ void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t r
   need(kv.k, static_cast<int64_t>(kv.n_ctx) * kv_row, "kv cache K");
   need(kv.v, static_cast<int64_t>(kv.n_ctx) * kv_row, "kv cache V");
   if (p.sinks) need(p.sinks, n_head, "attention sinks");
-  if (graph_.mode() == cuda::StepGraphs::Mode::Replay) {
-    // Only the signature and the positions: the graph launches the chunks below.
-    const int64_t chunk = std::clamp<int64_t>(
-        static_cast<int64_t>(kMaxScoreFloats / (static_cast<size_t>(n_head) * static_cast<size_t>(kv.n_ctx))),
-        1, 65535);
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) (void)graph_.dynamic_int(pos0 + static_cast<int>(r0));
-    (void)skip_op("attention", BA::raw(out), rows, hrow);
-    return;
-  }
   const size_t per_row = static_cast<size_t>(n_head) * static_cast<size_t>(kv.n_ctx);
   const int64_t chunk = std::clamp<int64_t>(static_cast<int64_t>(kMaxScoreFloats / per_row), 1, 65535);
+  if (skip_op("attention", BA::raw(out), rows, hrow)) {
+    // Only the positions, which a replayed graph reads: it launches the chunks below.
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) (void)graph_.dynamic_int(pos0 + static_cast<int>(r0));
+    return;
+  }
   const int64_t chunk_rows = std::min(rows, chunk);
   auto* scores = static_cast<float*>(
       grow(attn_scratch_, static_cast<size_t>(chunk_rows) * per_row * sizeof(float), "attention scores"));
@@ -205,9 +211,6 @@ void CudaBackend::attention(const KvCacheView& kv, Buf<const float> q, int64_t r
                            pos0 + static_cast<int>(r0), pos0_device, a, BA::raw(out) + r0 * hrow, scores, q8,
                            as_stream(stream_));
   }
-  (void)skip_op("attention", BA::raw(out), rows, hrow);
-  // This op counts from its skip, which comes after its launches: the hand-over again, the same rows.
-  if (q8) quantized_output(BA::raw(out), rows, hrow);
 }
 
 void CudaBackend::delta_net_conv(Buf<const float> u, int64_t rows, int64_t channels, Buf<const float> conv_w,
@@ -387,6 +390,8 @@ void CudaBackend::norm_route(const RouterParams& p, Buf<const float> x, int64_t 
   a.weights = BA::raw(weights);
   a.route = route_args(p);
   a.counter = static_cast<unsigned*>(route_counter_.ptr);
+  // The normed rows also quantized for the routed gate/up that reads them next (quantized_output).
+  a.xq = cuda::norm_route_quantizes(rows, n) ? quantized_output(BA::raw(xn), rows, n) : nullptr;
   cuda::launch_norm_route(a, as_stream(stream_));
 }
 

@@ -162,11 +162,14 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
     const Weight& w = tasks[i].w;
     if (w.n_out <= 0) continue;
     const GgmlType act = quant::vec_dot_type(w.type);
-    const bool in_kernel = offset_of[i] == kQuantizedInKernel;
-    cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in,
-                        in_kernel ? nullptr : base + offset_of[i], cuda::act_row_stride(act, w.n_in), rows,
-                        BA::raw(tasks[i].y), w.n_out, in_kernel ? BA::raw(tasks[i].x) : nullptr,
-                        as_stream(stream_));
+    const float* x = BA::raw(tasks[i].x);
+    // Decode rows: quantized by the op that wrote them (quantized_input), or by the kernel itself.
+    const uint8_t* handed = offset_of[i] == kQuantizedInKernel ? quantized_input(x, rows, w.n_in) : nullptr;
+    const bool in_kernel = offset_of[i] == kQuantizedInKernel && !handed;
+    const uint8_t* act_rows = handed ? handed : in_kernel ? nullptr : base + offset_of[i];
+    cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in, act_rows,
+                        cuda::act_row_stride(act, w.n_in), rows, BA::raw(tasks[i].y), w.n_out,
+                        in_kernel ? x : nullptr, as_stream(stream_));
   }
 }
 
@@ -174,38 +177,16 @@ void CudaBackend::norm_matmul_many(Buf<const float> x, int64_t rows, int64_t n, 
                                    float eps, Buf<float> xn, std::span<const MatmulTask> tasks) {
   check_norm_matmul_tasks(xn, n, tasks);
   // Decode rows whose products would each quantize the normed rows in every block: the norm quantizes them
-  // once, and the products read the Q8_0 rows (kernels.h, launch_rms_norm_q8). The same bits either way.
+  // once and hands them to matmul_many's products (quantized_output). The same bits either way. (The
+  // one-launch kernel, the products' blocks norming and quantizing their own input rows, gave their bits on
+  // the H200 but decoded slower; its mend waits on a branch: docs/ARCHITECTURE.md.)
   const bool prequantize = !tasks.empty() && tasks.size() <= max_matmul_tasks() &&
                            cuda::rms_norm_q8_shape(n) &&
                            std::all_of(tasks.begin(), tasks.end(), [&](const MatmulTask& t) {
                              return cuda::in_kernel_quantize(t.w.type, BA::raw(xn), n, n, rows);
                            });
-  if (!prequantize) {
-    // The two ops. The one-launch kernel (the products' blocks norm and quantize their own input rows) gave
-    // their bits on the H200 but decoded slower; its mend waits on a branch (docs/ARCHITECTURE.md).
-    rms_norm(x, rows, n, weight, eps, xn);
-    matmul_many(tasks, rows);
-    return;
-  }
-  const auto timer = timed({"norm_matmul_many", nullptr, 0, n, rows});
-  need(x, rows * n, "norm_matmul_many input");
-  need(xn, rows * n, "norm_matmul_many normed rows");
-  if (weight) need(weight, n, "norm_matmul_many norm weight");
-  for (const MatmulTask& t : tasks) {
-    check_weight(t.w, "norm_matmul_many");
-    need(t.y, rows * t.w.n_out, "norm_matmul_many output");
-  }
-  if (skip_op("norm_matmul_many", BA::raw(xn), rows, static_cast<int64_t>(tasks.size()))) return;
-  const size_t stride = cuda::act_row_stride(GgmlType::Q8_0, n);
-  auto* q =
-      static_cast<uint8_t*>(grow(act_scratch_, stride * static_cast<size_t>(rows), "norm_matmul_many rows"));
-  cuda::launch_rms_norm_q8(BA::raw(x), rows, n, weight ? BA::raw(weight) : nullptr, eps, BA::raw(xn), q,
-                           as_stream(stream_));
-  for (const MatmulTask& t : tasks) {
-    if (t.w.n_out <= 0) continue;
-    cuda::launch_matmul(t.w.type, static_cast<const uint8_t*>(t.w.data), t.w.row_bytes(), t.w.n_out, n, q,
-                        stride, rows, BA::raw(t.y), t.w.n_out, nullptr, as_stream(stream_));
-  }
+  normed_rows(x, rows, n, weight, eps, xn, prequantize);
+  matmul_many(tasks, rows);
 }
 
 struct CudaBackend::FfnHost {
@@ -526,8 +507,10 @@ void CudaBackend::routed_ffn_add(const RoutedExperts& ex, const ActivationParams
       grow(ffn_scratch_, static_cast<size_t>(entries) * cuda::act_row_stride(GgmlType::Q8_0, c.n_ff),
            "ffn scratch"));
   auto* err = static_cast<cuda::DeviceError*>(error_word_device_);
-  cuda::launch_routed_ffn_combine(shape, cuda::RoutedSource{c.st, BA::raw(ids), k, err}, T, BA::raw(x), qh,
-                                  BA::raw(weights), BA::raw(acc), as_stream(stream_));
+  // x quantized by the router that wrote it (quantized_input), or by each gate/up block.
+  const uint8_t* xq = quantized_input(BA::raw(x), T, c.a.gate.n_in);
+  cuda::launch_routed_ffn_combine(shape, cuda::RoutedSource{c.st, BA::raw(ids), k, err}, T, BA::raw(x), xq,
+                                  qh, BA::raw(weights), BA::raw(acc), as_stream(stream_));
 }
 
 bool CudaBackend::computes_host_experts(const ActivationParams& act, const Weight& gate, const Weight& up,
@@ -589,7 +572,8 @@ void CudaBackend::routed_ffn_add_host(const RoutedExperts& ex, const ActivationP
   auto* v_dev = static_cast<float*>(grow(host_v_scratch_, v_bytes, "host expert sums"));
   const cuda::FfnShape shape = ffn_shape(c.a, act, 1);
   const cuda::RoutedSource rs{c.st, BA::raw(ids), k, static_cast<cuda::DeviceError*>(error_word_device_)};
-  cuda::launch_routed_gate_up_q8(shape, rs, entries, BA::raw(x), qh, stream);
+  cuda::launch_routed_gate_up_q8(shape, rs, entries, BA::raw(x), quantized_input(BA::raw(x), T, n_in), qh,
+                                 stream);
   cuda::check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(host_in_event_)), "cudaEventSynchronize");
   host_jobs_.clear();
   for (int64_t i = 0; i < entries; ++i) {

@@ -56,4 +56,18 @@ __device__ __forceinline__ void block_quantize_q8_0(RowOf row_of, int rows, int6
   }
 }
 
+// One Q8_0 group of a row of n values (act_row_stride layout) by a whole warp, lane i holding value i of
+// group g: the bytes block_quantize_q8_0 makes of it (the same order-free maximum, scale and values), for a
+// producer whose warps hold their output values one a lane (the short conv, decode attention, the routed
+// gate/up) and quantize them for the product that reads them next.
+__device__ __forceinline__ void warp_quantize_q8_0_group(float v, uint8_t* row, int64_t n, int64_t g) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127;
+  row[g * 32 + lane] = static_cast<uint8_t>(q8_0_value(v, q8_0_inverse(d)) & 0xFF);
+  if (lane == 0) reinterpret_cast<float*>(row + n)[g] = round_f16(d);
+}
+
 }  // namespace df::backend::cuda

@@ -40,8 +40,7 @@ __global__ void short_conv_kernel(const float* bcx, int64_t rows, int64_t n, con
 
 // A few tokens (decode): a thread per channel computes its outputs and then advances its channel's state,
 // one launch instead of two. With q (n a multiple of 32, so that a warp's channels are one whole Q8_0
-// group): each warp also quantizes its 32 values of every row, as block_quantize_q8_0 does (the same
-// order-free maximum, scale and values).
+// group): each warp also quantizes its 32 values of every row (warp_quantize_q8_0_group).
 constexpr int64_t kFusedConvRows = 8;
 __global__ void short_conv_fused_kernel(const float* bcx, int64_t rows, int64_t n, const float* conv_w,
                                         int l_cache, float* state, float* y, uint8_t* q) {
@@ -51,14 +50,7 @@ __global__ void short_conv_fused_kernel(const float* bcx, int64_t rows, int64_t 
   const int hist_len = l_cache - 1;
   for (int64_t t = 0; t < rows; ++t) {
     const float v = conv_row(bcx, n, conv_w + ch * l_cache, hist_len, state, t, ch, y);
-    if (!q) continue;
-    float amax = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127;
-    uint8_t* row = q + t * act_row_stride(GgmlType::Q8_0, n);
-    row[ch] = static_cast<uint8_t>(q8_0_value(v, q8_0_inverse(d)) & 0xFF);
-    if (ch % 32 == 0) reinterpret_cast<float*>(row + n)[ch / 32] = round_f16(d);
+    if (q) warp_quantize_q8_0_group(v, q + t * act_row_stride(GgmlType::Q8_0, n), n, ch / 32);
   }
   for (int i = 0; i < hist_len; ++i)
     state[i * n + ch] = conv_input(bcx, n, state, hist_len, rows - hist_len + i, ch);
