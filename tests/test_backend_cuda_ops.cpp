@@ -1193,65 +1193,6 @@ TEST(CudaOps, AttentionRowsQuantizedForTheNextProductBitForBit) {
                                    std::to_string(rows) + " rows");
   }
 }
-
-// The router's normed rows (norm_route, one launch), quantized by it for the routed gate/up of the
-// routed_ffn_add that reads them next: one and several tokens, k 2-8, the weight types the combine path
-// takes, a width past one group of the router kernel's threads.
-TEST(CudaOps, RouterRowsQuantizedForTheRoutedFfnBitForBit) {
-  NEED_GPU();
-  struct Case {
-    FfnCase c;
-    int k;
-    int64_t rows, n;
-  };
-  const Case cases[] = {
-      {{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, Activation::SwiGLU, false}, 4, 1, 2048},
-      {{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, Activation::SwiGLU, false}, 2, 3, 512},
-      {{GgmlType::Q8_0, GgmlType::Q8_0, GgmlType::Q8_0, Activation::SwiGLU, true}, 8, 1, 1024},
-      {{GgmlType::MXFP4, GgmlType::MXFP4, GgmlType::MXFP4, Activation::OaiSwiGLU, true}, 4, 8, 512},
-      {{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q8_0, Activation::GeGLU, false}, 6, 2, 4096},
-  };
-  const int64_t n_ff = 256, n_out = 192;
-  const int E = 16;
-  for (const Case& cs : cases) {
-    const std::string what = std::string(ggml_type_name(cs.c.gate)) + " k " + std::to_string(cs.k) +
-                             " rows " + std::to_string(cs.rows) + " n " + std::to_string(cs.n);
-    const auto x = random_floats(static_cast<size_t>(cs.rows * cs.n), 191, 2.0f);
-    const auto norm = random_floats(static_cast<size_t>(cs.n), 192, 1.0f);
-    const auto router = random_floats(static_cast<size_t>(cs.n) * E, 193, 0.05f);
-    const std::vector<uint8_t> router_bytes(reinterpret_cast<const uint8_t*>(router.data()),
-                                            reinterpret_cast<const uint8_t*>(router.data() + router.size()));
-    const auto residual = random_floats(static_cast<size_t>(cs.rows * n_out), 194);
-    const auto r = routed_setup(gpu, cs.c, cs.n, n_ff, n_out, E, x, std::vector<int32_t>(1, 0), {});
-    UploadedWeights wr = upload(gpu, GgmlType::F32, router_bytes, cs.n, E);
-    DeviceBuffer dnorm = put(gpu, norm), acc = put(gpu, residual);
-    DeviceBuffer xn = gpu.alloc_array<float>(cs.rows * cs.n, "xn"),
-                 logits = gpu.alloc_array<float>(cs.rows * E, "l");
-    DeviceBuffer ids = gpu.alloc_array<int32_t>(cs.rows * cs.k, "ids"),
-                 w = gpu.alloc_array<float>(cs.rows * cs.k, "w");
-    DeviceBuffer out = gpu.alloc_array<float>(cs.rows * cs.k * n_out, "out");
-    DeviceBuffer scratch = gpu.alloc(gpu.matmul_scratch_bytes(GgmlType::F32, cs.n, cs.rows) + 16, "scratch");
-    RouterParams p;
-    p.gating = Gating::Softmax;
-    p.n_expert = E;
-    p.k = cs.k;
-    HandOver h;
-    h.reset = [&] { gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float)); };
-    h.produce = [&] {
-      gpu.norm_route(p, r->dx.as<const float>(), cs.rows, cs.n, dnorm.as<const float>(), 1e-5f, wr.first,
-                     scratch.as<uint8_t>(), xn.as<float>(), logits.as<float>(), ids.as<int32_t>(),
-                     w.as<float>());
-    };
-    h.floats = &xn;
-    h.count = cs.rows * cs.n;
-    h.consume = [&](Buf<const float> a) {
-      gpu.routed_ffn_add(r->ex, r->act, ids.as<const int32_t>(), w.as<const float>(), cs.rows, cs.k, a,
-                         out.as<float>(), acc.as<float>());
-    };
-    h.result = [&] { return get<float>(gpu, acc, residual.size()); };
-    expect_handed_over_bit_for_bit(gpu, h, 0x5e0000u + static_cast<uint64_t>(&cs - cases), what);
-  }
-}
 #endif  // DF_HAVE_CUDA: the hand-over is the CUDA backend's own
 
 TEST(CudaOps, ShortConvAndElementwiseOpsMatchTheCpu) {

@@ -173,12 +173,11 @@ class CudaBackend final : public Backend {
   }
   void note_op() { ++op_seq_; }
   // A producer's output rows also written as Q8_0 rows (act_row_stride apart) for the products that read
-  // them next (the conv's for its out_proj, attention's for wo, the router's normed rows for the routed
-  // gate/up, norm_matmul_many's norm for its products): that product reads 2.3 KB of quantized rows, where
-  // each of its blocks would read the floats and quantize them after its wait (docs/PERF.md, sessions 31-32).
-  // Valid only for the very next op, so that no op in between can have rewritten the floats: the producer
-  // calls it after its skip_op, and quantized_input() gives the rows to the op that asks if it is that op and
-  // reads those floats.
+  // them next (the conv's for its out_proj, attention's for wo, norm_matmul_many's norm for its products):
+  // those read 2.3 KB of quantized rows, where each of their blocks would read the floats and quantize them
+  // after its wait (docs/PERF.md, sessions 31-32). Valid only for the very next op, so that no op in between
+  // can have rewritten the floats: the producer calls it after its skip_op, and quantized_input() gives the
+  // rows to the op that asks if it is that op and reads those floats.
   uint8_t* quantized_output(const float* x, int64_t rows, int64_t n);
   const uint8_t* quantized_input(const float* x, int64_t rows, int64_t n);
   struct QuantizedRows {

@@ -216,8 +216,7 @@ __global__ void __launch_bounds__(kWarps* kWarp, routed_gate_up_min_blocks(kRout
 // the bytes block_quantize_q8_0 makes of the floats: the down/combine blocks then copy 6.9 KB of quantized
 // rows, where each read the 24 KB of h floats and quantized them after its wait (docs/PERF.md, session 31).
 // Eight rows a warp need more staging than static shared memory allows: all of it is dynamic (the warps'
-// staging, the quantized input row, the block's 32 values of h). With xq (the router quantized x for it),
-// the products read the token's quantized row from there: nothing to quantize after the wait.
+// staging, the quantized input row, the block's 32 values of h).
 constexpr int kQhRowsPerWarp = 4, kQhWarps = 8, kQhGroup = kQhRowsPerWarp * kQhWarps;
 static_assert(kQhGroup == 32, "a block's rows of h are one Q8_0 group");
 template <class T>
@@ -227,12 +226,12 @@ size_t routed_gate_up_q8_smem(int64_t n_in) {
 }
 template <class T>
 __global__ void __launch_bounds__(kQhWarps* kWarp, 2)
-    routed_gate_up_q8_kernel(FfnShape s, const float* x, const uint8_t* xq, uint8_t* qh, RoutedSource rs) {
+    routed_gate_up_q8_kernel(FfnShape s, const float* x, uint8_t* qh, RoutedSource rs) {
   constexpr int R = 2 * kQhRowsPerWarp;  // gate and up rows
   extern __shared__ __align__(16) uint8_t dyn_smem[];
-  uint8_t* act_smem = dyn_smem + kQhWarps * R * smem_slot<T>();
+  uint8_t* act = dyn_smem + kQhWarps * R * smem_slot<T>();
   const size_t act_stride = act_row_stride(GgmlType::Q8_0, s.n_in);
-  auto* h_group = reinterpret_cast<float*>(act_smem + act_stride);
+  auto* h_group = reinterpret_cast<float*>(act + act_stride);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t e = blockIdx.y;
   pdl_begin();  // the routing ids come from the previous kernel
@@ -246,10 +245,8 @@ __global__ void __launch_bounds__(kQhWarps* kWarp, 2)
     rows[2 * j + 1] = d.up + (o0 + j) * s.up_row_bytes;
   }
   typename T::Acc acc[R][1];
-  const uint8_t* act = xq ? xq + (e / rs.k) * act_stride : act_smem;
   rows_dot<T, 1, R>(rows, s.n_in, act, act_stride, 1, dyn_smem + warp * R * smem_slot<T>(), acc, [&] {
-    if (xq) return;
-    block_quantize_q8_0([&](int) { return x + (e / rs.k) * s.n_in; }, 1, s.n_in, act_smem, act_stride);
+    block_quantize_q8_0([&](int) { return x + (e / rs.k) * s.n_in; }, 1, s.n_in, act, act_stride);
     __syncthreads();
   });
   if (lane == 0) {
@@ -642,15 +639,14 @@ bool routed_ffn_combines(const FfnShape& s, const float* x, int k) {
 }
 
 void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* x,
-                               const uint8_t* xq, uint8_t* qh, const float* weights, float* acc,
-                               cudaStream_t stream) {
+                               uint8_t* qh, const float* weights, float* acc, cudaStream_t stream) {
   if (T <= 0 || s.n_ff <= 0 || s.n_out <= 0) return;
-  launch_routed_gate_up_q8(s, rs, T * rs.k, x, xq, qh, stream);
+  launch_routed_gate_up_q8(s, rs, T * rs.k, x, qh, stream);
   launch_routed_down_combine(s, rs, T, qh, weights, acc, nullptr, stream);
 }
 
 void launch_routed_gate_up_q8(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
-                              const uint8_t* xq, uint8_t* qh, cudaStream_t stream) {
+                              uint8_t* qh, cudaStream_t stream) {
   if (entries <= 0 || s.n_ff <= 0) return;
   const dim3 grid(static_cast<unsigned>(s.n_ff / kQhGroup), static_cast<unsigned>(entries));
   const bool launched = with_routed_traits(s.gate_type, [&]<class T>() {
@@ -658,7 +654,7 @@ void launch_routed_gate_up_q8(const FfnShape& s, const RoutedSource& rs, int64_t
     check_cuda(cudaFuncSetAttribute(routed_gate_up_q8_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(smem)),
                "cudaFuncSetAttribute (routed gate/up kernel)");
-    launch_kernel(routed_gate_up_q8_kernel<T>, grid, kQhWarps * kWarp, smem, stream, s, x, xq, qh, rs);
+    launch_kernel(routed_gate_up_q8_kernel<T>, grid, kQhWarps * kWarp, smem, stream, s, x, qh, rs);
   });
   if (!launched)
     check_cuda(cudaErrorInvalidValue, "routed gate/up kernel (a weight type routed_ffn_combines refuses)");

@@ -196,19 +196,16 @@ void launch_routed_ffn(const FfnShape& s, const RoutedSource& rs, int64_t entrie
 // the down kernel forms it and the sum as launch_moe_combine_add does; the entries' rows are not written.
 // Only where routed_ffn_combines holds: routed_ffn_direct, k one of 2, 4, 6, 8, n_ff a multiple of 32 and
 // both kernels' shared memory within the device's. qh: the entries' activations h as Q8_0 rows (T·k rows
-// act_row_stride(Q8_0, n_ff) apart), which the gate/up kernel writes and the down/combine kernel reads. xq:
-// x's T rows as Q8_0 rows (act_row_stride(Q8_0, n_in) apart), quantized by the op that wrote x; null: each
-// gate/up block quantizes its token's row of x itself (the same bytes).
+// act_row_stride(Q8_0, n_ff) apart), which the gate/up kernel writes and the down/combine kernel reads.
 bool routed_ffn_combines(const FfnShape& s, const float* x, int k);
 void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* x,
-                               const uint8_t* xq, uint8_t* qh, const float* weights, float* acc,
-                               cudaStream_t stream);
+                               uint8_t* qh, const float* weights, float* acc, cudaStream_t stream);
 // Its two launches apart, for a call whose host computes some experts meanwhile (CudaBackend::routed_ffn_add
 // with RoutedExperts::host): the gate/up products of the entries whose slot is not negative, then the down
 // product with the combine, in which an entry of a negative slot takes its down sums from host_v (entries x
 // n_out floats on the device; null when no slot is negative).
 void launch_routed_gate_up_q8(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
-                              const uint8_t* xq, uint8_t* qh, cudaStream_t stream);
+                              uint8_t* qh, cudaStream_t stream);
 void launch_routed_down_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const uint8_t* qh,
                                 const float* weights, float* acc, const float* host_v, cudaStream_t stream);
 
@@ -269,9 +266,7 @@ void launch_route(const RouteArgs& a, const float* logits, int64_t rows, int32_t
                   cudaStream_t stream);
 // norm_route as one launch (routing.cu): for up to kNormRouteMaxRows rows of n values (n a multiple of 4, at
 // most 4096) with an F32 router, where the rows and the route's scratch fit kNormRouteMaxSmem bytes of
-// shared memory (norm_route_fused). counter: a zeroed word of device memory, left zeroed. xq (null: none;
-// only where norm_route_quantizes holds): xn's rows also as Q8_0 rows (act_row_stride apart), the bytes
-// launch_quantize makes of them, for the routed gate/up that reads them next.
+// shared memory (norm_route_fused). counter: a zeroed word of device memory, left zeroed.
 constexpr int kNormRouteMaxRows = 8;
 constexpr size_t kNormRouteMaxSmem = 48 << 10;
 struct NormRouteArgs {
@@ -286,10 +281,8 @@ struct NormRouteArgs {
   float* weights;
   RouteArgs route;
   unsigned* counter;
-  uint8_t* xq;
 };
 bool norm_route_fused(int64_t rows, int64_t n, int n_expert, int k);
-bool norm_route_quantizes(int64_t rows, int64_t n);
 void launch_norm_route(const NormRouteArgs& a, cudaStream_t stream);
 void launch_moe_combine_add(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
                             float* x, cudaStream_t stream);

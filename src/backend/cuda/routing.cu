@@ -5,7 +5,6 @@
 #include "backend/cuda/f32_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/norm_row.cuh"
-#include "backend/cuda/q8_block.cuh"
 
 namespace df::backend::cuda {
 namespace {
@@ -133,9 +132,7 @@ __global__ void route_kernel(RouteArgs a, const float* logits, int32_t* ids, flo
 // forms its expert's logits with matmul.cu's F32 product (the same per-thread units, double sums and tree,
 // so the same bits), and the block that finishes last (a counter in device memory, which it resets) routes
 // every row with route_kernel's code. The router row's first units load before the wait for the previous
-// kernel (weights: no kernel writes them). With xq, block 0 also quantizes the normed rows for the routed
-// gate/up after it, whose blocks would each quantize the same row after their wait (docs/PERF.md, session
-// 32).
+// kernel (weights: no kernel writes them).
 constexpr int kRouterPrefetch = 2;
 __global__ void __launch_bounds__(kNormThreads) norm_route_kernel(NormRouteArgs a) {
   extern __shared__ __align__(16) float sm[];  // rows × n normed values, then per row the route's scratch
@@ -160,10 +157,6 @@ __global__ void __launch_bounds__(kNormThreads) norm_route_kernel(NormRouteArgs 
       });
   }
   __syncthreads();
-  if (e == 0 && a.xq) {
-    const size_t stride = act_row_stride(GgmlType::Q8_0, n);
-    block_quantize_q8_0([&](int c) { return xs + c * n; }, rows, n, a.xq, stride);
-  }
   double acc[kNormRouteMaxRows];
 #pragma unroll
   for (int c = 0; c < kNormRouteMaxRows; ++c) acc[c] = 0.0;
@@ -223,10 +216,6 @@ size_t norm_route_smem_bytes(int64_t rows, int64_t n, int n_expert, int k) {
   return static_cast<size_t>(rows) * (static_cast<size_t>(n) * sizeof(float) + route_smem_bytes(n_expert, k));
 }
 
-bool norm_route_quantizes(int64_t rows, int64_t n) {
-  return rows >= 1 && rows <= kNormRouteMaxRows && n % 32 == 0;
-}
-
 bool norm_route_fused(int64_t rows, int64_t n, int n_expert, int k) {
   return rows >= 1 && rows <= kNormRouteMaxRows && n % 4 == 0 && n_expert % 4 == 0 &&
          n <= int64_t{kNormThreads} * kNormPerThread &&
@@ -234,9 +223,6 @@ bool norm_route_fused(int64_t rows, int64_t n, int n_expert, int k) {
 }
 
 void launch_norm_route(const NormRouteArgs& a, cudaStream_t stream) {
-  if (a.xq && !norm_route_quantizes(a.rows, a.n))
-    check_cuda(cudaErrorInvalidValue,
-               "norm_route kernel (quantized rows where norm_route_quantizes refuses)");
   launch_kernel(norm_route_kernel, static_cast<unsigned>(a.route.n_expert), kNormThreads,
                 norm_route_smem_bytes(a.rows, a.n, a.route.n_expert, a.route.k), stream, a);
   check_launch("norm_route kernel");
