@@ -152,11 +152,11 @@ class CudaBackend final : public Backend {
   // Quantizes `rows` rows of x (n wide) to act format at dst (act_row_stride apart). Returns the stride.
   void quantize_rows(GgmlType act, const float* x, int64_t rows, int64_t n, void* dst);
   void check_error_word();
-  // matmul's checks and launch, its products written to y or (accumulate) added to it.
   // rms_norm's checks and launch; quantize: its rows also written as Q8_0 rows for the products of the op
   // after it (quantized_output; only where rms_norm_q8_shape holds).
   void normed_rows(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
                    Buf<float> y, bool quantize);
+  // matmul's checks and launch, its products written to y or (accumulate) added to it.
   void matmul_rows(const Weight& w, Buf<const float> x, int64_t rows, Buf<float> y, Buf<uint8_t> scratch,
                    bool accumulate);
   // ffn's tasks whose kernels are one choice (all above kMatvecMaxRows rows, or none).
