@@ -201,6 +201,60 @@ TEST(CudaOps, MatmulManyEqualsMatmulBitForBit) {
   }
 }
 
+#if defined(DF_HAVE_CUDA)
+// Decode products of one type and row length over the same rows share a launch (a layer's Q, K and V): each
+// product's values are, bit for bit, those of its own matmul, whether its rows are quantized by the kernels,
+// handed over by a norm, or quantized into scratch (Q6_K); five products make a group of four and one alone,
+// a product of another type between two ends the group, and row counts that leave part of a block empty.
+TEST(CudaOps, MatmulManyGroupsProductsOfOneTypeBitForBit) {
+  NEED_GPU();
+  auto& cuda = dynamic_cast<CudaBackend&>(gpu);
+  const int64_t n_in = 512;
+  for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K}) {
+    for (const int64_t rows : {1, 3, 8}) {
+      for (const int layout : {0, 1, 2}) {  // 0: x; 1: normed x; 2: x, another type fourth
+        const bool normed = layout == 1;
+        const std::vector<int64_t> n_outs = {96, 40, 32, 8, 72};
+        const auto x = random_floats(static_cast<size_t>(rows * n_in), 191);
+        const auto nw = random_floats(static_cast<size_t>(n_in), 192);
+        DeviceBuffer dx = put(gpu, x), dnw = put(gpu, nw), dxn = gpu.alloc_array<float>(rows * n_in, "xn");
+        std::vector<UploadedWeights> ws;
+        std::vector<DeviceBuffer> ys;
+        std::vector<MatmulTask> tasks;
+        for (size_t i = 0; i < n_outs.size(); ++i) {
+          const GgmlType t = layout == 2 && i == 3 ? GgmlType::F16 : type;
+          ws.push_back(upload(gpu, t, quantized_rows(t, n_in, n_outs[i], 193 + i), n_in, n_outs[i]));
+          ys.push_back(gpu.alloc_array<float>(rows * n_outs[i], "y"));
+        }
+        for (size_t i = 0; i < ws.size(); ++i)
+          tasks.push_back({ws[i].first, (normed ? dxn : dx).as<const float>(), ys[i].as<float>()});
+        const uint64_t groups = cuda.matmul_groups_launched();
+        if (normed)
+          gpu.norm_matmul_many(dx.as<const float>(), rows, n_in, dnw.as<const float>(), 1e-5f,
+                               dxn.as<float>(), tasks);
+        else
+          gpu.matmul_many(tasks, rows);
+        const std::string what = std::string(ggml_type_name(type)) + " " + std::to_string(rows) +
+                                 " rows, layout " + std::to_string(layout);
+        // Four of five in one launch; or the first three, with the F16 product and the last alone.
+        EXPECT_EQ(cuda.matmul_groups_launched() - groups, 1u) << what;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          DeviceBuffer y1 = gpu.alloc_array<float>(rows * n_outs[i], "y1");
+          DeviceBuffer scratch = gpu.alloc(gpu.matmul_scratch_bytes(ws[i].first.type, n_in, rows), "scratch");
+          gpu.matmul(ws[i].first, (normed ? dxn : dx).as<const float>(), rows, y1.as<float>(),
+                     scratch.as<uint8_t>());
+          const auto grouped = get<float>(gpu, ys[i], static_cast<size_t>(rows * n_outs[i]));
+          EXPECT_EQ(grouped, get<float>(gpu, y1, static_cast<size_t>(rows * n_outs[i])))
+              << what << ", product " << i;
+          EXPECT_GT(rel_l2(grouped, std::vector<float>(grouped.size(), 0.0f)), 0.5)
+              << what << ", product " << i;
+        }
+      }
+    }
+  }
+}
+#endif
+
 // norm_matmul_many on the GPU: xn and every product the bits of the GPU's rms_norm then matmul_many, for the
 // decode shapes a one-launch kernel would take and others, with and without a norm weight, in and out of a
 // step graph; and within the products' tolerance of the CPU's op.

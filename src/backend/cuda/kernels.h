@@ -98,6 +98,25 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
 // accumulate: y = y + W · act (the add op's addition) in place of y = W · act; only where matmul_accumulates
 // holds (the decode matrix-vector kernels: up to kMatvecMaxRows rows of a non-F32 weight type).
 bool matmul_accumulates(GgmlType w_type, int64_t cols);
+// Up to kMatmulGroupMax decode products of one weight type and row length over the same activation rows in
+// one launch (a layer's Q, K and V): y of part p = W_p · act, n_out_p floats a row; act, act_stride, cols and
+// x_raw as launch_matmul's. Each part's values are those launch_matmul gives it (the same blocks). Only where
+// matmul_groups holds (the decode matrix-vector kernels); first_block is the launcher's to fill.
+constexpr int kMatmulGroupMax = 4;
+struct MatmulGroupPart {
+  const uint8_t* w;
+  size_t row_bytes;
+  int64_t n_out;
+  float* y;
+};
+struct MatmulGroup {
+  int n;
+  MatmulGroupPart part[kMatmulGroupMax];
+  unsigned first_block[kMatmulGroupMax];
+};
+bool matmul_groups(GgmlType w_type, int64_t cols);
+void launch_matmul_group(GgmlType w_type, MatmulGroup g, int64_t n_in, const uint8_t* act, size_t act_stride,
+                         int64_t cols, const float* x_raw, cudaStream_t stream);
 
 // ---- Grouped FFN (ffn.cu). One descriptor per FFN task; one work item per (task, up to 8 entries).
 struct FfnDesc {
