@@ -775,6 +775,76 @@ TEST(CudaOps, RmsNormAndRopeMatchTheCpu) {
   }
 }
 
+// norm_rope on the GPU (one launch for the per-head norms and RoPE of Q and K): each tensor the bits of the
+// GPU's rms_norm then rope, over head sizes (not all a multiple of 32), partial rotation, NeoX and normal
+// pairs, YaRN and frequency factors, with and without norm weights, one or two tensors, decode and prompt
+// rows; and within the CPU's tolerance of the CPU's norm_rope.
+TEST(CudaOps, NormRopeIsRmsNormThenRopeBitForBit) {
+  NEED_GPU();
+  const std::vector<int32_t> pos_all = {0, 1, 17, 500, 40000, 3, 9, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21};
+  for (const int hd : {64, 128, 40, 256}) {
+    for (int variant = 0; variant < 5; ++variant) {
+      for (const int64_t rows : {1, 3, 17}) {
+        const int n_q = 6, n_k = 2;
+        RopeParams p;
+        p.mode = variant % 2 ? RopeMode::Normal : RopeMode::NeoX;
+        p.n_rot = variant == 3 ? hd / 2 : hd;
+        p.freq_base = 1000000.0f;
+        if (variant == 2) {
+          p.ext_factor = 1.0f;
+          p.freq_scale = 0.25f;
+          p.n_ctx_orig = 4096;
+          p.attn_factor = 1.1f;
+        }
+        const bool weights = variant != 4, two = variant != 1;
+        const auto q = random_floats(static_cast<size_t>(rows * n_q * hd), 201, 3.0f);
+        const auto k = random_floats(static_cast<size_t>(rows * n_k * hd), 202, 3.0f);
+        const auto qw = random_floats(static_cast<size_t>(hd), 203),
+                   kw = random_floats(static_cast<size_t>(hd), 204);
+        std::vector<float> factors(static_cast<size_t>(p.n_rot / 2));
+        for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.05f * static_cast<float>(i);
+        const std::vector<int32_t> pos(pos_all.begin(), pos_all.begin() + rows);
+        const std::string what = "hd " + std::to_string(hd) + " variant " + std::to_string(variant) +
+                                 " rows " + std::to_string(rows);
+        // fused: norm_rope; else rms_norm and rope, tensor by tensor.
+        auto run = [&](Backend& b, bool fused) {
+          DeviceBuffer dq = put(b, q), dk = put(b, k), dqw = put(b, qw), dkw = put(b, kw), dp = put(b, pos),
+                       dff = put(b, factors);
+          RopeParams pp = p;
+          if (variant == 3) pp.freq_factors = dff.as<const float>();
+          const NormRopeTask tasks[] = {
+              {dq.as<float>(), n_q, weights ? dqw.as<const float>() : Buf<const float>()},
+              {dk.as<float>(), n_k, weights ? dkw.as<const float>() : Buf<const float>()}};
+          const std::span<const NormRopeTask> used(tasks, two ? 2 : 1);
+          if (fused) {
+            b.norm_rope(used, rows, hd, 1e-6f, dp.as<const int32_t>(), pp);
+          } else {
+            for (const NormRopeTask& t : used) {
+              b.rms_norm(t.x, rows * t.n_head, hd, t.weight, 1e-6f, t.x);
+              b.rope(t.x, rows, t.n_head, hd, dp.as<const int32_t>(), pp);
+            }
+          }
+          auto out = get<float>(b, dq, q.size());
+          const auto outk = get<float>(b, dk, k.size());
+          out.insert(out.end(), outk.begin(), outk.end());
+          return out;
+        };
+        const auto fused = run(gpu, true), apart = run(gpu, false), on_cpu = run(cpu, true);
+        EXPECT_EQ(fused, apart) << what;
+        EXPECT_LT(rel_l2(fused, on_cpu), 1e-5) << what;
+        if (!two) {
+          EXPECT_EQ(std::vector<float>(fused.begin() + static_cast<std::ptrdiff_t>(q.size()), fused.end()), k)
+              << what << ": the second tensor was not given";
+        }
+      }
+    }
+  }
+#if defined(DF_HAVE_CUDA)
+  EXPECT_TRUE(cuda::norm_rope_shape(256, 256, 2));  // the shapes above take the one-launch kernel
+  EXPECT_FALSE(cuda::norm_rope_shape(1024, 1024, 2));
+#endif
+}
+
 TEST(CudaOps, KvStoreAndAttentionMatchTheCpu) {
   NEED_GPU();
   const int n_ctx = 40, n_head = 4, n_head_kv = 2, head_dim = 64;

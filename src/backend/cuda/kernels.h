@@ -255,6 +255,21 @@ struct RopeArgs {
 };
 void launch_rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos, const RopeArgs& a,
                  cudaStream_t stream);
+// The per-head rms_norm (launch_rms_norm's bits) then RoPE (launch_rope's) of up to kNormRopeTasks tensors in
+// place, in one launch; only where norm_rope_shape holds (heads of up to kNormWarpMax values).
+constexpr int kNormRopeTasks = 2;
+struct NormRopeArgs {
+  struct Task {
+    float* x;
+    const float* weight;  // null: no weight
+    int n_head;
+  } task[kNormRopeTasks];
+  int n_tasks, head_dim;
+  float eps;
+};
+bool norm_rope_shape(int head_dim, int n_rot, int n_tasks);
+void launch_norm_rope(const NormRopeArgs& na, int64_t rows, const int32_t* pos, const RopeArgs& a,
+                      cudaStream_t stream);
 
 // ---- KV cache and attention (attention.cu). The first position is pos0, or *pos0_device when that is given
 // (a step graph's position word, step_graph.h).
