@@ -723,6 +723,22 @@ std::vector<float> on_both(Backend& cpu, Backend& gpu, F&& f, std::vector<float>
   return f(gpu);
 }
 
+// RoPE variants 0-3 over heads of head_dim (4 and more: variant 0's): NeoX; normal pairs; YaRN with
+// attn_factor; half the dims rotated (the callers add frequency factors there).
+RopeParams rope_variant(int variant, int head_dim) {
+  RopeParams p;
+  p.mode = variant % 2 ? RopeMode::Normal : RopeMode::NeoX;
+  p.n_rot = variant == 3 ? head_dim / 2 : head_dim;
+  p.freq_base = 1000000.0f;
+  if (variant == 2) {
+    p.ext_factor = 1.0f;
+    p.freq_scale = 0.25f;
+    p.n_ctx_orig = 4096;
+    p.attn_factor = 1.1f;
+  }
+  return p;
+}
+
 TEST(CudaOps, RmsNormAndRopeMatchTheCpu) {
   NEED_GPU();
   const int64_t rows = 5, n = 384;
@@ -747,16 +763,7 @@ TEST(CudaOps, RmsNormAndRopeMatchTheCpu) {
   const std::vector<int32_t> pos = {0, 1, 17, 500, 40000};
   const auto ff = std::vector<float>(64, 1.0f);
   for (int variant = 0; variant < 4; ++variant) {
-    RopeParams p;
-    p.mode = variant % 2 ? RopeMode::Normal : RopeMode::NeoX;
-    p.n_rot = variant == 3 ? 64 : 128;
-    p.freq_base = 1000000.0f;
-    if (variant == 2) {
-      p.ext_factor = 1.0f;
-      p.freq_scale = 0.25f;
-      p.n_ctx_orig = 4096;
-      p.attn_factor = 1.1f;
-    }
+    const RopeParams p = rope_variant(variant, head_dim);
     std::vector<float> c;
     const auto g = on_both(
         cpu, gpu,
@@ -786,16 +793,7 @@ TEST(CudaOps, NormRopeIsRmsNormThenRopeBitForBit) {
     for (int variant = 0; variant < 5; ++variant) {
       for (const int64_t rows : {1, 3, 17}) {
         const int n_q = 6, n_k = 2;
-        RopeParams p;
-        p.mode = variant % 2 ? RopeMode::Normal : RopeMode::NeoX;
-        p.n_rot = variant == 3 ? hd / 2 : hd;
-        p.freq_base = 1000000.0f;
-        if (variant == 2) {
-          p.ext_factor = 1.0f;
-          p.freq_scale = 0.25f;
-          p.n_ctx_orig = 4096;
-          p.attn_factor = 1.1f;
-        }
+        const RopeParams p = rope_variant(variant, hd);
         const bool weights = variant != 4, two = variant != 1;
         const auto q = random_floats(static_cast<size_t>(rows * n_q * hd), 201, 3.0f);
         const auto k = random_floats(static_cast<size_t>(rows * n_k * hd), 202, 3.0f);
