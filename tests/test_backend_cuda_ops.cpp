@@ -209,7 +209,7 @@ TEST(CudaOps, MatmulManyEqualsMatmulBitForBit) {
 TEST(CudaOps, MatmulManyGroupsProductsOfOneTypeBitForBit) {
   NEED_GPU();
   auto& cuda = dynamic_cast<CudaBackend&>(gpu);
-  const int64_t n_in = 512;
+  const int64_t n_in = 1024;  // a row the norm hands over quantized (513-4,096 values)
   for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K}) {
     for (const int64_t rows : {1, 3, 8}) {
       for (const int layout : {0, 1, 2}) {  // 0: x; 1: normed x; 2: x, another type fourth
@@ -228,7 +228,7 @@ TEST(CudaOps, MatmulManyGroupsProductsOfOneTypeBitForBit) {
         }
         for (size_t i = 0; i < ws.size(); ++i)
           tasks.push_back({ws[i].first, (normed ? dxn : dx).as<const float>(), ys[i].as<float>()});
-        const uint64_t groups = cuda.matmul_groups_launched();
+        const uint64_t groups = cuda.matmul_groups_launched(), taken = cuda.quantized_rows_taken();
         if (normed)
           gpu.norm_matmul_many(dx.as<const float>(), rows, n_in, dnw.as<const float>(), 1e-5f,
                                dxn.as<float>(), tasks);
@@ -238,6 +238,10 @@ TEST(CudaOps, MatmulManyGroupsProductsOfOneTypeBitForBit) {
                                  " rows, layout " + std::to_string(layout);
         // Four of five in one launch; or the first three, with the F16 product and the last alone.
         EXPECT_EQ(cuda.matmul_groups_launched() - groups, 1u) << what;
+        // The normed rows reach every product quantized where the products would quantize them themselves.
+        const bool handed =
+            normed && type != GgmlType::Q6_K && cuda::in_kernel_quantize_shape(type, n_in, n_in, rows);
+        EXPECT_EQ(cuda.quantized_rows_taken() - taken, handed ? n_outs.size() : 0u) << what;
         for (size_t i = 0; i < ws.size(); ++i) {
           DeviceBuffer y1 = gpu.alloc_array<float>(rows * n_outs[i], "y1");
           DeviceBuffer scratch = gpu.alloc(gpu.matmul_scratch_bytes(ws[i].first.type, n_in, rows), "scratch");
