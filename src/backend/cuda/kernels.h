@@ -95,13 +95,14 @@ bool in_kernel_quantize_shape(GgmlType w_type, int64_t x_stride, int64_t n, int6
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,
                    const uint8_t* act, size_t act_stride, int64_t cols, float* y, int64_t y_stride,
                    const float* x_raw, cudaStream_t stream, bool accumulate = false);
-// accumulate: y = y + W · act (the add op's addition) in place of y = W · act; only where matmul_accumulates
-// holds (the decode matrix-vector kernels: up to kMatvecMaxRows rows of a non-F32 weight type).
-bool matmul_accumulates(GgmlType w_type, int64_t cols);
+// accumulate: y = y + W · act (the add op's addition) in place of y = W · act; only where decode_matvec
+// holds. Whether a product of cols activation rows of w_type runs the decode matrix-vector kernels (up to
+// kMatvecMaxRows rows of a non-F32 weight type): the products that accumulate and group.
+bool decode_matvec(GgmlType w_type, int64_t cols);
 // Up to kMatmulGroupMax decode products of one weight type and row length over the same activation rows in
 // one launch (a layer's Q, K and V): y of part p = W_p · act, n_out_p floats a row; act, act_stride, cols and
 // x_raw as launch_matmul's. Each part's values are those launch_matmul gives it (the same blocks). Only where
-// matmul_groups holds (the decode matrix-vector kernels); first_block is the launcher's to fill.
+// decode_matvec holds; first_block is the launcher's to fill.
 constexpr int kMatmulGroupMax = 4;
 struct MatmulGroupPart {
   const uint8_t* w;
@@ -114,7 +115,6 @@ struct MatmulGroup {
   MatmulGroupPart part[kMatmulGroupMax];
   unsigned first_block[kMatmulGroupMax];
 };
-bool matmul_groups(GgmlType w_type, int64_t cols);
 void launch_matmul_group(GgmlType w_type, MatmulGroup g, int64_t n_in, const uint8_t* act, size_t act_stride,
                          int64_t cols, const float* x_raw, cudaStream_t stream);
 

@@ -55,6 +55,14 @@ __device__ __forceinline__ void matmul_block(int64_t block_x, const uint8_t* w, 
         }
 }
 
+// Warps per block of a decode product whose kernel quantizes its input: quantizing_decode_warps for one
+// row, else kWarpsPerBlock. launch_matmul and launch_matmul_group both take it, so that a group's blocks are
+// those of the products' own launches.
+template <class T, int NC>
+constexpr int quantizing_matmul_warps() {
+  return NC == 1 ? quantizing_decode_warps<T, kRowsPerWarp>() : kWarpsPerBlock;
+}
+
 template <class T, int NC, bool kQuantize, int kWarps = kWarpsPerBlock>
 __global__ void __launch_bounds__(kWarps* kWarp)
     matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in, const uint8_t* act,
@@ -162,7 +170,7 @@ bool in_kernel_quantize(GgmlType w_type, const float* x, int64_t x_stride, int64
   return reinterpret_cast<uintptr_t>(x) % 16 == 0 && in_kernel_quantize_shape(w_type, x_stride, n, cols);
 }
 
-bool matmul_accumulates(GgmlType w_type, int64_t cols) {
+bool decode_matvec(GgmlType w_type, int64_t cols) {
   return cols >= 1 && cols <= kMatvecMaxRows && w_type != GgmlType::F32 &&
          with_weight_traits(w_type, [&]<class T>() {});
 }
@@ -170,8 +178,8 @@ bool matmul_accumulates(GgmlType w_type, int64_t cols) {
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,
                    const uint8_t* act, size_t act_stride, int64_t cols, float* y, int64_t y_stride,
                    const float* x_raw, cudaStream_t stream, bool accumulate) {
-  if (accumulate && !matmul_accumulates(w_type, cols)) {
-    check_cuda(cudaErrorInvalidValue, "matmul kernel (accumulation where matmul_accumulates refuses it)");
+  if (accumulate && !decode_matvec(w_type, cols)) {
+    check_cuda(cudaErrorInvalidValue, "matmul kernel (accumulation where decode_matvec refuses it)");
   }
   if (n_out <= 0 || cols <= 0) return;
   const int nc = col_tile(cols);
@@ -209,8 +217,7 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
   const size_t quant_smem = x_raw ? act_row_stride(GgmlType::Q8_0, n_in) * static_cast<size_t>(nc) : 0;
   with_weight_traits(w_type, [&]<class T>() {
     with_col_tile(nc, [&]<int NC>() {
-      // A one-row product that quantizes its input: blocks of quantizing_decode_warps.
-      constexpr int kQuantWarps = NC == 1 ? quantizing_decode_warps<T, kRowsPerWarp>() : kWarpsPerBlock;
+      constexpr int kQuantWarps = quantizing_matmul_warps<T, NC>();
       if (x_raw)
         launch_kernel(matmul_kernel<T, NC, true, kQuantWarps>,
                       matvec_grid(n_out, kQuantWarps, (cols + nc - 1) / nc), kQuantWarps * kWarp, quant_smem,
@@ -224,21 +231,15 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
   check_launch("matmul kernel");
 }
 
-bool matmul_groups(GgmlType w_type, int64_t cols) {
-  return cols >= 1 && cols <= kMatvecMaxRows && w_type != GgmlType::F32 &&
-         with_weight_traits(w_type, [&]<class T>() {});
-}
-
 void launch_matmul_group(GgmlType w_type, MatmulGroup g, int64_t n_in, const uint8_t* act, size_t act_stride,
                          int64_t cols, const float* x_raw, cudaStream_t stream) {
-  if (g.n < 1 || g.n > kMatmulGroupMax || !matmul_groups(w_type, cols))
-    check_cuda(cudaErrorInvalidValue, "matmul group kernel (parts or a type matmul_groups refuses)");
+  if (g.n < 1 || g.n > kMatmulGroupMax || !decode_matvec(w_type, cols))
+    check_cuda(cudaErrorInvalidValue, "matmul group kernel (parts or a type decode_matvec refuses)");
   const int nc = col_tile(cols);
   const size_t quant_smem = x_raw ? act_row_stride(GgmlType::Q8_0, n_in) * static_cast<size_t>(nc) : 0;
   with_weight_traits(w_type, [&]<class T>() {
     with_col_tile(nc, [&]<int NC>() {
-      // The warps of launch_matmul's kernel for the same product, so that the blocks are the same.
-      constexpr int kWarps = NC == 1 ? quantizing_decode_warps<T, kRowsPerWarp>() : kWarpsPerBlock;
+      constexpr int kWarps = quantizing_matmul_warps<T, NC>();
       const int warps = x_raw ? kWarps : kWarpsPerBlock;
       unsigned blocks = 0;
       for (int p = 0; p < g.n; ++p) {

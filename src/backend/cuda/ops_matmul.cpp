@@ -75,7 +75,7 @@ void CudaBackend::matmul_add(const Weight& w, Buf<const float> x, int64_t rows, 
   if (rows <= 0 || w.n_out <= 0) return;
   check_weight(w, "matmul_add");
   need(acc, rows * w.n_out, "matmul_add sums");
-  if (!cuda::matmul_accumulates(w.type, rows)) {
+  if (!cuda::decode_matvec(w.type, rows)) {
     matmul(w, x, rows, y, scratch);
     add(acc, y, rows * w.n_out);
     return;
@@ -179,7 +179,7 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
     // The products after it of the same type, row length and activation rows join its launch.
     cuda::MatmulGroup group{};
     size_t next = i;
-    if (cuda::matmul_groups(w.type, rows)) {
+    if (cuda::decode_matvec(w.type, rows)) {
       for (; next < tasks.size() && group.n < cuda::kMatmulGroupMax; ++next) {
         const Weight& v = tasks[next].w;
         if (v.n_out <= 0 || v.type != w.type || v.n_in != w.n_in || BA::raw(tasks[next].x) != x ||
