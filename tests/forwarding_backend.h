@@ -191,6 +191,17 @@ class ForwardingBackend final : public backend::Backend {
     owned(p.freq_factors, "rope");
     inner_->rope(x, rows, n_head, head_dim, pos, p);
   }
+  void norm_rope(std::span<const backend::NormRopeTask> tasks, int64_t rows, int head_dim, float eps,
+                 backend::Buf<const int32_t> pos, const backend::RopeParams& p) override {
+    ++calls["norm_rope"];
+    for (const backend::NormRopeTask& t : tasks) {
+      owned(t.x, "norm_rope");
+      owned(t.weight, "norm_rope");
+    }
+    owned(pos, "norm_rope");
+    owned(p.freq_factors, "norm_rope");
+    inner_->norm_rope(tasks, rows, head_dim, eps, pos, p);
+  }
   void kv_store(const backend::KvCacheView& kv, backend::Buf<const float> k, backend::Buf<const float> v,
                 int64_t rows, int pos0) override {
     ++calls["kv_store"];

@@ -201,6 +201,64 @@ TEST(CudaOps, MatmulManyEqualsMatmulBitForBit) {
   }
 }
 
+#if defined(DF_HAVE_CUDA)
+// Decode products of one type and row length over the same rows share a launch (a layer's Q, K and V): each
+// product's values are, bit for bit, those of its own matmul, whether its rows are quantized by the kernels,
+// handed over by a norm, or quantized into scratch (Q6_K); five products make a group of four and one alone,
+// a product of another type between two ends the group, and row counts that leave part of a block empty.
+TEST(CudaOps, MatmulManyGroupsProductsOfOneTypeBitForBit) {
+  NEED_GPU();
+  auto& cuda = dynamic_cast<CudaBackend&>(gpu);
+  const int64_t n_in = 1024;  // a row the norm hands over quantized (513-4,096 values)
+  for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K}) {
+    for (const int64_t rows : {1, 3, 8}) {
+      for (const int layout : {0, 1, 2}) {  // 0: x; 1: normed x; 2: x, another type fourth
+        const bool normed = layout == 1;
+        const std::vector<int64_t> n_outs = {96, 40, 32, 8, 72};
+        const auto x = random_floats(static_cast<size_t>(rows * n_in), 191);
+        const auto nw = random_floats(static_cast<size_t>(n_in), 192);
+        DeviceBuffer dx = put(gpu, x), dnw = put(gpu, nw), dxn = gpu.alloc_array<float>(rows * n_in, "xn");
+        std::vector<UploadedWeights> ws;
+        std::vector<DeviceBuffer> ys;
+        std::vector<MatmulTask> tasks;
+        for (size_t i = 0; i < n_outs.size(); ++i) {
+          const GgmlType t = layout == 2 && i == 3 ? GgmlType::F16 : type;
+          ws.push_back(upload(gpu, t, quantized_rows(t, n_in, n_outs[i], 193 + i), n_in, n_outs[i]));
+          ys.push_back(gpu.alloc_array<float>(rows * n_outs[i], "y"));
+        }
+        for (size_t i = 0; i < ws.size(); ++i)
+          tasks.push_back({ws[i].first, (normed ? dxn : dx).as<const float>(), ys[i].as<float>()});
+        const uint64_t groups = cuda.matmul_groups_launched(), taken = cuda.quantized_rows_taken();
+        if (normed)
+          gpu.norm_matmul_many(dx.as<const float>(), rows, n_in, dnw.as<const float>(), 1e-5f,
+                               dxn.as<float>(), tasks);
+        else
+          gpu.matmul_many(tasks, rows);
+        const std::string what = std::string(ggml_type_name(type)) + " " + std::to_string(rows) +
+                                 " rows, layout " + std::to_string(layout);
+        // Four of five in one launch; or the first three, with the F16 product and the last alone.
+        EXPECT_EQ(cuda.matmul_groups_launched() - groups, 1u) << what;
+        // The normed rows reach every product quantized where the products would quantize them themselves.
+        const bool handed =
+            normed && type != GgmlType::Q6_K && cuda::in_kernel_quantize_shape(type, n_in, n_in, rows);
+        EXPECT_EQ(cuda.quantized_rows_taken() - taken, handed ? n_outs.size() : 0u) << what;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          DeviceBuffer y1 = gpu.alloc_array<float>(rows * n_outs[i], "y1");
+          DeviceBuffer scratch = gpu.alloc(gpu.matmul_scratch_bytes(ws[i].first.type, n_in, rows), "scratch");
+          gpu.matmul(ws[i].first, (normed ? dxn : dx).as<const float>(), rows, y1.as<float>(),
+                     scratch.as<uint8_t>());
+          const auto grouped = get<float>(gpu, ys[i], static_cast<size_t>(rows * n_outs[i]));
+          EXPECT_EQ(grouped, get<float>(gpu, y1, static_cast<size_t>(rows * n_outs[i])))
+              << what << ", product " << i;
+          EXPECT_GT(rel_l2(grouped, std::vector<float>(grouped.size(), 0.0f)), 0.5)
+              << what << ", product " << i;
+        }
+      }
+    }
+  }
+}
+#endif
+
 // norm_matmul_many on the GPU: xn and every product the bits of the GPU's rms_norm then matmul_many, for the
 // decode shapes a one-launch kernel would take and others, with and without a norm weight, in and out of a
 // step graph; and within the products' tolerance of the CPU's op.
@@ -669,6 +727,22 @@ std::vector<float> on_both(Backend& cpu, Backend& gpu, F&& f, std::vector<float>
   return f(gpu);
 }
 
+// RoPE variants 0-3 over heads of head_dim (4 and more: variant 0's): NeoX; normal pairs; YaRN with
+// attn_factor; half the dims rotated (the callers add frequency factors there).
+RopeParams rope_variant(int variant, int head_dim) {
+  RopeParams p;
+  p.mode = variant % 2 ? RopeMode::Normal : RopeMode::NeoX;
+  p.n_rot = variant == 3 ? head_dim / 2 : head_dim;
+  p.freq_base = 1000000.0f;
+  if (variant == 2) {
+    p.ext_factor = 1.0f;
+    p.freq_scale = 0.25f;
+    p.n_ctx_orig = 4096;
+    p.attn_factor = 1.1f;
+  }
+  return p;
+}
+
 TEST(CudaOps, RmsNormAndRopeMatchTheCpu) {
   NEED_GPU();
   const int64_t rows = 5, n = 384;
@@ -693,16 +767,7 @@ TEST(CudaOps, RmsNormAndRopeMatchTheCpu) {
   const std::vector<int32_t> pos = {0, 1, 17, 500, 40000};
   const auto ff = std::vector<float>(64, 1.0f);
   for (int variant = 0; variant < 4; ++variant) {
-    RopeParams p;
-    p.mode = variant % 2 ? RopeMode::Normal : RopeMode::NeoX;
-    p.n_rot = variant == 3 ? 64 : 128;
-    p.freq_base = 1000000.0f;
-    if (variant == 2) {
-      p.ext_factor = 1.0f;
-      p.freq_scale = 0.25f;
-      p.n_ctx_orig = 4096;
-      p.attn_factor = 1.1f;
-    }
+    const RopeParams p = rope_variant(variant, head_dim);
     std::vector<float> c;
     const auto g = on_both(
         cpu, gpu,
@@ -719,6 +784,67 @@ TEST(CudaOps, RmsNormAndRopeMatchTheCpu) {
         &c);
     EXPECT_LT(rel_l2(g, c), 1e-5) << "variant " << variant;
   }
+}
+
+// norm_rope on the GPU (one launch for the per-head norms and RoPE of Q and K): each tensor the bits of the
+// GPU's rms_norm then rope, over head sizes (not all a multiple of 32), partial rotation, NeoX and normal
+// pairs, YaRN and frequency factors, with and without norm weights, one or two tensors, decode and prompt
+// rows; and within the CPU's tolerance of the CPU's norm_rope.
+TEST(CudaOps, NormRopeIsRmsNormThenRopeBitForBit) {
+  NEED_GPU();
+  const std::vector<int32_t> pos_all = {0, 1, 17, 500, 40000, 3, 9, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21};
+  for (const int hd : {64, 128, 40, 256}) {
+    for (int variant = 0; variant < 5; ++variant) {
+      for (const int64_t rows : {1, 3, 17}) {
+        const int n_q = 6, n_k = 2;
+        const RopeParams p = rope_variant(variant, hd);
+        const bool weights = variant != 4, two = variant != 1;
+        const auto q = random_floats(static_cast<size_t>(rows * n_q * hd), 201, 3.0f);
+        const auto k = random_floats(static_cast<size_t>(rows * n_k * hd), 202, 3.0f);
+        const auto qw = random_floats(static_cast<size_t>(hd), 203),
+                   kw = random_floats(static_cast<size_t>(hd), 204);
+        std::vector<float> factors(static_cast<size_t>(p.n_rot / 2));
+        for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.05f * static_cast<float>(i);
+        const std::vector<int32_t> pos(pos_all.begin(), pos_all.begin() + rows);
+        const std::string what = "hd " + std::to_string(hd) + " variant " + std::to_string(variant) +
+                                 " rows " + std::to_string(rows);
+        // fused: norm_rope; else rms_norm and rope, tensor by tensor.
+        auto run = [&](Backend& b, bool fused) {
+          DeviceBuffer dq = put(b, q), dk = put(b, k), dqw = put(b, qw), dkw = put(b, kw), dp = put(b, pos),
+                       dff = put(b, factors);
+          RopeParams pp = p;
+          if (variant == 3) pp.freq_factors = dff.as<const float>();
+          const NormRopeTask tasks[] = {
+              {dq.as<float>(), n_q, weights ? dqw.as<const float>() : Buf<const float>()},
+              {dk.as<float>(), n_k, weights ? dkw.as<const float>() : Buf<const float>()}};
+          const std::span<const NormRopeTask> used(tasks, two ? 2 : 1);
+          if (fused) {
+            b.norm_rope(used, rows, hd, 1e-6f, dp.as<const int32_t>(), pp);
+          } else {
+            for (const NormRopeTask& t : used) {
+              b.rms_norm(t.x, rows * t.n_head, hd, t.weight, 1e-6f, t.x);
+              b.rope(t.x, rows, t.n_head, hd, dp.as<const int32_t>(), pp);
+            }
+          }
+          auto out = get<float>(b, dq, q.size());
+          const auto outk = get<float>(b, dk, k.size());
+          out.insert(out.end(), outk.begin(), outk.end());
+          return out;
+        };
+        const auto fused = run(gpu, true), apart = run(gpu, false), on_cpu = run(cpu, true);
+        EXPECT_EQ(fused, apart) << what;
+        EXPECT_LT(rel_l2(fused, on_cpu), 1e-5) << what;
+        if (!two) {
+          EXPECT_EQ(std::vector<float>(fused.begin() + static_cast<std::ptrdiff_t>(q.size()), fused.end()), k)
+              << what << ": the second tensor was not given";
+        }
+      }
+    }
+  }
+#if defined(DF_HAVE_CUDA)
+  EXPECT_TRUE(cuda::norm_rope_shape(256, 256, 2));  // the shapes above take the one-launch kernel
+  EXPECT_FALSE(cuda::norm_rope_shape(1024, 1024, 2));
+#endif
 }
 
 TEST(CudaOps, KvStoreAndAttentionMatchTheCpu) {

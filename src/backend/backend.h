@@ -113,6 +113,14 @@ struct MatmulTask {
   Buf<float> y{};
 };
 
+// One tensor of norm_rope: x = rows × n_head × head_dim, every head normed with weight (head_dim values,
+// optional) and rotated.
+struct NormRopeTask {
+  Buf<float> x{};
+  int n_head = 0;
+  Buf<const float> weight{};
+};
+
 // The gated activation of an FFN: SwiGLU silu(g) · u; GeGLU gelu(g) · u (tanh approximation, as ggml_gelu);
 // OaiSwiGLU (gpt-oss) min(g, limit) · sigmoid(alpha · min(g, limit)) · (clamp(u, -limit, limit) + 1).
 enum class Activation { SwiGLU, GeGLU, OaiSwiGLU };
@@ -338,6 +346,12 @@ class Backend {
   // RoPE (RopeParams) in place on x = rows × n_head × head_dim, row r at position pos[r].
   virtual void rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos,
                     const RopeParams& p) = 0;
+
+  // For each task in turn: rms_norm(x, rows * n_head, head_dim, weight, eps, x), then rope(x, rows, n_head,
+  // head_dim, pos, p); each x the bits of those two calls (one op so that a GPU runs a decode step's per-head
+  // norms and RoPE of Q and K as one launch, where they were four). Tasks must not overlap.
+  virtual void norm_rope(std::span<const NormRopeTask> tasks, int64_t rows, int head_dim, float eps,
+                         Buf<const int32_t> pos, const RopeParams& p) = 0;
 
   // Rounds k and v (rows × n_head_kv × head_dim each) to f16 and stores them at positions pos0.. .
   virtual void kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows,

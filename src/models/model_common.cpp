@@ -86,14 +86,12 @@ void qk_norm_attention(backend::Backend& be, const QkNormAttention& a, const Seq
     be.norm_matmul_many(b.x.view(), T, a.wq.n_in, attn_norm, a.eps, b.xn.view(), products);
   else
     be.matmul_many(products, T);
-  be.rms_norm(b.q.view(), T * a.n_head, hd, a.q_norm, a.eps, b.q.view());
-  be.rms_norm(b.k.view(), T * a.n_head_kv, hd, a.k_norm, a.eps, b.k.view());
   backend::RopeParams rope;
   rope.n_rot = a.n_rot;
   rope.freq_base = a.rope_theta;
   rope.freq_scale = a.rope_freq_scale;
-  be.rope(b.q.view(), T, a.n_head, a.head_dim, b.pos.view(), rope);
-  be.rope(b.k.view(), T, a.n_head_kv, a.head_dim, b.pos.view(), rope);
+  const backend::NormRopeTask qk[] = {{b.q.view(), a.n_head, a.q_norm}, {b.k.view(), a.n_head_kv, a.k_norm}};
+  be.norm_rope(qk, T, a.head_dim, a.eps, b.pos.view(), rope);
   backend::AttentionParams ap;
   ap.n_head = a.n_head;
   ap.scale = a.scale != 0.0f ? a.scale : 1.0f / std::sqrt(static_cast<float>(hd));

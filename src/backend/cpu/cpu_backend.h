@@ -95,6 +95,8 @@ class CpuBackend : public Backend {
                 Buf<float> y) override;
   void rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos,
             const RopeParams& p) override;
+  void norm_rope(std::span<const NormRopeTask> tasks, int64_t rows, int head_dim, float eps,
+                 Buf<const int32_t> pos, const RopeParams& p) override;
 
   void kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows,
                 int pos0) override;

@@ -117,4 +117,12 @@ void CpuBackend::rope(Buf<float> x_buf, int64_t rows, int n_head, int head_dim, 
   });
 }
 
+void CpuBackend::norm_rope(std::span<const NormRopeTask> tasks, int64_t rows, int head_dim, float eps,
+                           Buf<const int32_t> pos, const RopeParams& p) {
+  for (const NormRopeTask& t : tasks) {
+    rms_norm(t.x, rows * t.n_head, head_dim, t.weight, eps, t.x);
+    rope(t.x, rows, t.n_head, head_dim, pos, p);
+  }
+}
+
 }  // namespace df::backend

@@ -86,6 +86,8 @@ class CudaBackend final : public Backend {
                 Buf<float> y) override;
   void rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos,
             const RopeParams& p) override;
+  void norm_rope(std::span<const NormRopeTask> tasks, int64_t rows, int head_dim, float eps,
+                 Buf<const int32_t> pos, const RopeParams& p) override;
 
   void kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows,
                 int pos0) override;
@@ -131,6 +133,8 @@ class CudaBackend final : public Backend {
   // How many products have read a producer's quantized rows (quantized_input) instead of quantizing the
   // floats themselves: what the tests see of the hand-over, whose outputs are the same bits either way.
   uint64_t quantized_rows_taken() const { return quantized_rows_taken_; }
+  // How many launches of matmul_many carried several of its products (launch_matmul_group).
+  uint64_t matmul_groups_launched() const { return matmul_groups_launched_; }
 
  protected:
   void free_memory(void* data, size_t bytes) noexcept override;
@@ -188,7 +192,7 @@ class CudaBackend final : public Backend {
   };
   QuantizedRows quantized_rows_;
   Scratch quantized_rows_scratch_;
-  uint64_t op_seq_ = 0, quantized_rows_taken_ = 0;
+  uint64_t op_seq_ = 0, quantized_rows_taken_ = 0, matmul_groups_launched_ = 0;
   // Times the op in scope when DF_CUDA_PROFILE is set (op_profile.h).
   auto timed(const OpKey& key) {
     return OpTimer(
@@ -229,6 +233,7 @@ class CudaBackend final : public Backend {
     };
     std::vector<Quantized> done;
     std::vector<size_t> offset_of;
+    std::vector<const uint8_t*> act_rows;
   } matmul_many_host_;
   struct FfnHost;  // ops_matmul.cpp (it holds kernel-side types)
   struct FfnHostDeleter {

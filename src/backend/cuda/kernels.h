@@ -95,9 +95,28 @@ bool in_kernel_quantize_shape(GgmlType w_type, int64_t x_stride, int64_t n, int6
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,
                    const uint8_t* act, size_t act_stride, int64_t cols, float* y, int64_t y_stride,
                    const float* x_raw, cudaStream_t stream, bool accumulate = false);
-// accumulate: y = y + W · act (the add op's addition) in place of y = W · act; only where matmul_accumulates
-// holds (the decode matrix-vector kernels: up to kMatvecMaxRows rows of a non-F32 weight type).
-bool matmul_accumulates(GgmlType w_type, int64_t cols);
+// accumulate: y = y + W · act (the add op's addition) in place of y = W · act; only where decode_matvec
+// holds. Whether a product of cols activation rows of w_type runs the decode matrix-vector kernels (up to
+// kMatvecMaxRows rows of a non-F32 weight type): the products that accumulate and group.
+bool decode_matvec(GgmlType w_type, int64_t cols);
+// Up to kMatmulGroupMax decode products of one weight type and row length over the same activation rows in
+// one launch (a layer's Q, K and V): y of part p = W_p · act, n_out_p floats a row; act, act_stride, cols and
+// x_raw as launch_matmul's. Each part's values are those launch_matmul gives it (the same blocks). Only where
+// decode_matvec holds; first_block is the launcher's to fill.
+constexpr int kMatmulGroupMax = 4;
+struct MatmulGroupPart {
+  const uint8_t* w;
+  size_t row_bytes;
+  int64_t n_out;
+  float* y;
+};
+struct MatmulGroup {
+  int n;
+  MatmulGroupPart part[kMatmulGroupMax];
+  unsigned first_block[kMatmulGroupMax];
+};
+void launch_matmul_group(GgmlType w_type, MatmulGroup g, int64_t n_in, const uint8_t* act, size_t act_stride,
+                         int64_t cols, const float* x_raw, cudaStream_t stream);
 
 // ---- Grouped FFN (ffn.cu). One descriptor per FFN task; one work item per (task, up to 8 entries).
 struct FfnDesc {
@@ -236,6 +255,21 @@ struct RopeArgs {
 };
 void launch_rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t* pos, const RopeArgs& a,
                  cudaStream_t stream);
+// The per-head rms_norm (launch_rms_norm's bits) then RoPE (launch_rope's) of up to kNormRopeTasks tensors in
+// place, in one launch; only where norm_rope_shape holds (heads of up to kNormWarpMax values).
+constexpr int kNormRopeTasks = 2;
+struct NormRopeArgs {
+  struct Task {
+    float* x;
+    const float* weight;  // null: no weight
+    int n_head;
+  } task[kNormRopeTasks];
+  int n_tasks, head_dim;
+  float eps;
+};
+bool norm_rope_shape(int head_dim, int n_rot, int n_tasks);
+void launch_norm_rope(const NormRopeArgs& na, int64_t rows, const int32_t* pos, const RopeArgs& a,
+                      cudaStream_t stream);
 
 // ---- KV cache and attention (attention.cu). The first position is pos0, or *pos0_device when that is given
 // (a step graph's position word, step_graph.h).

@@ -10,18 +10,19 @@
 namespace df::backend::cuda {
 namespace {
 
-// The weights are read before the kernel waits for its predecessor (pdl_begin in rows_dot's prologue): the
-// first chunk of every row is on its way while the previous kernel finishes and while this one quantizes its
-// input. So `w` must be memory no kernel writes (uploaded weights; every matmul weight is one).
-template <class T, int NC, bool kQuantize, int kWarps = kWarpsPerBlock>
-__global__ void __launch_bounds__(kWarps* kWarp)
-    matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in, const uint8_t* act,
-                  size_t act_stride, int64_t cols, float* y, int64_t y_stride, const float* x_raw,
-                  bool accumulate) {
+// One block of a decode product: kWarps warps, kRowsPerWarp output rows each, from row block_x * kWarps *
+// kRowsPerWarp. The weights are read before the block waits for its predecessor (pdl_begin in rows_dot's
+// prologue): the first chunk of every row is on its way while the previous kernel finishes and while this one
+// quantizes its input. So `w` must be memory no kernel writes (uploaded weights; every matmul weight is one).
+template <class T, int NC, bool kQuantize, int kWarps>
+__device__ __forceinline__ void matmul_block(int64_t block_x, const uint8_t* w, size_t row_bytes,
+                                             int64_t n_out, int64_t n_in, const uint8_t* act,
+                                             size_t act_stride, int64_t cols, float* y, int64_t y_stride,
+                                             const float* x_raw, bool accumulate) {
   __shared__ __align__(16) uint8_t smem[kWarps][kRowsPerWarp * smem_slot<T>()];
   extern __shared__ __align__(16) uint8_t act_smem[];  // kQuantize: this tile's quantized input rows
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
+  const int64_t o0 = (block_x * kWarps + warp) * kRowsPerWarp;
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * NC;
   const int nc = static_cast<int>(cols - c0 < NC ? cols - c0 : NC);
   const uint8_t* tile_act = act + c0 * act_stride;
@@ -52,6 +53,39 @@ __global__ void __launch_bounds__(kWarps* kWarp)
           const float v = static_cast<float>(acc[r][c]);
           *out = accumulate ? *out + v : v;  // accumulate: the add op's float addition
         }
+}
+
+// Warps per block of a decode product whose kernel quantizes its input: quantizing_decode_warps for one
+// row, else kWarpsPerBlock. launch_matmul and launch_matmul_group both take it, so that a group's blocks are
+// those of the products' own launches.
+template <class T, int NC>
+constexpr int quantizing_matmul_warps() {
+  return NC == 1 ? quantizing_decode_warps<T, kRowsPerWarp>() : kWarpsPerBlock;
+}
+
+template <class T, int NC, bool kQuantize, int kWarps = kWarpsPerBlock>
+__global__ void __launch_bounds__(kWarps* kWarp)
+    matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in, const uint8_t* act,
+                  size_t act_stride, int64_t cols, float* y, int64_t y_stride, const float* x_raw,
+                  bool accumulate) {
+  matmul_block<T, NC, kQuantize, kWarps>(blockIdx.x, w, row_bytes, n_out, n_in, act, act_stride, cols, y,
+                                         y_stride, x_raw, accumulate);
+}
+
+// Several products over the same activation rows in one launch (launch_matmul_group): the blocks of part p
+// are first_block[p] .. first_block[p + 1] - 1, each computing what matmul_kernel's block of that index
+// would, so every product has the bits of its own launch.
+template <class T, int NC, bool kQuantize, int kWarps = kWarpsPerBlock>
+__global__ void __launch_bounds__(kWarps* kWarp)
+    matmul_group_kernel(MatmulGroup g, int64_t n_in, const uint8_t* act, size_t act_stride, int64_t cols,
+                        const float* x_raw) {
+  int p = 0;
+#pragma unroll
+  for (int i = 1; i < kMatmulGroupMax; ++i)
+    if (i < g.n && blockIdx.x >= g.first_block[i]) p = i;
+  const MatmulGroupPart& part = g.part[p];
+  matmul_block<T, NC, kQuantize, kWarps>(blockIdx.x - g.first_block[p], part.w, part.row_bytes, part.n_out,
+                                         n_in, act, act_stride, cols, part.y, part.n_out, x_raw, false);
 }
 
 // F32 weights (routers: a few dozen rows of a few thousand values, too few rows to occupy the GPU one warp
@@ -136,7 +170,7 @@ bool in_kernel_quantize(GgmlType w_type, const float* x, int64_t x_stride, int64
   return reinterpret_cast<uintptr_t>(x) % 16 == 0 && in_kernel_quantize_shape(w_type, x_stride, n, cols);
 }
 
-bool matmul_accumulates(GgmlType w_type, int64_t cols) {
+bool decode_matvec(GgmlType w_type, int64_t cols) {
   return cols >= 1 && cols <= kMatvecMaxRows && w_type != GgmlType::F32 &&
          with_weight_traits(w_type, [&]<class T>() {});
 }
@@ -144,8 +178,8 @@ bool matmul_accumulates(GgmlType w_type, int64_t cols) {
 void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in,
                    const uint8_t* act, size_t act_stride, int64_t cols, float* y, int64_t y_stride,
                    const float* x_raw, cudaStream_t stream, bool accumulate) {
-  if (accumulate && !matmul_accumulates(w_type, cols)) {
-    check_cuda(cudaErrorInvalidValue, "matmul kernel (accumulation where matmul_accumulates refuses it)");
+  if (accumulate && !decode_matvec(w_type, cols)) {
+    check_cuda(cudaErrorInvalidValue, "matmul kernel (accumulation where decode_matvec refuses it)");
   }
   if (n_out <= 0 || cols <= 0) return;
   const int nc = col_tile(cols);
@@ -183,8 +217,7 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
   const size_t quant_smem = x_raw ? act_row_stride(GgmlType::Q8_0, n_in) * static_cast<size_t>(nc) : 0;
   with_weight_traits(w_type, [&]<class T>() {
     with_col_tile(nc, [&]<int NC>() {
-      // A one-row product that quantizes its input: blocks of quantizing_decode_warps.
-      constexpr int kQuantWarps = NC == 1 ? quantizing_decode_warps<T, kRowsPerWarp>() : kWarpsPerBlock;
+      constexpr int kQuantWarps = quantizing_matmul_warps<T, NC>();
       if (x_raw)
         launch_kernel(matmul_kernel<T, NC, true, kQuantWarps>,
                       matvec_grid(n_out, kQuantWarps, (cols + nc - 1) / nc), kQuantWarps * kWarp, quant_smem,
@@ -196,6 +229,33 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
     });
   });
   check_launch("matmul kernel");
+}
+
+void launch_matmul_group(GgmlType w_type, MatmulGroup g, int64_t n_in, const uint8_t* act, size_t act_stride,
+                         int64_t cols, const float* x_raw, cudaStream_t stream) {
+  if (g.n < 1 || g.n > kMatmulGroupMax || !decode_matvec(w_type, cols))
+    check_cuda(cudaErrorInvalidValue, "matmul group kernel (parts or a type decode_matvec refuses)");
+  const int nc = col_tile(cols);
+  const size_t quant_smem = x_raw ? act_row_stride(GgmlType::Q8_0, n_in) * static_cast<size_t>(nc) : 0;
+  with_weight_traits(w_type, [&]<class T>() {
+    with_col_tile(nc, [&]<int NC>() {
+      constexpr int kWarps = quantizing_matmul_warps<T, NC>();
+      const int warps = x_raw ? kWarps : kWarpsPerBlock;
+      unsigned blocks = 0;
+      for (int p = 0; p < g.n; ++p) {
+        g.first_block[p] = blocks;
+        blocks += matvec_grid(g.part[p].n_out, warps, 1).x;
+      }
+      const dim3 grid(blocks, static_cast<unsigned>((cols + nc - 1) / nc));
+      if (x_raw)
+        launch_kernel(matmul_group_kernel<T, NC, true, kWarps>, grid, kWarps * kWarp, quant_smem, stream, g,
+                      n_in, act, act_stride, cols, x_raw);
+      else
+        launch_kernel(matmul_group_kernel<T, NC, false>, grid, kWarpsPerBlock * kWarp, 0, stream, g, n_in,
+                      act, act_stride, cols, nullptr);
+    });
+  });
+  check_launch("matmul group kernel");
 }
 
 }  // namespace df::backend::cuda

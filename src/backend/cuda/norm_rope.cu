@@ -56,15 +56,15 @@ __global__ void __launch_bounds__(kNormThreads)
 
 constexpr int kMaxPairs = 512;
 
-// One block per row: the angles by ggml's float recurrence θ_{i+1} = θ_i · theta_scale (sequential, on one
-// thread, so bit-identical), then cos/sin per pair, then every head rotated.
-__global__ void rope_kernel(float* x, int n_head, int head_dim, const int32_t* pos, RopeArgs a) {
-  pdl_begin();
-  __shared__ float s_theta[kMaxPairs], s_cos[kMaxPairs], s_sin[kMaxPairs];
+// Row r's rotation: the angles by ggml's float recurrence θ_{i+1} = θ_i · theta_scale (sequential, on one
+// thread, so bit-identical), then cos/sin per pair into s_cos / s_sin. Every thread of the block must call it
+// (it synchronises the block).
+__device__ __forceinline__ void rope_row_angles(int32_t position, const RopeArgs& a, float* s_cos,
+                                                float* s_sin) {
+  __shared__ float s_theta[kMaxPairs];
   const int half = a.n_rot / 2;
-  const int64_t r = blockIdx.x;
   if (threadIdx.x == 0) {
-    float t = static_cast<float>(pos[r]);
+    float t = static_cast<float>(position);
     for (int i = 0; i < half; ++i) {
       s_theta[i] = t;
       t *= a.theta_scale;
@@ -86,14 +86,57 @@ __global__ void rope_kernel(float* x, int n_head, int head_dim, const int32_t* p
     s_sin[i] = sinf(theta) * m;
   }
   __syncthreads();
+}
+
+// Pair i of a head: its two dims (NeoX: i and i + half; else 2i and 2i + 1) rotated by pair i's angle.
+__device__ __forceinline__ void rope_pair(const RopeArgs& a, int i, float c, float s, const float* in,
+                                          float* out) {
+  const int half = a.n_rot / 2;
+  const int i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
+  const float x0 = in[i0], x1 = in[i1];
+  out[i0] = x0 * c - x1 * s;
+  out[i1] = x0 * s + x1 * c;
+}
+
+// One block per row: the row's angles, then every head rotated.
+__global__ void rope_kernel(float* x, int n_head, int head_dim, const int32_t* pos, RopeArgs a) {
+  pdl_begin();
+  __shared__ float s_cos[kMaxPairs], s_sin[kMaxPairs];
+  const int half = a.n_rot / 2;
+  const int64_t r = blockIdx.x;
+  rope_row_angles(pos[r], a, s_cos, s_sin);
   for (int idx = threadIdx.x; idx < n_head * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
     float* v = x + (r * n_head + h) * static_cast<int64_t>(head_dim);
-    const int i0 = a.neox ? i : 2 * i, i1 = a.neox ? i + half : 2 * i + 1;
-    const float c = s_cos[i], s = s_sin[i];
-    const float x0 = v[i0], x1 = v[i1];
-    v[i0] = x0 * c - x1 * s;
-    v[i1] = x0 * s + x1 * c;
+    rope_pair(a, i, s_cos[i], s_sin[i], v, v);
+  }
+}
+
+// rms_norm_warp_kernel's norm then rope_kernel's rotation of every head of up to kNormRopeTasks tensors, in
+// place: block (r, y) computes row r's angles and its warps take heads y · warps + warp, ... of the tensors'
+// heads in turn, a warp per head (the normed head in shared memory between the two).
+constexpr int kNormRopeWarps = kNormThreads / kWarp;
+__global__ void __launch_bounds__(kNormThreads)
+    norm_rope_kernel(NormRopeArgs na, const int32_t* pos, RopeArgs a) {
+  pdl_begin();
+  __shared__ float s_cos[kMaxPairs], s_sin[kMaxPairs];
+  __shared__ float s_head[kNormRopeWarps][kNormWarpMax];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int half = a.n_rot / 2, hd = na.head_dim;
+  const int64_t r = blockIdx.x;
+  rope_row_angles(pos[r], a, s_cos, s_sin);
+  int heads = 0;
+  for (int t = 0; t < na.n_tasks; ++t) heads += na.task[t].n_head;
+  float* head = s_head[warp];
+  for (int g = blockIdx.y * kNormRopeWarps + warp; g < heads; g += gridDim.y * kNormRopeWarps) {
+    int t = 0, h = g;
+    while (h >= na.task[t].n_head) h -= na.task[t].n_head, ++t;
+    float* v = na.task[t].x + (r * na.task[t].n_head + h) * static_cast<int64_t>(hd);
+    warp_norm_row(v, hd, na.task[t].weight, na.eps, [&](int64_t i, float y) { head[i] = y; });
+    __syncwarp();
+    for (int i = lane; i < half; i += kWarp) rope_pair(a, i, s_cos[i], s_sin[i], head, v);
+    for (int i = a.n_rot + lane; i < hd; i += kWarp) v[i] = head[i];  // dims past the rotated ones
+    __syncwarp();
   }
 }
 
@@ -133,6 +176,24 @@ void launch_rope(float* x, int64_t rows, int n_head, int head_dim, const int32_t
   if (rows <= 0) return;
   launch_kernel(rope_kernel, static_cast<unsigned>(rows), 256, 0, stream, x, n_head, head_dim, pos, a);
   check_launch("rope kernel");
+}
+
+bool norm_rope_shape(int head_dim, int n_rot, int n_tasks) {
+  return head_dim > 0 && head_dim <= kNormWarpMax && n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim &&
+         n_rot / 2 <= kMaxPairs && n_tasks >= 1 && n_tasks <= kNormRopeTasks;
+}
+
+void launch_norm_rope(const NormRopeArgs& na, int64_t rows, const int32_t* pos, const RopeArgs& a,
+                      cudaStream_t stream) {
+  if (rows <= 0) return;
+  if (!norm_rope_shape(na.head_dim, a.n_rot, na.n_tasks))
+    check_cuda(cudaErrorInvalidValue, "norm_rope kernel (a shape norm_rope_shape refuses)");
+  int heads = 0;
+  for (int t = 0; t < na.n_tasks; ++t) heads += na.task[t].n_head;
+  const unsigned per_row = static_cast<unsigned>((heads + kNormRopeWarps - 1) / kNormRopeWarps);
+  launch_kernel(norm_rope_kernel, dim3(static_cast<unsigned>(rows), per_row), kNormThreads, 0, stream, na,
+                pos, a);
+  check_launch("norm_rope kernel");
 }
 
 }  // namespace df::backend::cuda

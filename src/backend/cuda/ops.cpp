@@ -50,6 +50,31 @@ float yarn_corr_dim(int n_dims, int n_ctx_orig, float beta, float base) {
 // Score rows (n_head × n_ctx floats per query row) one attention launch may keep in scratch.
 constexpr size_t kMaxScoreFloats = size_t{64} << 20;
 
+// RopeParams as the kernels take them, after the checks every RoPE op makes.
+cuda::RopeArgs rope_args(const RopeParams& p, int head_dim) {
+  const int n = p.n_rot, half = n / 2;
+  if (n <= 0 || n % 2 != 0 || n > head_dim || half > 512)
+    fail("rope: rotated dims {} must be even, positive and at most the head dim {} (and {})", n, head_dim,
+         1024);
+  if (p.ext_factor != 0.0f && p.n_ctx_orig <= 0)
+    fail("rope: YaRN needs the original context length (got {})", p.n_ctx_orig);
+  cuda::RopeArgs a{};
+  a.n_rot = n;
+  a.neox = p.mode == RopeMode::NeoX ? 1 : 0;
+  a.theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(n));
+  a.freq_scale = p.freq_scale;
+  a.ext_factor = p.ext_factor;
+  a.attn_factor = p.attn_factor;
+  if (p.ext_factor != 0.0f) {
+    a.corr_lo = std::max(0.0f, std::floor(yarn_corr_dim(n, p.n_ctx_orig, p.beta_fast, p.freq_base)));
+    a.corr_hi = std::min(static_cast<float>(n - 1),
+                         std::ceil(yarn_corr_dim(n, p.n_ctx_orig, p.beta_slow, p.freq_base)));
+    a.yarn_mag = 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
+  }
+  a.freq_factors = raw_or_null(p.freq_factors);
+  return a;
+}
+
 }  // namespace
 
 void CudaBackend::get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) {
@@ -110,32 +135,41 @@ void CudaBackend::normed_rows(Buf<const float> x, int64_t rows, int64_t n, Buf<c
 void CudaBackend::rope(Buf<float> x, int64_t rows, int n_head, int head_dim, Buf<const int32_t> pos,
                        const RopeParams& p) {
   const auto timer = timed({"rope"});
-  const int n = p.n_rot, half = n / 2;
-  if (n <= 0 || n % 2 != 0 || n > head_dim || half > 512)
-    fail("rope: rotated dims {} must be even, positive and at most the head dim {} (and {})", n, head_dim,
-         1024);
-  if (p.ext_factor != 0.0f && p.n_ctx_orig <= 0)
-    fail("rope: YaRN needs the original context length (got {})", p.n_ctx_orig);
+  const cuda::RopeArgs a = rope_args(p, head_dim);
   if (rows <= 0) return;
   need(x, rows * n_head * head_dim, "rope input");
   need(pos, rows, "rope positions");
-  if (p.freq_factors) need(p.freq_factors, half, "rope freq_factors");
-  cuda::RopeArgs a{};
-  a.n_rot = n;
-  a.neox = p.mode == RopeMode::NeoX ? 1 : 0;
-  a.theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(n));
-  a.freq_scale = p.freq_scale;
-  a.ext_factor = p.ext_factor;
-  a.attn_factor = p.attn_factor;
-  if (p.ext_factor != 0.0f) {
-    a.corr_lo = std::max(0.0f, std::floor(yarn_corr_dim(n, p.n_ctx_orig, p.beta_fast, p.freq_base)));
-    a.corr_hi = std::min(static_cast<float>(n - 1),
-                         std::ceil(yarn_corr_dim(n, p.n_ctx_orig, p.beta_slow, p.freq_base)));
-    a.yarn_mag = 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
-  }
-  a.freq_factors = raw_or_null(p.freq_factors);
+  if (p.freq_factors) need(p.freq_factors, p.n_rot / 2, "rope freq_factors");
   if (skip_op("rope", BA::raw(x), rows, n_head * head_dim)) return;
   cuda::launch_rope(BA::raw(x), rows, n_head, head_dim, BA::raw(pos), a, as_stream(stream_));
+}
+
+void CudaBackend::norm_rope(std::span<const NormRopeTask> tasks, int64_t rows, int head_dim, float eps,
+                            Buf<const int32_t> pos, const RopeParams& p) {
+  if (!cuda::norm_rope_shape(head_dim, p.n_rot, static_cast<int>(tasks.size()))) {
+    for (const NormRopeTask& t : tasks) {
+      rms_norm(t.x, rows * t.n_head, head_dim, t.weight, eps, t.x);
+      rope(t.x, rows, t.n_head, head_dim, pos, p);
+    }
+    return;
+  }
+  const auto timer = timed({"norm_rope"});
+  const cuda::RopeArgs a = rope_args(p, head_dim);
+  if (rows <= 0) return;
+  cuda::NormRopeArgs na{};
+  na.n_tasks = static_cast<int>(tasks.size());
+  na.head_dim = head_dim;
+  na.eps = eps;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const NormRopeTask& t = tasks[i];
+    need(t.x, rows * t.n_head * head_dim, "norm_rope input");
+    if (t.weight) need(t.weight, head_dim, "norm_rope weight");
+    na.task[i] = {BA::raw(t.x), raw_or_null(t.weight), t.n_head};
+  }
+  need(pos, rows, "norm_rope positions");
+  if (p.freq_factors) need(p.freq_factors, p.n_rot / 2, "norm_rope freq_factors");
+  if (skip_op("norm_rope", na.task[0].x, rows, head_dim)) return;
+  cuda::launch_norm_rope(na, rows, BA::raw(pos), a, as_stream(stream_));
 }
 
 void CudaBackend::kv_store(const KvCacheView& kv, Buf<const float> k, Buf<const float> v, int64_t rows,

@@ -75,7 +75,7 @@ void CudaBackend::matmul_add(const Weight& w, Buf<const float> x, int64_t rows, 
   if (rows <= 0 || w.n_out <= 0) return;
   check_weight(w, "matmul_add");
   need(acc, rows * w.n_out, "matmul_add sums");
-  if (!cuda::matmul_accumulates(w.type, rows)) {
+  if (!cuda::decode_matvec(w.type, rows)) {
     matmul(w, x, rows, y, scratch);
     add(acc, y, rows * w.n_out);
     return;
@@ -158,18 +158,48 @@ void CudaBackend::matmul_many(std::span<const MatmulTask> tasks, int64_t rows) {
   auto* base =
       bytes ? static_cast<uint8_t*>(grow(act_scratch_, bytes, "matmul_many activation scratch")) : nullptr;
   for (const Quantized& q : done) quantize_rows(q.act, q.x, rows, q.n_in, base + q.offset);
-  for (size_t i = 0; i < tasks.size(); ++i) {
+  // The activation rows each task's kernel reads: quantized here, handed over by the op that wrote x
+  // (quantized_input), or none (null: the kernel quantizes x itself).
+  auto& act_rows_of = matmul_many_host_.act_rows;
+  act_rows_of.resize(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i)
+    act_rows_of[i] = offset_of[i] != kQuantizedInKernel ? base + offset_of[i]
+                     : tasks[i].w.n_out > 0 ? quantized_input(BA::raw(tasks[i].x), rows, tasks[i].w.n_in)
+                                            : nullptr;
+  for (size_t i = 0; i < tasks.size();) {
     const Weight& w = tasks[i].w;
-    if (w.n_out <= 0) continue;
+    if (w.n_out <= 0) {
+      ++i;
+      continue;
+    }
     const GgmlType act = quant::vec_dot_type(w.type);
     const float* x = BA::raw(tasks[i].x);
-    // Decode rows: quantized by the op that wrote them (quantized_input), or by the kernel itself.
-    const uint8_t* handed = offset_of[i] == kQuantizedInKernel ? quantized_input(x, rows, w.n_in) : nullptr;
-    const bool in_kernel = offset_of[i] == kQuantizedInKernel && !handed;
-    const uint8_t* act_rows = handed ? handed : in_kernel ? nullptr : base + offset_of[i];
+    const uint8_t* act_rows = act_rows_of[i];
+    const bool in_kernel = !act_rows;
+    // The products after it of the same type, row length and activation rows join its launch.
+    cuda::MatmulGroup group{};
+    size_t next = i;
+    if (cuda::decode_matvec(w.type, rows)) {
+      for (; next < tasks.size() && group.n < cuda::kMatmulGroupMax; ++next) {
+        const Weight& v = tasks[next].w;
+        if (v.n_out <= 0 || v.type != w.type || v.n_in != w.n_in || BA::raw(tasks[next].x) != x ||
+            act_rows_of[next] != act_rows)
+          break;
+        group.part[group.n++] = {static_cast<const uint8_t*>(v.data), v.row_bytes(), v.n_out,
+                                 BA::raw(tasks[next].y)};
+      }
+    }
+    if (group.n > 1) {
+      cuda::launch_matmul_group(w.type, group, w.n_in, act_rows, cuda::act_row_stride(act, w.n_in), rows,
+                                in_kernel ? x : nullptr, as_stream(stream_));
+      ++matmul_groups_launched_;
+      i = next;
+      continue;
+    }
     cuda::launch_matmul(w.type, static_cast<const uint8_t*>(w.data), w.row_bytes(), w.n_out, w.n_in, act_rows,
                         cuda::act_row_stride(act, w.n_in), rows, BA::raw(tasks[i].y), w.n_out,
                         in_kernel ? x : nullptr, as_stream(stream_));
+    ++i;
   }
 }
 
