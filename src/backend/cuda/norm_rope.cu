@@ -32,16 +32,21 @@ __global__ void __launch_bounds__(kNormThreads)
   block_norm_row(x + blockIdx.x * n, n, weight, eps, [&](int64_t i, float v) { yr[i] = v; });
 }
 
-// rms_norm_regs_kernel's row, then the block quantizes it (its own global writes, visible to the block after
-// the barrier) with the products' in-kernel quantizer, so the Q8_0 bytes are those the products would make.
+// rms_norm_regs_kernel's row, then the block quantizes it with the products' in-kernel quantizer, so the Q8_0
+// bytes are those the products would make. The quantizer reads the normed row from a shared-memory copy
+// rather than back from the global writes: those reads waited on L1 misses on the step's critical path.
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_q8_kernel(const float* x, int64_t n, const float* weight, float eps, float* y, uint8_t* q) {
+  __shared__ __align__(16) float s_row[kNormThreads * kNormPerThread];
   pdl_begin();
   float* yr = y + blockIdx.x * n;
-  block_norm_row(x + blockIdx.x * n, n, weight, eps, [&](int64_t i, float v) { yr[i] = v; });
+  block_norm_row(x + blockIdx.x * n, n, weight, eps, [&](int64_t i, float v) {
+    yr[i] = v;
+    s_row[i] = v;
+  });
   __syncthreads();
   const size_t stride = act_row_stride(GgmlType::Q8_0, n);
-  block_quantize_q8_0([&](int) { return yr; }, 1, n, q + blockIdx.x * stride, stride);
+  block_quantize_q8_0([&](int) -> const float* { return s_row; }, 1, n, q + blockIdx.x * stride, stride);
 }
 
 // Short rows (per-head norms: head_dim values): one warp per row (norm_row.cuh).
