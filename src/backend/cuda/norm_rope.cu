@@ -122,7 +122,7 @@ __global__ void rope_kernel(float* x, int n_head, int head_dim, const int32_t* p
 // heads in turn, a warp per head (the normed head in shared memory between the two).
 constexpr int kNormRopeWarps = kNormThreads / kWarp;
 __global__ void __launch_bounds__(kNormThreads)
-    norm_rope_kernel(NormRopeArgs na, const int32_t* pos, RopeArgs a) {
+    norm_rope_kernel(NormRopeArgs na, int heads, const int32_t* pos, RopeArgs a) {
   pdl_begin();
   __shared__ float s_cos[kMaxPairs], s_sin[kMaxPairs];
   __shared__ float s_head[kNormRopeWarps][kNormWarpMax];
@@ -130,8 +130,6 @@ __global__ void __launch_bounds__(kNormThreads)
   const int half = a.n_rot / 2, hd = na.head_dim;
   const int64_t r = blockIdx.x;
   rope_row_angles(pos[r], a, s_cos, s_sin);
-  int heads = 0;
-  for (int t = 0; t < na.n_tasks; ++t) heads += na.task[t].n_head;
   float* head = s_head[warp];
   for (int g = blockIdx.y * kNormRopeWarps + warp; g < heads; g += gridDim.y * kNormRopeWarps) {
     int t = 0, h = g;
@@ -197,7 +195,7 @@ void launch_norm_rope(const NormRopeArgs& na, int64_t rows, const int32_t* pos, 
   for (int t = 0; t < na.n_tasks; ++t) heads += na.task[t].n_head;
   const unsigned per_row = static_cast<unsigned>((heads + kNormRopeWarps - 1) / kNormRopeWarps);
   launch_kernel(norm_rope_kernel, dim3(static_cast<unsigned>(rows), per_row), kNormThreads, 0, stream, na,
-                pos, a);
+                heads, pos, a);
   check_launch("norm_rope kernel");
 }
 
