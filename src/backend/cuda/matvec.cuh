@@ -46,13 +46,17 @@ __device__ __forceinline__ int dot4x4(const uint32_t (&q)[4], int4 a, int s) {
 // staged per step), Acc (accumulator type), Unit (a lane's decoded share of a block), load() from shared
 // memory and dot() with one activation row.
 
+// Q4_0 meets the activation through act_block/dot_block (HasActBlock below): the weights stay unsigned
+// nibbles and the block's integer sum is Σ q·a - 8 Σ a, the same integer as Σ (q - 8)·a, with Σ a formed
+// once per activation block for all of a warp's weight rows instead of eight emulated byte subtractions
+// (__vsub4) per block and row.
 struct TQ4_0 {
   static constexpr GgmlType kType = GgmlType::Q4_0;
   static constexpr int kBlockBytes = 18, kBlockValues = 32, kParts = 1, kChunkBlocks = 64;
   using Acc = float;
   struct Unit {
     float d;
-    uint32_t lo[4], hi[4];  // q - 8 as signed bytes: elements 0..15 and 16..31
+    uint32_t lo[4], hi[4];  // q in [0, 16) as bytes: elements 0..15 and 16..31
   };
   __device__ static Unit load(const uint8_t* s, int off, int) {
     uint32_t w[5];
@@ -62,14 +66,28 @@ struct TQ4_0 {
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const uint32_t q = __funnelshift_r(w[k], w[k + 1], 16);
-      u.lo[k] = __vsub4(q & 0x0F0F0F0Fu, 0x08080808u);
-      u.hi[k] = __vsub4((q >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+      u.lo[k] = q & 0x0F0F0F0Fu;
+      u.hi[k] = (q >> 4) & 0x0F0F0F0Fu;
     }
     return u;
   }
-  __device__ static float dot(const Unit& u, const uint8_t* act, int64_t n, int64_t b, int) {
-    const int s = dot4x4(u.hi, ld_act16(act + b * 32 + 16), dot4x4(u.lo, ld_act16(act + b * 32), 0));
-    return static_cast<float>(s) * u.d * act_scales(act, n)[b];  // (sumi * dx) * dy, as dot_q4_0_q8_0
+  struct ActBlock {
+    int4 lo, hi;
+    int bias;  // -8 Σ a
+    float d;
+  };
+  __device__ static ActBlock act_block(const uint8_t* act, int64_t n, int64_t b) {
+    constexpr uint32_t kOnes[4] = {0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u};
+    ActBlock a;
+    a.lo = ld_act16(act + b * 32);
+    a.hi = ld_act16(act + b * 32 + 16);
+    a.bias = -8 * dot4x4(kOnes, a.hi, dot4x4(kOnes, a.lo, 0));
+    a.d = act_scales(act, n)[b];
+    return a;
+  }
+  __device__ static float dot_block(const Unit& u, const ActBlock& a) {
+    const int s = dot4x4(u.hi, a.hi, dot4x4(u.lo, a.lo, a.bias));
+    return static_cast<float>(s) * u.d * a.d;  // (sumi * dx) * dy, as dot_q4_0_q8_0
   }
 };
 
@@ -379,6 +397,13 @@ inline dim3 matvec_grid(int64_t n_rows, int warps, int64_t y) {
               static_cast<unsigned>(y));
 }
 
+// Weight types whose dot product takes the activation block in two steps: act_block (what depends on the
+// activation alone, formed once per block and activation row) and dot_block (a weight unit against it).
+template <class T>
+concept HasActBlock = requires {
+  typename T::ActBlock;
+};
+
 struct NoPrologue {
   __device__ void operator()() const {}
 };
@@ -428,12 +453,34 @@ __device__ __forceinline__ void rows_dot(const uint8_t* const (&wrows)[R], int64
     const int units = blocks * T::kParts;
     for (int un = lane; un < units; un += kWarp) {
       const int blk = un / T::kParts, part = un % T::kParts;
+      if constexpr (HasActBlock<T>) {
+        // All R rows' units first, then each activation block once for all of them (each acc[r][c] still
+        // sums its blocks in the same order).
+        typename T::Unit u[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const typename T::Unit u = T::load(smem + r * smem_slot<T>(), pad[r] + blk * T::kBlockBytes, part);
+        for (int r = 0; r < R; ++r)
+          u[r] = T::load(smem + r * smem_slot<T>(), pad[r] + blk * T::kBlockBytes, part);
+        if constexpr (kDiag) {
 #pragma unroll
-        for (int c = 0; c < NC; ++c)
-          if (c < cols) acc[r][c] += T::dot(u, act + (kDiag ? r : c) * act_stride, n_in, cb + blk, part);
+          for (int r = 0; r < R; ++r)
+            acc[r][0] += T::dot_block(u[r], T::act_block(act + r * act_stride, n_in, cb + blk));
+        } else {
+#pragma unroll
+          for (int c = 0; c < NC; ++c) {
+            if (c >= cols) continue;
+            const typename T::ActBlock a = T::act_block(act + c * act_stride, n_in, cb + blk);
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r][c] += T::dot_block(u[r], a);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const typename T::Unit u = T::load(smem + r * smem_slot<T>(), pad[r] + blk * T::kBlockBytes, part);
+#pragma unroll
+          for (int c = 0; c < NC; ++c)
+            if (c < cols) acc[r][c] += T::dot(u, act + (kDiag ? r : c) * act_stride, n_in, cb + blk, part);
+        }
       }
     }
   }

@@ -32,16 +32,21 @@ __global__ void __launch_bounds__(kNormThreads)
   block_norm_row(x + blockIdx.x * n, n, weight, eps, [&](int64_t i, float v) { yr[i] = v; });
 }
 
-// rms_norm_regs_kernel's row, then the block quantizes it (its own global writes, visible to the block after
-// the barrier) with the products' in-kernel quantizer, so the Q8_0 bytes are those the products would make.
+// rms_norm_regs_kernel's row, then the block quantizes it with the products' in-kernel quantizer, so the Q8_0
+// bytes are those the products would make. The quantizer reads the normed row from a shared-memory copy
+// rather than back from the global writes: those reads waited on L1 misses on the step's critical path.
 __global__ void __launch_bounds__(kNormThreads)
     rms_norm_q8_kernel(const float* x, int64_t n, const float* weight, float eps, float* y, uint8_t* q) {
+  __shared__ __align__(16) float s_row[kNormThreads * kNormPerThread];
   pdl_begin();
   float* yr = y + blockIdx.x * n;
-  block_norm_row(x + blockIdx.x * n, n, weight, eps, [&](int64_t i, float v) { yr[i] = v; });
+  block_norm_row(x + blockIdx.x * n, n, weight, eps, [&](int64_t i, float v) {
+    yr[i] = v;
+    s_row[i] = v;
+  });
   __syncthreads();
   const size_t stride = act_row_stride(GgmlType::Q8_0, n);
-  block_quantize_q8_0([&](int) { return yr; }, 1, n, q + blockIdx.x * stride, stride);
+  block_quantize_q8_0([&](int) -> const float* { return s_row; }, 1, n, q + blockIdx.x * stride, stride);
 }
 
 // Short rows (per-head norms: head_dim values): one warp per row (norm_row.cuh).
@@ -117,7 +122,7 @@ __global__ void rope_kernel(float* x, int n_head, int head_dim, const int32_t* p
 // heads in turn, a warp per head (the normed head in shared memory between the two).
 constexpr int kNormRopeWarps = kNormThreads / kWarp;
 __global__ void __launch_bounds__(kNormThreads)
-    norm_rope_kernel(NormRopeArgs na, const int32_t* pos, RopeArgs a) {
+    norm_rope_kernel(NormRopeArgs na, int heads, const int32_t* pos, RopeArgs a) {
   pdl_begin();
   __shared__ float s_cos[kMaxPairs], s_sin[kMaxPairs];
   __shared__ float s_head[kNormRopeWarps][kNormWarpMax];
@@ -125,8 +130,6 @@ __global__ void __launch_bounds__(kNormThreads)
   const int half = a.n_rot / 2, hd = na.head_dim;
   const int64_t r = blockIdx.x;
   rope_row_angles(pos[r], a, s_cos, s_sin);
-  int heads = 0;
-  for (int t = 0; t < na.n_tasks; ++t) heads += na.task[t].n_head;
   float* head = s_head[warp];
   for (int g = blockIdx.y * kNormRopeWarps + warp; g < heads; g += gridDim.y * kNormRopeWarps) {
     int t = 0, h = g;
@@ -192,7 +195,7 @@ void launch_norm_rope(const NormRopeArgs& na, int64_t rows, const int32_t* pos, 
   for (int t = 0; t < na.n_tasks; ++t) heads += na.task[t].n_head;
   const unsigned per_row = static_cast<unsigned>((heads + kNormRopeWarps - 1) / kNormRopeWarps);
   launch_kernel(norm_rope_kernel, dim3(static_cast<unsigned>(rows), per_row), kNormThreads, 0, stream, na,
-                pos, a);
+                heads, pos, a);
   check_launch("norm_rope kernel");
 }
 

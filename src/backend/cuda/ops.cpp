@@ -160,15 +160,18 @@ void CudaBackend::norm_rope(std::span<const NormRopeTask> tasks, int64_t rows, i
   na.n_tasks = static_cast<int>(tasks.size());
   na.head_dim = head_dim;
   na.eps = eps;
+  int heads = 0;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const NormRopeTask& t = tasks[i];
+    heads += t.n_head;
     need(t.x, rows * t.n_head * head_dim, "norm_rope input");
     if (t.weight) need(t.weight, head_dim, "norm_rope weight");
     na.task[i] = {BA::raw(t.x), raw_or_null(t.weight), t.n_head};
   }
   need(pos, rows, "norm_rope positions");
   if (p.freq_factors) need(p.freq_factors, p.n_rot / 2, "norm_rope freq_factors");
-  if (skip_op("norm_rope", na.task[0].x, rows, head_dim)) return;
+  // Signed as rope is, by the values it rewrites a row: every task's heads.
+  if (skip_op("norm_rope", na.task[0].x, rows, static_cast<int64_t>(heads) * head_dim)) return;
   cuda::launch_norm_rope(na, rows, BA::raw(pos), a, as_stream(stream_));
 }
 

@@ -24,19 +24,23 @@ template <class RowOf>
 __device__ __forceinline__ void block_quantize_q8_0(RowOf row_of, int rows, int64_t n, uint8_t* dst,
                                                     size_t stride) {
   constexpr int kBatch = 4;
-  const int64_t nb = n / 32, tasks = rows * nb * 8;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * kBatch;
-  for (int64_t base = 0; base < tasks; base += step) {  // uniform across the warp: every lane shuffles
+  // 32-bit task indices (every caller's rows fit a block's shared memory or registers, far below 2^31 values)
+  // and no division for one row: 64-bit division and remainder were a large share of this loop's
+  // instructions, which a consumer runs on its critical path.
+  const int per_row = static_cast<int>(n / 32) * 8, tasks = rows * per_row;
+  const int step = static_cast<int>(blockDim.x) * kBatch;
+  for (int base = 0; base < tasks; base += step) {  // uniform across the warp: every lane shuffles
     float4 f[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      const int64_t i = base + j * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-      f[j] = i < tasks ? reinterpret_cast<const float4*>(row_of(static_cast<int>(i / (nb * 8))))[i % (nb * 8)]
+      const int i = base + j * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+      const int r = rows == 1 ? 0 : i / per_row;
+      f[j] = i < tasks ? reinterpret_cast<const float4*>(row_of(r))[i - r * per_row]
                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      const int64_t i = base + j * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+      const int i = base + j * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
       // The maximum of the magnitudes does not depend on the order they are met in (fmaxf passes over NaN).
       float amax = fmaxf(fmaxf(fabsf(f[j].x), fabsf(f[j].y)), fmaxf(fabsf(f[j].z), fabsf(f[j].w)));
 #pragma unroll
@@ -48,7 +52,7 @@ __device__ __forceinline__ void block_quantize_q8_0(RowOf row_of, int rows, int6
                             (static_cast<uint32_t>(q8_0_value(f[j].y, id)) & 0xFFu) << 8 |
                             (static_cast<uint32_t>(q8_0_value(f[j].z, id)) & 0xFFu) << 16 |
                             (static_cast<uint32_t>(q8_0_value(f[j].w, id)) & 0xFFu) << 24;
-      const int64_t r = i / (nb * 8), k = i % (nb * 8);
+      const int r = rows == 1 ? 0 : i / per_row, k = i - r * per_row;
       uint8_t* row = dst + static_cast<size_t>(r) * stride;
       reinterpret_cast<uint32_t*>(row)[k] = word;
       if (k % 8 == 0) reinterpret_cast<float*>(row + n)[k / 8] = round_f16(d);
