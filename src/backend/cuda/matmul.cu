@@ -228,7 +228,7 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
                       stream, w, row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, x_raw,
                       accumulate);
       else {
-        const bool stage = stages_act_row(T::kType, NC, n_in);
+        const bool stage = stages_act_row<T>(NC, n_in);
         launch_kernel(stage ? matmul_kernel<T, NC, false, kWarpsPerBlock, stages_act(T::kType, NC)>
                             : matmul_kernel<T, NC, false>,
                       grid, kWarpsPerBlock * kWarp, stage ? act_row_stride(GgmlType::Q8_0, n_in) : 0, stream,
@@ -259,7 +259,7 @@ void launch_matmul_group(GgmlType w_type, MatmulGroup g, int64_t n_in, const uin
         launch_kernel(matmul_group_kernel<T, NC, true, kWarps>, grid, kWarps * kWarp, quant_smem, stream, g,
                       n_in, act, act_stride, cols, x_raw);
       else {
-        const bool stage = stages_act_row(T::kType, NC, n_in);
+        const bool stage = stages_act_row<T>(NC, n_in);
         launch_kernel(stage ? matmul_group_kernel<T, NC, false, kWarpsPerBlock, stages_act(T::kType, NC)>
                             : matmul_group_kernel<T, NC, false>,
                       grid, kWarpsPerBlock * kWarp, stage ? act_row_stride(GgmlType::Q8_0, n_in) : 0, stream,

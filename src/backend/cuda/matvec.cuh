@@ -383,16 +383,22 @@ __host__ __device__ constexpr bool quantizes_in_kernel(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::MXFP4;
 }
 
-// One-row decode products whose input is already quantized (by its producer: quantized_output, the routed
-// gate/up's qh) read it from global memory inside their dot loop, one L2 round trip per loop iteration after
-// the weights have arrived. Those of a Q8_0 input (quantizes_in_kernel's types) copy the row into shared
-// memory instead, in the prologue while the weights are on their way, when it takes at most kStagedActBytes.
+// One-row decode products whose input is already quantized (by its producer: quantized_output, the dense
+// FFN's quantize launch) read it from global memory inside their dot loop: one L2 round trip per loop
+// iteration, after the weights of the chunk have arrived. Those of a Q8_0 input (quantizes_in_kernel's
+// types) whose rows span more than one staged chunk (many iterations a lane: lfm2-24b's dense FFN down,
+// 11,776 values) copy the input row into shared memory instead, in the prologue while the weights are on
+// their way, when it takes at most kStagedActBytes. Rows of one chunk (the 2,048-value products) do not: the
+// block-wide wait for the copy cost them more than the one or two reads it saves (session 35, ncu on an H100:
+// the dense down 15.3 -> 13.2 us, the Q4_0 products 6.30 -> 6.53 us).
 constexpr size_t kStagedActBytes = 16384;
 __host__ __device__ constexpr bool stages_act(GgmlType t, int nc) {
   return nc == 1 && quantizes_in_kernel(t);
 }
-inline bool stages_act_row(GgmlType t, int nc, int64_t n_in) {
-  return stages_act(t, nc) && act_row_stride(GgmlType::Q8_0, n_in) <= kStagedActBytes;
+template <class T>
+bool stages_act_row(int nc, int64_t n_in) {
+  return stages_act(T::kType, nc) && n_in > int64_t{T::kChunkBlocks} * T::kBlockValues &&
+         act_row_stride(GgmlType::Q8_0, n_in) <= kStagedActBytes;
 }
 // The block copies the Q8_0 row at src (16-byte aligned, act_row_stride bytes) to dst and waits for it, and
 // for every copy its threads have in flight. Every thread of the block must call it.
