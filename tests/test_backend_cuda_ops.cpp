@@ -419,6 +419,37 @@ TEST(CudaOps, GroupedFfnMatchesTheCpu) {
   }
 }
 
+// A decode step's dense FFN whose down rows span several staged chunks (lfm2-24b's: 11,776 values) copies its
+// quantized input row into shared memory before its products (stage_act_row): the bits of that row in a call
+// of two rows, whose down product reads its input from global memory, and the CPU's values within the
+// grouped FFN's bound.
+TEST(CudaOps, DenseFfnOfOneRowWithLongDownRowsGivesTheBitsOfThatRowAmongTwo) {
+  NEED_GPU();
+  const int64_t n_in = 512, n_ff = 8192, n_out = 96;  // h: 9,216 bytes of Q8_0, past in-kernel quantization
+  const auto x = random_floats(static_cast<size_t>(2 * n_in), 31, 2.0f);
+  for (const GgmlType type : {GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::MXFP4}) {
+    auto run = [&](Backend& b, int64_t rows) {
+      UploadedWeights gate = upload(b, type, quantized_rows(type, n_in, n_ff, 32), n_in, n_ff);
+      UploadedWeights up = upload(b, type, quantized_rows(type, n_in, n_ff, 33), n_in, n_ff);
+      UploadedWeights down = upload(b, type, quantized_rows(type, n_ff, n_out, 34), n_ff, n_out);
+      DeviceBuffer dx = put(b, x), out = b.alloc_array<float>(static_cast<size_t>(rows * n_out), "out");
+      FfnTask t;
+      t.gate = gate.first;
+      t.up = up.first;
+      t.down = down.first;
+      t.n_rows = rows;
+      ActivationParams act;
+      act.kind = Activation::SwiGLU;
+      b.ffn(std::span<const FfnTask>(&t, 1), act, dx.as<const float>(), rows, out.as<float>());
+      return get<float>(b, out, static_cast<size_t>(rows * n_out));
+    };
+    const auto one = run(gpu, 1), two = run(gpu, 2), want = run(cpu, 1);
+    EXPECT_EQ(std::memcmp(one.data(), two.data(), sizeof(float) * static_cast<size_t>(n_out)), 0)
+        << ggml_type_name(type);
+    EXPECT_LT(rel_l2(one, want), 2e-4) << ggml_type_name(type);
+  }
+}
+
 // routed_ffn (the decode path with every expert resident: tables built on the device from the ids) against
 // the CPU's, and its error for an id out of range.
 struct RoutedSetup {

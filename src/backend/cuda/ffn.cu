@@ -268,13 +268,14 @@ __global__ void __launch_bounds__(kQhWarps* kWarp, 2)
 
 // kQuantize: the block quantizes its entries' rows of h_raw (n_ff floats apart) into shared memory, in place
 // of qh, while the first weight chunks load. kRouted: the output row is the entry.
-template <class T, int NC, bool kQuantize, bool kRouted, int kWarps = kWarpsPerBlock>
+template <class T, int NC, bool kQuantize, bool kRouted, int kWarps = kWarpsPerBlock, bool kStage = false>
 __global__ void __launch_bounds__(kWarps* kWarp)
     ffn_down_kernel(FfnShape s, const FfnDesc* descs, const FfnItem* items, const uint8_t* qh,
                     size_t qh_stride, float* out, int64_t out_rows_total, DeviceError* err,
                     const float* h_raw, RoutedSource rs) {
   pdl_begin();
   static_assert(!kRouted || (kQuantize && NC == 1), "routed entries are single rows quantized in the kernel");
+  static_assert(!kStage || (!kQuantize && stages_act(T::kType, NC)), "a staged input is one Q8_0 row");
   __shared__ __align__(16) uint8_t smem[kWarps][kRowsPerWarp * smem_slot<T>()];
   extern __shared__ __align__(16) uint8_t act_smem[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -288,7 +289,8 @@ __global__ void __launch_bounds__(kWarps* kWarp)
   }
   const int64_t e0 = d.entry0 + it.local0;
   const uint8_t* act = qh + e0 * qh_stride;
-  if constexpr (kQuantize) {
+  const uint8_t* global_act = act;
+  if constexpr (kQuantize || kStage) {
     qh_stride = act_row_stride(GgmlType::Q8_0, s.n_ff);
     act = act_smem;
   }
@@ -303,6 +305,7 @@ __global__ void __launch_bounds__(kWarps* kWarp)
                           qh_stride);
       __syncthreads();
     }
+    if constexpr (kStage) stage_act_row(global_act, s.n_ff, act_smem);
   });
   if (lane != 0) return;
 #pragma unroll
@@ -538,9 +541,14 @@ void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* ite
         launch_kernel(ffn_down_kernel<T, NC, true, false, kQuantWarps>,
                       matvec_grid(s.n_out, kQuantWarps, n_items), kQuantWarps * kWarp, quant_smem, stream, s,
                       descs, items, qh, qh_stride, out, out_rows_total, err, h_raw, RoutedSource{});
-      else
-        launch_kernel(ffn_down_kernel<T, NC, false, false>, grid, kWarpsPerBlock * kWarp, 0, stream, s, descs,
-                      items, qh, qh_stride, out, out_rows_total, err, nullptr, RoutedSource{});
+      else {
+        const bool stage = stages_act_row<T>(NC, s.n_ff);
+        launch_kernel(stage ? ffn_down_kernel<T, NC, false, false, kWarpsPerBlock, stages_act(T::kType, NC)>
+                            : ffn_down_kernel<T, NC, false, false>,
+                      grid, kWarpsPerBlock * kWarp, stage ? act_row_stride(GgmlType::Q8_0, s.n_ff) : 0,
+                      stream, s, descs, items, qh, qh_stride, out, out_rows_total, err, nullptr,
+                      RoutedSource{});
+      }
     });
   });
   check_launch("ffn down kernel");

@@ -14,19 +14,21 @@ namespace {
 // kRowsPerWarp. The weights are read before the block waits for its predecessor (pdl_begin in rows_dot's
 // prologue): the first chunk of every row is on its way while the previous kernel finishes and while this one
 // quantizes its input. So `w` must be memory no kernel writes (uploaded weights; every matmul weight is one).
-template <class T, int NC, bool kQuantize, int kWarps>
+template <class T, int NC, bool kQuantize, int kWarps, bool kStage = false>
 __device__ __forceinline__ void matmul_block(int64_t block_x, const uint8_t* w, size_t row_bytes,
                                              int64_t n_out, int64_t n_in, const uint8_t* act,
                                              size_t act_stride, int64_t cols, float* y, int64_t y_stride,
                                              const float* x_raw, bool accumulate) {
   __shared__ __align__(16) uint8_t smem[kWarps][kRowsPerWarp * smem_slot<T>()];
-  extern __shared__ __align__(16) uint8_t act_smem[];  // kQuantize: this tile's quantized input rows
+  extern __shared__ __align__(16) uint8_t act_smem[];  // kQuantize, kStage: this tile's quantized input rows
+  static_assert(!kStage || (!kQuantize && stages_act(T::kType, NC)), "a staged input is one Q8_0 row");
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t o0 = (block_x * kWarps + warp) * kRowsPerWarp;
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * NC;
   const int nc = static_cast<int>(cols - c0 < NC ? cols - c0 : NC);
   const uint8_t* tile_act = act + c0 * act_stride;
-  if constexpr (kQuantize) {
+  const uint8_t* global_act = tile_act;
+  if constexpr (kQuantize || kStage) {
     act_stride = act_row_stride(GgmlType::Q8_0, n_in);
     tile_act = act_smem;
   }
@@ -42,6 +44,7 @@ __device__ __forceinline__ void matmul_block(int64_t block_x, const uint8_t* w, 
       block_quantize_q8_0([&](int c) { return x_raw + (c0 + c) * n_in; }, nc, n_in, act_smem, act_stride);
       __syncthreads();
     }
+    if constexpr (kStage) stage_act_row(global_act, n_in, act_smem);
   });
   if (lane == 0)
 #pragma unroll
@@ -63,19 +66,19 @@ constexpr int quantizing_matmul_warps() {
   return NC == 1 ? quantizing_decode_warps<T, kRowsPerWarp>() : kWarpsPerBlock;
 }
 
-template <class T, int NC, bool kQuantize, int kWarps = kWarpsPerBlock>
+template <class T, int NC, bool kQuantize, int kWarps = kWarpsPerBlock, bool kStage = false>
 __global__ void __launch_bounds__(kWarps* kWarp)
     matmul_kernel(const uint8_t* w, size_t row_bytes, int64_t n_out, int64_t n_in, const uint8_t* act,
                   size_t act_stride, int64_t cols, float* y, int64_t y_stride, const float* x_raw,
                   bool accumulate) {
-  matmul_block<T, NC, kQuantize, kWarps>(blockIdx.x, w, row_bytes, n_out, n_in, act, act_stride, cols, y,
-                                         y_stride, x_raw, accumulate);
+  matmul_block<T, NC, kQuantize, kWarps, kStage>(blockIdx.x, w, row_bytes, n_out, n_in, act, act_stride, cols,
+                                                 y, y_stride, x_raw, accumulate);
 }
 
 // Several products over the same activation rows in one launch (launch_matmul_group): the blocks of part p
 // are first_block[p] .. first_block[p + 1] - 1, each computing what matmul_kernel's block of that index
 // would, so every product has the bits of its own launch.
-template <class T, int NC, bool kQuantize, int kWarps = kWarpsPerBlock>
+template <class T, int NC, bool kQuantize, int kWarps = kWarpsPerBlock, bool kStage = false>
 __global__ void __launch_bounds__(kWarps* kWarp)
     matmul_group_kernel(MatmulGroup g, int64_t n_in, const uint8_t* act, size_t act_stride, int64_t cols,
                         const float* x_raw) {
@@ -84,8 +87,9 @@ __global__ void __launch_bounds__(kWarps* kWarp)
   for (int i = 1; i < kMatmulGroupMax; ++i)
     if (i < g.n && blockIdx.x >= g.first_block[i]) p = i;
   const MatmulGroupPart& part = g.part[p];
-  matmul_block<T, NC, kQuantize, kWarps>(blockIdx.x - g.first_block[p], part.w, part.row_bytes, part.n_out,
-                                         n_in, act, act_stride, cols, part.y, part.n_out, x_raw, false);
+  matmul_block<T, NC, kQuantize, kWarps, kStage>(blockIdx.x - g.first_block[p], part.w, part.row_bytes,
+                                                 part.n_out, n_in, act, act_stride, cols, part.y, part.n_out,
+                                                 x_raw, false);
 }
 
 // F32 weights (routers: a few dozen rows of a few thousand values, too few rows to occupy the GPU one warp
@@ -223,9 +227,13 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
                       matvec_grid(n_out, kQuantWarps, (cols + nc - 1) / nc), kQuantWarps * kWarp, quant_smem,
                       stream, w, row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, x_raw,
                       accumulate);
-      else
-        launch_kernel(matmul_kernel<T, NC, false>, grid, kWarpsPerBlock * kWarp, 0, stream, w, row_bytes,
-                      n_out, n_in, act, act_stride, cols, y, y_stride, nullptr, accumulate);
+      else {
+        const bool stage = stages_act_row<T>(NC, n_in);
+        launch_kernel(stage ? matmul_kernel<T, NC, false, kWarpsPerBlock, stages_act(T::kType, NC)>
+                            : matmul_kernel<T, NC, false>,
+                      grid, kWarpsPerBlock * kWarp, stage ? act_row_stride(GgmlType::Q8_0, n_in) : 0, stream,
+                      w, row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, nullptr, accumulate);
+      }
     });
   });
   check_launch("matmul kernel");
@@ -250,9 +258,13 @@ void launch_matmul_group(GgmlType w_type, MatmulGroup g, int64_t n_in, const uin
       if (x_raw)
         launch_kernel(matmul_group_kernel<T, NC, true, kWarps>, grid, kWarps * kWarp, quant_smem, stream, g,
                       n_in, act, act_stride, cols, x_raw);
-      else
-        launch_kernel(matmul_group_kernel<T, NC, false>, grid, kWarpsPerBlock * kWarp, 0, stream, g, n_in,
-                      act, act_stride, cols, nullptr);
+      else {
+        const bool stage = stages_act_row<T>(NC, n_in);
+        launch_kernel(stage ? matmul_group_kernel<T, NC, false, kWarpsPerBlock, stages_act(T::kType, NC)>
+                            : matmul_group_kernel<T, NC, false>,
+                      grid, kWarpsPerBlock * kWarp, stage ? act_row_stride(GgmlType::Q8_0, n_in) : 0, stream,
+                      g, n_in, act, act_stride, cols, nullptr);
+      }
     });
   });
   check_launch("matmul group kernel");

@@ -42,6 +42,15 @@ __device__ __forceinline__ int dot4x4(const uint32_t (&q)[4], int4 a, int s) {
   return __dp4a(static_cast<int>(q[3]), a.w, s);
 }
 
+// A block's f16 scale at byte offset off of shared memory, one 16-bit load: off is even for the types that
+// read it so (Q4_0 and Q8_0: blocks of 18 and 34 bytes, rows at even addresses, which check_weight and
+// check_expert_rows ask of every weight the products read). Their quant words then come from one pass of
+// lds_words at off + 2: the block's words from off and a second funnel shift each cost five and nine
+// instructions more a block and row (session 35).
+__device__ __forceinline__ uint16_t lds_half(const uint8_t* s, int off) {
+  return *reinterpret_cast<const uint16_t*>(s + off);
+}
+
 // ---- Weight types. Each has: kBlockBytes, kBlockValues, kParts (lane units per block), kChunkBlocks (blocks
 // staged per step), Acc (accumulator type), Unit (a lane's decoded share of a block), load() from shared
 // memory and dot() with one activation row.
@@ -59,15 +68,14 @@ struct TQ4_0 {
     uint32_t lo[4], hi[4];  // q in [0, 16) as bytes: elements 0..15 and 16..31
   };
   __device__ static Unit load(const uint8_t* s, int off, int) {
-    uint32_t w[5];
-    lds_words<5>(s, off, w);
+    uint32_t q[4];
+    lds_words<4>(s, off + 2, q);
     Unit u;
-    u.d = f16_to_f32(static_cast<uint16_t>(w[0]));
+    u.d = f16_to_f32(lds_half(s, off));
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t q = __funnelshift_r(w[k], w[k + 1], 16);
-      u.lo[k] = q & 0x0F0F0F0Fu;
-      u.hi[k] = (q >> 4) & 0x0F0F0F0Fu;
+      u.lo[k] = q[k] & 0x0F0F0F0Fu;
+      u.hi[k] = (q[k] >> 4) & 0x0F0F0F0Fu;
     }
     return u;
   }
@@ -128,12 +136,9 @@ struct TQ8_0 {
     uint32_t q[8];
   };
   __device__ static Unit load(const uint8_t* s, int off, int) {
-    uint32_t w[9];
-    lds_words<9>(s, off, w);
     Unit u;
-    u.d = f16_to_f32(static_cast<uint16_t>(w[0]));
-#pragma unroll
-    for (int k = 0; k < 8; ++k) u.q[k] = __funnelshift_r(w[k], w[k + 1], 16);
+    lds_words<8>(s, off + 2, u.q);
+    u.d = f16_to_f32(lds_half(s, off));
     return u;
   }
   __device__ static float dot(const Unit& u, const uint8_t* act, int64_t n, int64_t b, int) {
@@ -177,12 +182,12 @@ struct TMXFP4 {
     uint32_t lo[4], hi[4];
   };
   __device__ static Unit load(const uint8_t* s, int off, int) {
-    uint32_t w[5];
-    lds_words<5>(s, off, w);
+    uint32_t q[4];
+    lds_words<4>(s, off + 1, q);
     Unit u;
-    u.d = e8m0_half(w[0] & 0xFFu);
+    u.d = e8m0_half(s[off]);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) mxfp4_lookup(__funnelshift_r(w[k], w[k + 1], 8), u.lo[k], u.hi[k]);
+    for (int k = 0; k < 4; ++k) mxfp4_lookup(q[k], u.lo[k], u.hi[k]);
     return u;
   }
   __device__ static float dot(const Unit& u, const uint8_t* act, int64_t n, int64_t b, int) {
@@ -376,6 +381,33 @@ constexpr int kRowsPerWarp = 2;
 // (in_kernel_quantize_shape, the routed kernels' with_routed_traits).
 __host__ __device__ constexpr bool quantizes_in_kernel(GgmlType t) {
   return t == GgmlType::Q4_0 || t == GgmlType::Q8_0 || t == GgmlType::MXFP4;
+}
+
+// One-row decode products whose input is already quantized (by its producer: quantized_output, the dense
+// FFN's quantize launch) read it from global memory inside their dot loop: one L2 round trip per loop
+// iteration, after the weights of the chunk have arrived. Those of a Q8_0 input (quantizes_in_kernel's
+// types) whose rows span more than one staged chunk (many iterations a lane: lfm2-24b's dense FFN down,
+// 11,776 values) copy the input row into shared memory instead, in the prologue while the weights are on
+// their way, when it takes at most kStagedActBytes. Rows of one chunk (the 2,048-value products) do not: the
+// block-wide wait for the copy cost them more than the one or two reads it saves (session 35, ncu on an H100:
+// the dense down 15.3 -> 13.2 us, the Q4_0 products 6.30 -> 6.53 us).
+constexpr size_t kStagedActBytes = 16384;
+__host__ __device__ constexpr bool stages_act(GgmlType t, int nc) {
+  return nc == 1 && quantizes_in_kernel(t);
+}
+template <class T>
+bool stages_act_row(int nc, int64_t n_in) {
+  return stages_act(T::kType, nc) && n_in > int64_t{T::kChunkBlocks} * T::kBlockValues &&
+         act_row_stride(GgmlType::Q8_0, n_in) <= kStagedActBytes;
+}
+// The block copies the Q8_0 row at src (16-byte aligned, act_row_stride bytes) to dst and waits for it, and
+// for every copy its threads have in flight. Every thread of the block must call it.
+__device__ __forceinline__ void stage_act_row(const uint8_t* src, int64_t n_in, uint8_t* dst) {
+  const int n16 = static_cast<int>(act_row_stride(GgmlType::Q8_0, n_in) / 16);
+  for (int i = static_cast<int>(threadIdx.x); i < n16; i += static_cast<int>(blockDim.x))
+    cp_async16(dst + 16 * i, src + 16 * i);
+  cp_async_wait_all();
+  __syncthreads();
 }
 
 // Warps per block of a one-row decode product of type T that quantizes its input in the kernel, each warp

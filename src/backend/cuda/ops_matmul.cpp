@@ -41,6 +41,10 @@ void check_weight(const Weight& w, const char* what) {
     fail("cuda backend: {}: a {} row of {} values is not a whole number of {}-value units", what,
          ggml_type_name(w.type), w.n_in, row_unit(w.type));
   if (!w.data && w.n_out > 0) fail("cuda backend: {}: weight without data", what);
+  // The decode products read a block's f16 scale with one 16-bit shared-memory load (matvec.cuh lds_half):
+  // rows of an even block size must start at even addresses, as every allocation and slot does.
+  if (ggml_traits(w.type).type_size % 2 == 0 && reinterpret_cast<uintptr_t>(w.data) % 2 != 0)
+    fail("cuda backend: {}: {} weight at an odd address", what, ggml_type_name(w.type));
 }
 
 template <class T>
@@ -397,6 +401,10 @@ RoutedCall routed_call(const RoutedExperts& ex, Buf<const int32_t> ids, int64_t 
   if (ex.down_bias) need(ex.down_bias, ex.n_expert * n_out, "routed_ffn down biases");
   if (ex.down_scale) need(ex.down_scale, ex.n_expert, "routed_ffn expert output scales");
   if (ex.slot_of) need(ex.slot_of, ex.n_expert, "routed_ffn expert slot map");
+  for (const auto* stack : {&ex.gate, &ex.up, &ex.down})
+    if (ggml_traits(stack->first.type).type_size % 2 == 0 && stack->stride % 2 != 0)
+      fail("routed_ffn: {} experts {} bytes apart (an even stride is needed)",
+           ggml_type_name(stack->first.type), stack->stride);
   st.gate = static_cast<const uint8_t*>(ex.gate.first.data);
   st.up = static_cast<const uint8_t*>(ex.up.first.data);
   st.down = static_cast<const uint8_t*>(ex.down.first.data);
