@@ -43,10 +43,10 @@ __device__ __forceinline__ int dot4x4(const uint32_t (&q)[4], int4 a, int s) {
 }
 
 // A block's f16 scale at byte offset off of shared memory, one 16-bit load: off is even for the types that
-// read it so (Q4_0 and Q8_0: blocks of 18 and 34 bytes, rows at even addresses, which check_weight and
-// check_expert_rows ask of every weight the products read). Their quant words then come from one pass of
-// lds_words at off + 2: the block's words from off and a second funnel shift each cost five and nine
-// instructions more a block and row (session 35).
+// read it so (Q4_0 and Q8_0: blocks of 18 and 34 bytes, rows at even addresses, which check_weight and the
+// routed experts' stride check in ops_matmul.cpp ask of every weight the products read). Their quant words
+// then come from one pass of lds_words at off + 2: the block's words from off and a second funnel shift each
+// cost five and nine instructions more a block and row (session 35).
 __device__ __forceinline__ uint16_t lds_half(const uint8_t* s, int off) {
   return *reinterpret_cast<const uint16_t*>(s + off);
 }
