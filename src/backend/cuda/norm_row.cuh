@@ -12,22 +12,18 @@ namespace df::backend::cuda {
 constexpr int kNormThreads = 256, kNormPerThread = 16, kNormWarpMax = 16 * kWarp;
 
 // The row's scale 1/sqrt(mean + eps) from each thread's partial sum of squares: the warps' sums in a fixed
-// tree, then the block's. Every thread of a kNormThreads block must call it; it leaves the shared state
-// free again for the block's next row.
+// tree, then the block's, which every thread adds up itself in the same order (the same bits on every
+// thread, without a thread's serial sum and a second barrier to share it). Every thread of a kNormThreads
+// block must call it; it leaves the shared state free again for the block's next row.
 __device__ __forceinline__ float block_rms_scale(double thread_sum, int64_t n, float eps) {
   __shared__ double partial[kNormThreads / kWarp];
-  __shared__ float s_scale;
   const double sum = warp_sum(thread_sum);
   if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = sum;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0.0;
-    for (int k = 0; k < kNormThreads / kWarp; ++k) t += partial[k];
-    const float mean = static_cast<float>(t / static_cast<double>(n));
-    s_scale = 1.0f / sqrtf(mean + eps);
-  }
-  __syncthreads();
-  const float scale = s_scale;
+  double t = 0.0;
+  for (int k = 0; k < kNormThreads / kWarp; ++k) t += partial[k];
+  const float mean = static_cast<float>(t / static_cast<double>(n));
+  const float scale = 1.0f / sqrtf(mean + eps);
   __syncthreads();
   return scale;
 }

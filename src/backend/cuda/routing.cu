@@ -164,12 +164,17 @@ __global__ void __launch_bounds__(kNormThreads) norm_route_kernel(NormRouteArgs 
       wr, n / 4, early, rows, [&](int c) { return reinterpret_cast<const float4*>(xs + c * n); }, acc);
   f32_block_sums<kNormThreads>(acc, rows,
                                [&](int c, double t) { a.logits[c * E + e] = static_cast<float>(t); });
-  __threadfence();  // this block's logits before its count
+  // This block's logits (written by its first threads) before its count: the barrier orders them before
+  // thread 0's fence, which makes them visible device-wide (cooperative groups' grid barrier does the same),
+  // rather than a fence on every thread.
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+    if (last) __threadfence();  // every block's logits, for the whole block after the barrier
+  }
   __syncthreads();
   if (!last) return;
-  __threadfence();
   if (warp < rows) {
     // The row's logits, read past L1 (other blocks wrote them).
     float* s = sm + rows * n + warp * static_cast<int64_t>(route_smem_bytes(E, a.route.k) / sizeof(float));
