@@ -53,7 +53,7 @@ __device__ __forceinline__ uint16_t lds_half(const uint8_t* s, int off) {
 
 // ---- Weight types. Each has: kBlockBytes, kBlockValues, kParts (lane units per block), kChunkBlocks (blocks
 // staged per step), Acc (accumulator type), Unit (a lane's decoded share of a block), load() from shared
-// memory and dot() with one activation row.
+// memory, and either dot() with one activation row or act_block() and dot_block() (HasActBlock: Q4_0).
 
 // Q4_0 meets the activation through act_block/dot_block (HasActBlock below): the weights stay unsigned
 // nibbles and the block's integer sum is Σ q·a - 8 Σ a, the same integer as Σ (q - 8)·a, with Σ a formed
