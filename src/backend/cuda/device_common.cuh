@@ -73,22 +73,35 @@ inline int launch_repeats(const void* kernel) {
 }
 
 // kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization allowed (errors are
-// left for check_launch, as a <<<>>> launch leaves them).
+// left for check_launch, as a <<<>>> launch leaves them), in thread block clusters of cluster_x blocks along
+// x where cluster_x > 1.
 template <class... Params, class... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                   Args&&... args) {
+void launch_kernel_in_clusters(unsigned cluster_x, void (*kernel)(Params...), dim3 grid, dim3 block,
+                               size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1]{};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2]{};
+  unsigned n = 0;
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n++].val.clusterDim = {cluster_x, 1, 1};
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = n;
   for (int i = launch_repeats(reinterpret_cast<const void*>(kernel)); i > 0; --i)
     (void)cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   Args&&... args) {
+  launch_kernel_in_clusters(1, kernel, grid, block, smem, stream, args...);
 }
 
 // quant::fp16_to_fp32: every f16 value is exact in float, so the hardware conversion is the same function.

@@ -1,6 +1,8 @@
 // Expert choice (the CPU backend's routing.cpp): one warp per token row. Each pick of the top-k follows the
 // CPU's scan (descending score, the lowest id on an exact tie, a NaN score chosen only where it is the first
 // expert not yet taken), the weights' sums are sequential doubles in pick order, as the CPU orders them.
+#include <cooperative_groups.h>
+
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/f32_dot.cuh"
 #include "backend/cuda/kernels.h"
@@ -184,6 +186,63 @@ __global__ void __launch_bounds__(kNormThreads) norm_route_kernel(NormRouteArgs 
   if (threadIdx.x == 0) *a.counter = 0;
 }
 
+// The fused router of one token row (decode) as one cluster of kRouteCluster blocks (sm_90 thread block
+// clusters): block b norms the row as norm_route_kernel's blocks do, forms the logits of experts b·EPB ..
+// b·EPB + EPB - 1 in the F32 product's order (so the same bits), and writes them into block 0's shared memory
+// (distributed shared memory); after the cluster's barrier block 0 routes from there with route_kernel's
+// code. No device-wide fence, counter or re-read of the logits through L2, which made norm_route_kernel's
+// last block a chain of latencies (docs/PERF.md, session 35: 6.9 us a call in the step, 14 % of it).
+constexpr int kRouteCluster = 16, kRouteClusterMaxPerBlock = 8;
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+template <int EPB>
+__global__ void __launch_bounds__(kNormThreads) norm_route_cluster_kernel(NormRouteArgs a) {
+  extern __shared__ __align__(16) float sm[];  // the n normed values, then (block 0) the route's scratch
+  __shared__ float s_logits[kRouteCluster * kRouteClusterMaxPerBlock];
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  // Paired with the wait before the first remote write, which then finds every block of the cluster started.
+  cluster_arrive_relaxed();
+  const int64_t n = a.n, units = n / 4;
+  const int rank = static_cast<int>(cluster.block_rank()), e0 = rank * EPB;
+  const float4* wr[EPB];
+  F32EarlyUnits<kNormThreads, kRouterPrefetch> early[EPB];
+#pragma unroll
+  for (int o = 0; o < EPB; ++o) {
+    wr[o] = reinterpret_cast<const float4*>(a.router + (e0 + o) * n);
+    early[o] = f32_load_early<kNormThreads, kRouterPrefetch>(wr[o], units);
+  }
+  pdl_begin();
+  float* xs = sm;
+  block_norm_row(a.x, n, a.norm, a.eps, [&](int64_t i, float v) {
+    xs[i] = v;
+    if (rank == 0) a.xn[i] = v;
+  });
+  __syncthreads();
+  double acc[EPB];
+#pragma unroll
+  for (int o = 0; o < EPB; ++o) {
+    double one[1] = {0.0};
+    f32_rows_dot(
+        wr[o], units, early[o], 1, [&](int) { return reinterpret_cast<const float4*>(xs); }, one);
+    acc[o] = one[0];
+  }
+  cluster_wait();
+  float* leader_logits = cluster.map_shared_rank(s_logits, 0);
+  f32_block_sums<kNormThreads>(acc, EPB, [&](int o, double t) {
+    const float v = static_cast<float>(t);
+    a.logits[e0 + o] = v;
+    leader_logits[e0 + o] = v;
+  });
+  cluster.sync();  // every block's logits in block 0's shared memory
+  if (rank != 0) return;
+  if (threadIdx.x < kWarp) warp_route_row<false>(a.route, s_logits, a.ids, a.weights, sm + n);
+}
+
 // x[r][i] += Σ_j weights[r][j] · expert_out[r][j][i], the sum in slot order, as the CPU forms it.
 __global__ void moe_combine_add_kernel(const float* expert_out, const float* weights, int64_t rows, int k,
                                        int64_t n, float* x) {
@@ -227,9 +286,54 @@ bool norm_route_fused(int64_t rows, int64_t n, int n_expert, int k) {
          norm_route_smem_bytes(rows, n, n_expert, k) <= kNormRouteMaxSmem;
 }
 
+// Whether norm_route_cluster_kernel<EPB> can run here (clusters of kRouteCluster blocks, beyond the portable
+// 8, need the device's consent), asked once.
+template <int EPB>
+bool route_cluster_launchable() {
+  static const bool ok = [] {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(kRouteCluster);
+    cfg.blockDim = dim3(kNormThreads);
+    cfg.dynamicSmemBytes = kNormRouteMaxSmem / 2;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim = {kRouteCluster, 1, 1};
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaFuncSetAttribute(norm_route_cluster_kernel<EPB>, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                             1) != cudaSuccess ||
+        cudaOccupancyMaxActiveClusters(&clusters, norm_route_cluster_kernel<EPB>, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();  // not an error of the next launch
+      return false;
+    }
+    return clusters > 0;
+  }();
+  return ok;
+}
+// f(norm_route_cluster_kernel<EPB>) where the cluster kernel serves `a` (one row, n_expert = kRouteCluster ·
+// EPB for EPB <= kRouteClusterMaxPerBlock, clusters available); false where it does not.
+template <int EPB = 1, class F>
+bool with_route_cluster(const NormRouteArgs& a, F&& f) {
+  if constexpr (EPB > kRouteClusterMaxPerBlock) {
+    return false;
+  } else {
+    if (a.rows != 1 || a.route.n_expert != kRouteCluster * EPB) return with_route_cluster<EPB + 1>(a, f);
+    if (!route_cluster_launchable<EPB>()) return false;
+    f(norm_route_cluster_kernel<EPB>);
+    return true;
+  }
+}
+
 void launch_norm_route(const NormRouteArgs& a, cudaStream_t stream) {
-  launch_kernel(norm_route_kernel, static_cast<unsigned>(a.route.n_expert), kNormThreads,
-                norm_route_smem_bytes(a.rows, a.n, a.route.n_expert, a.route.k), stream, a);
+  const size_t smem = norm_route_smem_bytes(a.rows, a.n, a.route.n_expert, a.route.k);
+  if (with_route_cluster(a, [&](void (*kernel)(NormRouteArgs)) {
+        launch_kernel_in_clusters(kRouteCluster, kernel, dim3(kRouteCluster), kNormThreads, smem, stream, a);
+      })) {
+    check_launch("norm_route kernel (cluster)");
+    return;
+  }
+  launch_kernel(norm_route_kernel, static_cast<unsigned>(a.route.n_expert), kNormThreads, smem, stream, a);
   check_launch("norm_route kernel");
 }
 
