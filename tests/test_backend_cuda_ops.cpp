@@ -4,6 +4,7 @@
 // activations on both backends, so only the float summation order of the blocks differs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backend/backend_factory.h"
@@ -1348,6 +1350,54 @@ TEST(CudaOps, AttentionRowsQuantizedForTheNextProductBitForBit) {
     h.result = [&] { return get<float>(gpu, acc, residual.size()); };
     expect_handed_over_bit_for_bit(gpu, h, 0x5d0000u + static_cast<uint64_t>(rows),
                                    std::to_string(rows) + " rows");
+  }
+}
+
+// The router's normed decode row, quantized by the one-cluster router (16 · b experts) for the routed gate/up
+// that reads it next (routed_ffn_add's combine path): 16 experts on a 4,096-value row (more 32-value groups
+// than the quantizing warps, so that they loop) and 64 on a 512-value row.
+TEST(CudaOps, NormRouteRowQuantizedForTheRoutedFfnBitForBit) {
+  NEED_GPU();
+  const int64_t n_ff = 256, n_out = 256;
+  const int k = 4;
+  const FfnCase c{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, Activation::SwiGLU, false};
+  for (const std::pair<int, int64_t>& shape :
+       {std::pair<int, int64_t>{16, 4096}, std::pair<int, int64_t>{64, 512}}) {
+    const int E = shape.first;
+    const int64_t n_in = shape.second;
+    const auto x = random_floats(static_cast<size_t>(n_in), 191, 1.0f);
+    const auto norm = random_floats(static_cast<size_t>(n_in), 192, 1.0f);
+    const auto router = random_floats(static_cast<size_t>(n_in) * E, 193, 0.05f);
+    const std::vector<uint8_t> router_bytes(reinterpret_cast<const uint8_t*>(router.data()),
+                                            reinterpret_cast<const uint8_t*>(router.data() + router.size()));
+    const auto residual = random_floats(static_cast<size_t>(n_out), 194);
+    const auto r = routed_setup(gpu, c, n_in, n_ff, n_out, E, x, std::vector<int32_t>(k, 0), {});
+    UploadedWeights w = upload(gpu, GgmlType::F32, router_bytes, n_in, E);
+    DeviceBuffer dnorm = put(gpu, norm), xn = gpu.alloc_array<float>(n_in, "xn"),
+                 logits = gpu.alloc_array<float>(E, "logits"), weights = gpu.alloc_array<float>(k, "weights"),
+                 acc = put(gpu, residual), out = gpu.alloc_array<float>(k * n_out, "out");
+    DeviceBuffer scratch =
+        gpu.alloc(std::max<size_t>(gpu.matmul_scratch_bytes(GgmlType::F32, n_in, 1), 1), "s");
+    RouterParams p;
+    p.gating = Gating::Softmax;
+    p.n_expert = E;
+    p.k = k;
+    HandOver h;
+    h.reset = [&] { gpu.upload(acc.as<uint8_t>(), residual.data(), residual.size() * sizeof(float)); };
+    h.produce = [&] {
+      gpu.norm_route(p, r->dx.as<const float>(), 1, n_in, dnorm.as<const float>(), 1e-5f, w.first,
+                     scratch.as<uint8_t>(), xn.as<float>(), logits.as<float>(), r->did.as<int32_t>(),
+                     weights.as<float>());
+    };
+    h.floats = &xn;
+    h.count = n_in;
+    h.consume = [&](Buf<const float> v) {
+      gpu.routed_ffn_add(r->ex, r->act, r->did.as<const int32_t>(), weights.as<const float>(), 1, k, v,
+                         out.as<float>(), acc.as<float>());
+    };
+    h.result = [&] { return get<float>(gpu, acc, residual.size()); };
+    expect_handed_over_bit_for_bit(gpu, h, 0x5e0000u + static_cast<uint64_t>(E),
+                                   std::to_string(E) + " experts, rows of " + std::to_string(n_in));
   }
 }
 #endif  // DF_HAVE_CUDA: the hand-over is the CUDA backend's own

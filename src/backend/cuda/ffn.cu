@@ -224,14 +224,18 @@ size_t routed_gate_up_q8_smem(int64_t n_in) {
   return static_cast<size_t>(kQhWarps * 2 * kQhRowsPerWarp * smem_slot<T>()) +
          act_row_stride(GgmlType::Q8_0, n_in) + kQhGroup * sizeof(float);
 }
-template <class T>
+// kPreQuantized: the entries' input rows come as Q8_0 rows (xq: the one-cluster router's, which its blocks
+// other than the routing one quantize meanwhile; quantized_output), and the prologue copies the token's row
+// into shared memory where it would quantize x (~585 instructions a thread, after the wait for x; ncu,
+// session 36). Read from global memory inside the dot loop instead it decoded no faster (session 36).
+template <class T, bool kPreQuantized>
 __global__ void __launch_bounds__(kQhWarps* kWarp, 2)
-    routed_gate_up_q8_kernel(FfnShape s, const float* x, uint8_t* qh, RoutedSource rs) {
+    routed_gate_up_q8_kernel(FfnShape s, const float* x, const uint8_t* xq, uint8_t* qh, RoutedSource rs) {
   constexpr int R = 2 * kQhRowsPerWarp;  // gate and up rows
   extern __shared__ __align__(16) uint8_t dyn_smem[];
-  uint8_t* act = dyn_smem + kQhWarps * R * smem_slot<T>();
+  uint8_t* act_smem = dyn_smem + kQhWarps * R * smem_slot<T>();
   const size_t act_stride = act_row_stride(GgmlType::Q8_0, s.n_in);
-  auto* h_group = reinterpret_cast<float*>(act + act_stride);
+  auto* h_group = reinterpret_cast<float*>(act_smem + act_stride);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t e = blockIdx.y;
   pdl_begin();  // the routing ids come from the previous kernel
@@ -245,20 +249,33 @@ __global__ void __launch_bounds__(kQhWarps* kWarp, 2)
     rows[2 * j + 1] = d.up + (o0 + j) * s.up_row_bytes;
   }
   typename T::Acc acc[R][1];
-  rows_dot<T, 1, R>(rows, s.n_in, act, act_stride, 1, dyn_smem + warp * R * smem_slot<T>(), acc, [&] {
-    block_quantize_q8_0([&](int) { return x + (e / rs.k) * s.n_in; }, 1, s.n_in, act, act_stride);
-    __syncthreads();
-  });
-  if (lane == 0) {
+  uint8_t* const staging = dyn_smem + warp * R * smem_slot<T>();
+  if constexpr (kPreQuantized) {
+    rows_dot<T, 1, R>(rows, s.n_in, act_smem, act_stride, 1, staging, acc, [&] {
+      const auto* src = reinterpret_cast<const int4*>(xq + (e / rs.k) * act_stride);
+      auto* dst = reinterpret_cast<int4*>(act_smem);
+      for (size_t i = threadIdx.x; i < act_stride / 16; i += blockDim.x) dst[i] = src[i];
+      __syncthreads();
+    });
+  } else {
+    rows_dot<T, 1, R>(rows, s.n_in, act_smem, act_stride, 1, staging, acc, [&] {
+      block_quantize_q8_0([&](int) { return x + (e / rs.k) * s.n_in; }, 1, s.n_in, act_smem, act_stride);
+      __syncthreads();
+    });
+  }
+  // Lane j activates row j (warp_sum left every lane the sums): four short chains, not one long one.
+  if (lane < kQhRowsPerWarp) {
+    float gv = 0.0f, uv = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kQhRowsPerWarp; ++j) {
-      const int64_t o = o0 + j;
-      float gv = static_cast<float>(acc[2 * j][0]);
-      if (d.gate_bias) gv += d.gate_bias[o];
-      float uv = static_cast<float>(acc[2 * j + 1][0]);
-      if (d.up_bias) uv += d.up_bias[o];
-      h_group[warp * kQhRowsPerWarp + j] = activate(s, gv, uv);
-    }
+    for (int j = 0; j < kQhRowsPerWarp; ++j)
+      if (lane == j) {
+        gv = static_cast<float>(acc[2 * j][0]);
+        uv = static_cast<float>(acc[2 * j + 1][0]);
+      }
+    const int64_t o = o0 + lane;
+    if (d.gate_bias) gv += d.gate_bias[o];
+    if (d.up_bias) uv += d.up_bias[o];
+    h_group[warp * kQhRowsPerWarp + lane] = activate(s, gv, uv);
   }
   __syncthreads();
   if (warp == 0)
@@ -647,22 +664,30 @@ bool routed_ffn_combines(const FfnShape& s, const float* x, int k) {
 }
 
 void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* x,
-                               uint8_t* qh, const float* weights, float* acc, cudaStream_t stream) {
+                               const uint8_t* xq, uint8_t* qh, const float* weights, float* acc,
+                               cudaStream_t stream) {
   if (T <= 0 || s.n_ff <= 0 || s.n_out <= 0) return;
-  launch_routed_gate_up_q8(s, rs, T * rs.k, x, qh, stream);
+  launch_routed_gate_up_q8(s, rs, T * rs.k, x, xq, qh, stream);
   launch_routed_down_combine(s, rs, T, qh, weights, acc, nullptr, stream);
 }
 
 void launch_routed_gate_up_q8(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
-                              uint8_t* qh, cudaStream_t stream) {
+                              const uint8_t* xq, uint8_t* qh, cudaStream_t stream) {
   if (entries <= 0 || s.n_ff <= 0) return;
   const dim3 grid(static_cast<unsigned>(s.n_ff / kQhGroup), static_cast<unsigned>(entries));
   const bool launched = with_routed_traits(s.gate_type, [&]<class T>() {
-    const size_t smem = routed_gate_up_q8_smem<T>(s.n_in);
-    check_cuda(cudaFuncSetAttribute(routed_gate_up_q8_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)),
-               "cudaFuncSetAttribute (routed gate/up kernel)");
-    launch_kernel(routed_gate_up_q8_kernel<T>, grid, kQhWarps * kWarp, smem, stream, s, x, qh, rs);
+    const auto launch = [&]<bool kPreQuantized>() {
+      const auto kernel = routed_gate_up_q8_kernel<T, kPreQuantized>;
+      const size_t smem = routed_gate_up_q8_smem<T>(s.n_in);
+      check_cuda(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+          "cudaFuncSetAttribute (routed gate/up kernel)");
+      launch_kernel(kernel, grid, kQhWarps * kWarp, smem, stream, s, x, xq, qh, rs);
+    };
+    if (xq)
+      launch.template operator()<true>();
+    else
+      launch.template operator()<false>();
   });
   if (!launched)
     check_cuda(cudaErrorInvalidValue, "routed gate/up kernel (a weight type routed_ffn_combines refuses)");

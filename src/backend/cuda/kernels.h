@@ -216,15 +216,18 @@ void launch_routed_ffn(const FfnShape& s, const RoutedSource& rs, int64_t entrie
 // Only where routed_ffn_combines holds: routed_ffn_direct, k one of 2, 4, 6, 8, n_ff a multiple of 32 and
 // both kernels' shared memory within the device's. qh: the entries' activations h as Q8_0 rows (T·k rows
 // act_row_stride(Q8_0, n_ff) apart), which the gate/up kernel writes and the down/combine kernel reads.
+// xq: null, or x's T rows already as Q8_0 rows (act_row_stride(Q8_0, n_in) apart; the bytes launch_quantize
+// makes of them), which the gate/up kernel then reads instead of quantizing x.
 bool routed_ffn_combines(const FfnShape& s, const float* x, int k);
 void launch_routed_ffn_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const float* x,
-                               uint8_t* qh, const float* weights, float* acc, cudaStream_t stream);
+                               const uint8_t* xq, uint8_t* qh, const float* weights, float* acc,
+                               cudaStream_t stream);
 // Its two launches apart, for a call whose host computes some experts meanwhile (CudaBackend::routed_ffn_add
 // with RoutedExperts::host): the gate/up products of the entries whose slot is not negative, then the down
 // product with the combine, in which an entry of a negative slot takes its down sums from host_v (entries x
 // n_out floats on the device; null when no slot is negative).
 void launch_routed_gate_up_q8(const FfnShape& s, const RoutedSource& rs, int64_t entries, const float* x,
-                              uint8_t* qh, cudaStream_t stream);
+                              const uint8_t* xq, uint8_t* qh, cudaStream_t stream);
 void launch_routed_down_combine(const FfnShape& s, const RoutedSource& rs, int64_t T, const uint8_t* qh,
                                 const float* weights, float* acc, const float* host_v, cudaStream_t stream);
 
@@ -315,8 +318,13 @@ struct NormRouteArgs {
   float* weights;
   RouteArgs route;
   unsigned* counter;
+  // Null, or (only where norm_route_quantizes holds) xn also written here as a Q8_0 row (act_row_stride
+  // bytes), the bytes launch_quantize makes of it: the routed gate/up that reads xn next takes it from here.
+  uint8_t* xq;
 };
 bool norm_route_fused(int64_t rows, int64_t n, int n_expert, int k);
+// Whether launch_norm_route writes NormRouteArgs::xq for these arguments (one row routed by one cluster).
+bool norm_route_quantizes(int64_t rows, int64_t n, int n_expert);
 void launch_norm_route(const NormRouteArgs& a, cudaStream_t stream);
 void launch_moe_combine_add(const float* expert_out, const float* weights, int64_t rows, int k, int64_t n,
                             float* x, cudaStream_t stream);

@@ -427,6 +427,8 @@ void CudaBackend::norm_route(const RouterParams& p, Buf<const float> x, int64_t 
   a.weights = BA::raw(weights);
   a.route = route_args(p);
   a.counter = static_cast<unsigned*>(route_counter_.ptr);
+  // The normed row also as Q8_0 for the routed gate/up that reads it next (quantized_output).
+  a.xq = cuda::norm_route_quantizes(rows, n, p.n_expert) ? quantized_output(BA::raw(xn), rows, n) : nullptr;
   cuda::launch_norm_route(a, as_stream(stream_));
 }
 

@@ -545,8 +545,9 @@ void CudaBackend::routed_ffn_add(const RoutedExperts& ex, const ActivationParams
       grow(ffn_scratch_, static_cast<size_t>(entries) * cuda::act_row_stride(GgmlType::Q8_0, c.n_ff),
            "ffn scratch"));
   auto* err = static_cast<cuda::DeviceError*>(error_word_device_);
-  cuda::launch_routed_ffn_combine(shape, cuda::RoutedSource{c.st, BA::raw(ids), k, err}, T, BA::raw(x), qh,
-                                  BA::raw(weights), BA::raw(acc), as_stream(stream_));
+  cuda::launch_routed_ffn_combine(shape, cuda::RoutedSource{c.st, BA::raw(ids), k, err}, T, BA::raw(x),
+                                  quantized_input(BA::raw(x), T, c.a.gate.n_in), qh, BA::raw(weights),
+                                  BA::raw(acc), as_stream(stream_));
 }
 
 bool CudaBackend::computes_host_experts(const ActivationParams& act, const Weight& gate, const Weight& up,
@@ -608,7 +609,8 @@ void CudaBackend::routed_ffn_add_host(const RoutedExperts& ex, const ActivationP
   auto* v_dev = static_cast<float*>(grow(host_v_scratch_, v_bytes, "host expert sums"));
   const cuda::FfnShape shape = ffn_shape(c.a, act, 1);
   const cuda::RoutedSource rs{c.st, BA::raw(ids), k, static_cast<cuda::DeviceError*>(error_word_device_)};
-  cuda::launch_routed_gate_up_q8(shape, rs, entries, BA::raw(x), qh, stream);
+  cuda::launch_routed_gate_up_q8(shape, rs, entries, BA::raw(x), quantized_input(BA::raw(x), T, n_in), qh,
+                                 stream);
   cuda::check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(host_in_event_)), "cudaEventSynchronize");
   host_jobs_.clear();
   for (int64_t i = 0; i < entries; ++i) {

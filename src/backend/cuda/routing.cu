@@ -7,6 +7,7 @@
 #include "backend/cuda/f32_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/norm_row.cuh"
+#include "backend/cuda/q8_block.cuh"
 
 namespace df::backend::cuda {
 namespace {
@@ -239,7 +240,17 @@ __global__ void __launch_bounds__(kNormThreads) norm_route_cluster_kernel(NormRo
     leader_logits[e0 + o] = v;
   });
   cluster.sync();  // every block's logits in block 0's shared memory
-  if (rank != 0) return;
+  if (rank != 0) {
+    // The other blocks quantize the normed row for the routed gate/up while block 0 routes: a warp a 32-value
+    // group, from this block's copy of the row.
+    if (a.xq) {
+      constexpr int kWarps = kNormThreads / kWarp;
+      const int warp = static_cast<int>(threadIdx.x) / kWarp, lane = static_cast<int>(threadIdx.x) % kWarp;
+      for (int64_t g = (rank - 1) * kWarps + warp; g < n / 32; g += (kRouteCluster - 1) * kWarps)
+        warp_quantize_q8_0_group(xs[g * 32 + lane], a.xq, n, g);
+    }
+    return;
+  }
   if (threadIdx.x < kWarp) warp_route_row<false>(a.route, s_logits, a.ids, a.weights, sm + n);
 }
 
@@ -323,6 +334,14 @@ bool with_route_cluster(const NormRouteArgs& a, F&& f) {
     f(norm_route_cluster_kernel<EPB>);
     return true;
   }
+}
+
+bool norm_route_quantizes(int64_t rows, int64_t n, int n_expert) {
+  NormRouteArgs a{};
+  a.rows = rows;
+  a.n = n;
+  a.route.n_expert = n_expert;
+  return n % 32 == 0 && with_route_cluster(a, [](void (*)(NormRouteArgs)) {});
 }
 
 void launch_norm_route(const NormRouteArgs& a, cudaStream_t stream) {
