@@ -571,6 +571,40 @@ TEST(CudaOps, RoutedFfnAddIsRoutedFfnThenTheCombineBitForBit) {
   }
 }
 
+// The decode products read a Q4_0 / Q8_0 block's f16 scale with one 16-bit load: a weight at an odd address,
+// or routed experts an odd number of bytes apart, is refused with an error naming it, before any kernel runs.
+TEST(CudaOps, WeightsAtOddAddressesAreRefusedByName) {
+  NEED_GPU();
+  using df::testing::expect_error;
+  const int64_t n_in = 512, n_out = 8;
+  for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q8_0}) {
+    // One row more than the product reads, so that the shifted rows stay inside the allocation.
+    UploadedWeights w = upload(gpu, t, quantized_rows(t, n_in, n_out + 1, 5), n_in, n_out + 1);
+    Weight odd = w.first;
+    odd.n_out = n_out;
+    odd.data = static_cast<const uint8_t*>(w.first.data) + 1;
+    DeviceBuffer dx = put(gpu, random_floats(static_cast<size_t>(n_in), 6));
+    DeviceBuffer dy = gpu.alloc_array<float>(static_cast<size_t>(n_out), "y");
+    DeviceBuffer scratch = gpu.alloc(std::max<size_t>(gpu.matmul_scratch_bytes(t, n_in, 1), 1), "scratch");
+    expect_error([&] { gpu.matmul(odd, dx.as<const float>(), 1, dy.as<float>(), scratch.as<uint8_t>()); },
+                 {"odd address", std::string(ggml_type_name(t))});
+  }
+  const FfnCase c{GgmlType::Q4_0, GgmlType::Q4_0, GgmlType::Q4_0, Activation::SwiGLU, false};
+  const int64_t n_ff = 64, E = 4;
+  const auto x = random_floats(static_cast<size_t>(n_in), 7);
+  const std::vector<int32_t> ids = {0, 2};
+  const auto r = routed_setup(gpu, c, n_in, n_ff, n_in, E, x, ids, {});
+  RoutedExperts ex = r->ex;
+  ex.up.stride -= 1;  // the stacks still cover every expert's rows
+  DeviceBuffer out = gpu.alloc_array<float>(ids.size() * static_cast<size_t>(n_in), "out");
+  expect_error(
+      [&] {
+        gpu.routed_ffn(ex, r->act, r->did.as<const int32_t>(), 1, 2, r->dx.as<const float>(),
+                       out.as<float>());
+      },
+      {"even stride", std::to_string(ex.up.stride)});
+}
+
 // --cpu-misses: experts the device tier leaves in host memory (RoutedExperts::host, a negative slot) are
 // computed by the host in the routed kernels' order; the residual is bit for bit the one every expert in a
 // slot gives. Host matrices in the store's packing (Q4_0x16 where the rows allow it) and in ggml rows, one

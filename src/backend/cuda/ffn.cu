@@ -251,12 +251,8 @@ __global__ void __launch_bounds__(kQhWarps* kWarp, 2)
   typename T::Acc acc[R][1];
   uint8_t* const staging = dyn_smem + warp * R * smem_slot<T>();
   if constexpr (kPreQuantized) {
-    rows_dot<T, 1, R>(rows, s.n_in, act_smem, act_stride, 1, staging, acc, [&] {
-      const auto* src = reinterpret_cast<const int4*>(xq + (e / rs.k) * act_stride);
-      auto* dst = reinterpret_cast<int4*>(act_smem);
-      for (size_t i = threadIdx.x; i < act_stride / 16; i += blockDim.x) dst[i] = src[i];
-      __syncthreads();
-    });
+    rows_dot<T, 1, R>(rows, s.n_in, act_smem, act_stride, 1, staging, acc,
+                      [&] { block_copy_act_rows(xq + (e / rs.k) * act_stride, act_stride, act_smem); });
   } else {
     rows_dot<T, 1, R>(rows, s.n_in, act_smem, act_stride, 1, staging, acc, [&] {
       block_quantize_q8_0([&](int) { return x + (e / rs.k) * s.n_in; }, 1, s.n_in, act_smem, act_stride);
@@ -389,10 +385,7 @@ __global__ void __launch_bounds__(combine_warps(K) * kWarp)
   typename T::Acc acc[K][1];
   rows_dot<T, 1, K, true>(rows, s.n_ff, act, stride, 1, combine_smem + warp * K * smem_slot<T>(), acc, [&] {
     pdl_begin();
-    const auto* src = reinterpret_cast<const int4*>(qh + t * K * stride);
-    auto* dst = reinterpret_cast<int4*>(act);
-    for (size_t i = threadIdx.x; i < K * stride / 16; i += blockDim.x) dst[i] = src[i];
-    __syncthreads();
+    block_copy_act_rows(qh + t * K * stride, K * stride, act);
   });
   if (lane != 0 || o_own >= s.n_out) return;
   float sum = 0.0f;

@@ -417,6 +417,17 @@ __device__ __forceinline__ void stage_act_row(const uint8_t* src, int64_t n_in, 
   __syncthreads();
 }
 
+// The block copies `bytes` (a multiple of 16; src and dst 16-byte aligned) of quantized activation rows from
+// global to shared memory with plain 16-byte loads and synchronises. For prologues with their weights' copies
+// in flight: stage_act_row waits for those too, which a one-chunk product cannot afford (session 35).
+// Every thread of the block must call it.
+__device__ __forceinline__ void block_copy_act_rows(const uint8_t* src, size_t bytes, uint8_t* dst) {
+  const auto* from = reinterpret_cast<const int4*>(src);
+  auto* to = reinterpret_cast<int4*>(dst);
+  for (size_t i = threadIdx.x; i < bytes / 16; i += blockDim.x) to[i] = from[i];
+  __syncthreads();
+}
+
 // Warps per block of a one-row decode product of type T that quantizes its input in the kernel, each warp
 // staging R weight rows: eight where their staging fits the 48 KB of static shared memory, else
 // kWarpsPerBlock. Every block quantizes the whole input row after its wait, on the step's critical path, so

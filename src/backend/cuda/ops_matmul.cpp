@@ -31,6 +31,11 @@ int64_t row_unit(GgmlType t) {
   return ggml_traits(t).block_size;
 }
 
+// The decode products read a block's f16 scale with one 16-bit shared-memory load (matvec.cuh lds_half):
+// rows of an even block size must start at even addresses (and routed experts be an even stride apart), as
+// every allocation and slot does.
+bool needs_even_address(GgmlType t) { return ggml_traits(t).type_size % 2 == 0; }
+
 void check_weight(const Weight& w, const char* what) {
   if (!quant::has_vec_dot(w.type))
     fail("cuda backend: {}: no matmul for weight type {}", what, ggml_type_name(w.type));
@@ -41,9 +46,7 @@ void check_weight(const Weight& w, const char* what) {
     fail("cuda backend: {}: a {} row of {} values is not a whole number of {}-value units", what,
          ggml_type_name(w.type), w.n_in, row_unit(w.type));
   if (!w.data && w.n_out > 0) fail("cuda backend: {}: weight without data", what);
-  // The decode products read a block's f16 scale with one 16-bit shared-memory load (matvec.cuh lds_half):
-  // rows of an even block size must start at even addresses, as every allocation and slot does.
-  if (ggml_traits(w.type).type_size % 2 == 0 && reinterpret_cast<uintptr_t>(w.data) % 2 != 0)
+  if (needs_even_address(w.type) && reinterpret_cast<uintptr_t>(w.data) % 2 != 0)
     fail("cuda backend: {}: {} weight at an odd address", what, ggml_type_name(w.type));
 }
 
@@ -402,7 +405,7 @@ RoutedCall routed_call(const RoutedExperts& ex, Buf<const int32_t> ids, int64_t 
   if (ex.down_scale) need(ex.down_scale, ex.n_expert, "routed_ffn expert output scales");
   if (ex.slot_of) need(ex.slot_of, ex.n_expert, "routed_ffn expert slot map");
   for (const auto* stack : {&ex.gate, &ex.up, &ex.down})
-    if (ggml_traits(stack->first.type).type_size % 2 == 0 && stack->stride % 2 != 0)
+    if (needs_even_address(stack->first.type) && stack->stride % 2 != 0)
       fail("routed_ffn: {} experts {} bytes apart (an even stride is needed)",
            ggml_type_name(stack->first.type), stack->stride);
   st.gate = static_cast<const uint8_t*>(ex.gate.first.data);
