@@ -45,6 +45,13 @@ class ForwardingBackend final : public backend::Backend {
     owned(src, "download");
     inner_->download(dst, src, bytes);
   }
+  void queue_read_back(int slot, backend::Buf<const uint8_t> src, size_t bytes) override {
+    ++calls["queue_read_back"];
+    owned(src, "queue_read_back");
+    inner_->queue_read_back(slot, src, bytes);
+  }
+  void read_back(int slot, void* dst, size_t bytes) override { inner_->read_back(slot, dst, bytes); }
+  bool runs_ahead_of_host() const override { return inner_->runs_ahead_of_host(); }
   void copy(backend::Buf<uint8_t> dst, backend::Buf<const uint8_t> src, size_t bytes) override {
     owned(dst, "copy");
     owned(src, "copy");
@@ -166,6 +173,12 @@ class ForwardingBackend final : public backend::Backend {
     owned(ids, "get_rows");
     owned(out, "get_rows");
     inner_->get_rows(table, ids, n, out);
+  }
+  void argmax(backend::Buf<const float> x, int64_t rows, int64_t n, backend::Buf<int32_t> ids) override {
+    ++calls["argmax"];
+    owned(x, "argmax");
+    owned(ids, "argmax");
+    inner_->argmax(x, rows, n, ids);
   }
   void gather_rows(backend::Buf<const float> table, int64_t width, backend::Buf<const int32_t> ids, int64_t n,
                    backend::Buf<float> out) override {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "argmax_rows.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/kernels/cpu_features.h"
 #include "cpu_host_backend.h"
@@ -624,6 +625,51 @@ TEST(MoeCombine, AddsTheWeightedSumInSlotOrderToTheResidual) {
         ASSERT_NEAR(x[at], x0[at] + ref, 1e-6 * (mag + std::abs(x0[at])) + 1e-9);
       }
   }
+}
+
+TEST(Argmax, EveryRowsFirstIndexOfItsGreatestValueAsTheScanGivesIt) {
+  HostCpuBackend be(2);
+  for (size_t n : {size_t{1}, size_t{2}, size_t{31}, size_t{1000}, size_t{4097}, size_t{65536}}) {
+    const int rows = 9;
+    const std::vector<float> x = df::testing::argmax_rows(rows, n, static_cast<uint32_t>(n));
+    std::vector<int32_t> ids(rows, -1);
+    be.argmax(CpuBackend::host(x.data(), x.size()), rows, static_cast<int64_t>(n),
+              CpuBackend::host(ids.data(), ids.size()));
+    for (int r = 0; r < rows; ++r)
+      EXPECT_EQ(ids[static_cast<size_t>(r)],
+                df::testing::scan_argmax(std::span(x.data() + static_cast<size_t>(r) * n, n)))
+          << "row " << r << " of " << n << " values";
+  }
+  // The kinds' answers, spelt out for one size.
+  const size_t n = 40;
+  const std::vector<float> x = df::testing::argmax_rows(8, n, 7);
+  std::vector<int32_t> ids(8, -1);
+  be.argmax(CpuBackend::host(x.data(), x.size()), 8, static_cast<int64_t>(n),
+            CpuBackend::host(ids.data(), 8));
+  EXPECT_EQ(ids[1], 0);                            // the first value NaN
+  EXPECT_EQ(ids[2], static_cast<int32_t>(n - 1));  // NaNs around the maximum
+  EXPECT_EQ(ids[3], 0);                            // every value -inf
+  EXPECT_EQ(ids[4], static_cast<int32_t>(n / 2));  // -0 before +0
+  EXPECT_EQ(ids[5], static_cast<int32_t>(n - 1));  // +inf last
+  EXPECT_EQ(ids[6], 0);                            // NaN after a finite first value
+  EXPECT_EQ(x[static_cast<size_t>(ids[0])], 100.0f);
+  for (int32_t i = 0; i < ids[0]; ++i) EXPECT_LT(x[static_cast<size_t>(i)], 100.0f);
+}
+
+TEST(ReadBack, QueuedBytesComeBackFromTheirSlot) {
+  HostCpuBackend be(1);
+  const std::vector<int32_t> v = {7, -3, 11, 42};
+  for (int slot = 0; slot < Backend::kReadBackSlots; ++slot)
+    be.queue_read_back(slot, CpuBackend::host(v.data() + slot, 1).bytes(), sizeof(int32_t));
+  for (int slot = Backend::kReadBackSlots - 1; slot >= 0; --slot) {
+    int32_t got = 0;
+    be.read_back(slot, &got, sizeof got);
+    EXPECT_EQ(got, v[static_cast<size_t>(slot)]);
+  }
+  EXPECT_THROW(be.queue_read_back(Backend::kReadBackSlots, CpuBackend::host(v.data(), 1).bytes(), 4),
+               df::Error);
+  int32_t big[32];
+  EXPECT_THROW(be.read_back(0, big, sizeof big), df::Error);
 }
 
 }  // namespace

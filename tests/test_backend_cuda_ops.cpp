@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "argmax_rows.h"
 #include "backend/backend_factory.h"
 #include "backend/buffer_access.h"
 #include "backend/cpu/cpu_backend.h"
@@ -1923,6 +1924,46 @@ TEST(CudaOps, TransfersRoundTrip) {
   const std::vector<int32_t> small = {1, 2, 3};
   for (int round = 0; round < 20; ++round) gpu.upload<int32_t>(b.as<int32_t>(), small.data(), 3);  // staged
   EXPECT_EQ(get<int32_t>(gpu, b, 3), small);
+}
+
+TEST(CudaOps, ArgmaxIsTheScansFirstIndexOfTheGreatestValue) {
+  NEED_GPU();
+  for (size_t n :
+       {size_t{1}, size_t{2}, size_t{31}, size_t{1000}, size_t{4097}, size_t{65536}, size_t{151936}}) {
+    const int rows = 9;
+    const std::vector<float> x = df::testing::argmax_rows(rows, n, static_cast<uint32_t>(n) + 1);
+    DeviceBuffer dx = put(gpu, x);
+    DeviceBuffer ids = gpu.alloc_array<int32_t>(rows, "argmax ids");
+    gpu.argmax(dx.as<const float>(), rows, static_cast<int64_t>(n), ids.as<int32_t>());
+    const std::vector<int32_t> got = get<int32_t>(gpu, ids, rows);
+    for (int r = 0; r < rows; ++r)
+      EXPECT_EQ(got[static_cast<size_t>(r)],
+                df::testing::scan_argmax(std::span(x.data() + static_cast<size_t>(r) * n, n)))
+          << "row " << r << " of " << n << " values";
+  }
+}
+
+TEST(CudaOps, ReadBacksQueuedBehindKernelsComeBackFromTheirSlots) {
+  NEED_GPU();
+  // Each slot reads the argmax of a row that a kernel queued just before wrote: the copy waits for it.
+  const size_t n = 65536;
+  const std::vector<float> x = df::testing::argmax_rows(Backend::kReadBackSlots, n, 5);
+  DeviceBuffer dx = put(gpu, x);
+  DeviceBuffer ids = gpu.alloc_array<int32_t>(Backend::kReadBackSlots, "argmax ids");
+  for (int slot = 0; slot < Backend::kReadBackSlots; ++slot) {
+    const auto row = dx.as<const float>().sub(static_cast<size_t>(slot) * n, n);
+    gpu.argmax(row, 1, static_cast<int64_t>(n), ids.as<int32_t>().sub(static_cast<size_t>(slot), 1));
+    gpu.queue_read_back(slot, ids.as<const int32_t>().sub(static_cast<size_t>(slot), 1).bytes(),
+                        sizeof(int32_t));
+  }
+  for (int slot = Backend::kReadBackSlots - 1; slot >= 0; --slot) {
+    int32_t got = -1;
+    gpu.read_back(slot, &got, sizeof got);
+    EXPECT_EQ(got, df::testing::scan_argmax(std::span(x.data() + static_cast<size_t>(slot) * n, n))) << slot;
+  }
+  EXPECT_THROW(gpu.queue_read_back(-1, ids.as<const int32_t>().bytes(), 4), df::Error);
+  EXPECT_THROW(gpu.queue_read_back(0, ids.as<const int32_t>().bytes(), Backend::kReadBackBytes + 4),
+               df::Error);
 }
 
 }  // namespace

@@ -136,6 +136,100 @@ TEST(Generate, StopsAtTheLimitTheStopTokenOrTheContextEnd) {
   EXPECT_EQ(s.tokens().size(), 32u);
 }
 
+// Greedy decoding queued ahead of the host (Session::greedy_start; forced on here, where the CPU backend
+// would not gain by it): the same tokens and stop reasons as the decode loop, for each way of stopping; the
+// session's tokens then also hold a token the loop stopped at (its step was queued before the check), and
+// the state decodes on from there to the bits of a fresh prefill of those tokens.
+TEST(Generate, GreedyStepsQueuedAheadGiveTheDecodeLoopsTokensAndStops) {
+  auto& f = fx();
+  std::vector<int32_t> a(f.prompt.begin(), f.prompt.begin() + 8);
+  df::SamplingParams greedy;
+  greedy.temperature = 0;
+  struct Case {
+    int n_predict;
+    int stop_at;    // index of the generated token to stop at (is_stop), -1: none
+    int caller_at;  // index at which on_token says stop, -1: never
+    df::StopReason reason;
+  };
+  const Case cases[] = {
+      {5, -1, -1, df::StopReason::TokenLimit},      {1, -1, -1, df::StopReason::TokenLimit},
+      {-1, 3, -1, df::StopReason::EndOfGeneration}, {-1, 0, -1, df::StopReason::EndOfGeneration},
+      {-1, -1, 2, df::StopReason::Caller},          {-1, -1, -1, df::StopReason::ContextFull}};
+  // The loop's tokens, to name the stop tokens by position.
+  Session plain_probe(*f.model, 24, 8);
+  plain_probe.set_greedy_ahead(false);
+  df::Sampler probe_sampler(f.model->info().n_vocab, greedy);
+  df::GenerateOptions all;
+  all.n_predict = 12;
+  const auto reference = df::generate(plain_probe, probe_sampler, a, all).tokens;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "n_predict " << c.n_predict << " stop_at " << c.stop_at
+                                    << " caller_at " << c.caller_at);
+    df::GenerateOptions o;
+    o.n_predict = c.n_predict;
+    if (c.stop_at >= 0) o.is_stop = [&](int32_t t) { return t == reference[static_cast<size_t>(c.stop_at)]; };
+    int seen = 0;
+    if (c.caller_at >= 0) o.on_token = [&](int32_t) { return seen++ < c.caller_at; };
+    Session plain(*f.model, 24, 8), ahead(*f.model, 24, 8);
+    plain.set_greedy_ahead(false);
+    ahead.set_greedy_ahead(true);
+    ASSERT_TRUE(ahead.greedy_ahead());
+    df::Sampler s1(f.model->info().n_vocab, greedy), s2(f.model->info().n_vocab, greedy);
+    seen = 0;
+    const auto r1 = df::generate(plain, s1, a, o);
+    seen = 0;
+    const auto r2 = df::generate(ahead, s2, a, o);
+    EXPECT_EQ(r1.reason, c.reason);
+    EXPECT_EQ(r2.reason, c.reason);
+    EXPECT_EQ(r2.tokens, r1.tokens);
+    // The loop decodes every token but the last; queued ahead, a step for the last one ran unless the token
+    // limit or the context end held it back.
+    std::vector<int32_t> want = plain.tokens();
+    const bool last_decoded =
+        (c.reason == df::StopReason::EndOfGeneration || c.reason == df::StopReason::Caller) &&
+        r1.tokens.size() > 1;
+    if (last_decoded) want.push_back(r1.tokens.back());
+    EXPECT_EQ(ahead.tokens(), want);
+    if (ahead.context_full()) continue;
+    // The state holds exactly those tokens: one more decode equals a fresh prefill of them and it.
+    const int32_t next = 5;
+    const auto decoded = copy(ahead.decode(next));
+    std::vector<int32_t> all_tokens = ahead.tokens();
+    Session fresh(*f.model, 24, 64);
+    EXPECT_EQ(decoded, copy(fresh.prefill(all_tokens)));
+  }
+}
+
+TEST(Session, GreedyStepsQueuedAheadAreTheArgmaxOfDecodesLogits) {
+  auto& f = fx();
+  std::vector<int32_t> a(f.prompt.begin(), f.prompt.begin() + 10);
+  Session plain(*f.model, 32, 16), ahead(*f.model, 32, 16);
+  ahead.set_greedy_ahead(true);
+  int32_t t = df::Sampler::argmax(plain.prefill(a));
+  const int32_t first = t;
+  std::vector<int32_t> want;
+  for (int i = 0; i < 6; ++i) {
+    t = df::Sampler::argmax(plain.decode(t));
+    want.push_back(t);
+  }
+  ahead.prefill(a);
+  ahead.greedy_start(first);
+  std::vector<int32_t> got;
+  for (int i = 0; i < 6; ++i) got.push_back(ahead.greedy_next(i + 1 < 6));
+  ahead.greedy_finish();
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(ahead.tokens(), plain.tokens());
+  // What may not happen during a run, and a run on a session that does not queue ahead.
+  ahead.greedy_start(got.back());
+  df::testing::expect_error([&] { ahead.prefill(a); }, {"during a greedy run", "greedy_finish()"});
+  df::testing::expect_error([&] { ahead.decode(1); }, {"during a greedy run"});
+  ahead.greedy_finish();
+  EXPECT_EQ(ahead.tokens().size(), plain.tokens().size() + 1);
+  df::testing::expect_error([&] { ahead.greedy_next(true); }, {"without a greedy step queued"});
+  plain.set_greedy_ahead(false);
+  df::testing::expect_error([&] { plain.greedy_start(1); }, {"does not queue greedy steps"});
+}
+
 // A chat's next turn: the state moved on past the prompt (decoded reply tokens), and the new prompt extends
 // the old prompt but not the decoded tokens. With the snapshot kept, the session resumes at the end of the
 // old prompt and gives the bits of an uninterrupted prefill; without it, it restarts from token 0. For every

@@ -17,6 +17,8 @@
 #include "golden_checks.h"
 #include "golden_json.h"
 #include "models/model.h"
+#include "util/argmax.h"
+#include "util/error.h"
 
 namespace df::models {
 namespace {
@@ -83,6 +85,62 @@ TEST_P(CudaGraphs, ReplayedStepsGiveTheBitsOfEagerSteps) {
   ASSERT_EQ(eager.logits.size(), graphs.logits.size());
   ASSERT_FALSE(eager.logits.empty());
   EXPECT_EQ(std::memcmp(eager.logits.data(), graphs.logits.data(), eager.logits.size() * sizeof(float)), 0);
+}
+
+// Greedy decoding queued ahead (Model::queue_greedy): the device's argmax feeds the next step, which is
+// queued before the previous id has come back. The ids are those of the host's argmax over the logits that
+// forward() reads back, the steps after the first are graph replays, and the state it leaves decodes the
+// next token to the bits of the state the host's loop leaves.
+TEST_P(CudaGraphs, GreedyStepsQueuedAheadGiveTheHostsGreedyTokensAndState) {
+  LoadOptions options;
+  options.backend = backend::make_backend({"cuda", 0});
+  std::ifstream in(df::testing::golden_path(GetParam() + ".json"));
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  const std::vector<int32_t> tokens = meta["teacher_forced"]["tokens"];
+  const auto file = gguf::File::open(df::testing::golden_path(GetParam() + ".gguf"));
+  auto model = load_model(file, options);
+  ASSERT_TRUE(model->queues_greedy());
+  EXPECT_TRUE(model->greedy_runs_ahead());
+  const size_t V = static_cast<size_t>(model->info().n_vocab);
+  const int steps = 12, n_ctx = 6 + steps + 2;
+  const auto prompt = std::span<const int32_t>(tokens).first(6);
+  std::vector<float> logits(V), host_next(V), ahead_next(V);
+
+  // The host's loop: read the logits back, take their argmax, decode it.
+  auto host = model->new_state(n_ctx);
+  model->forward(*host, prompt, logits, false);
+  const int32_t first = first_argmax(logits);
+  std::vector<int32_t> host_ids;
+  int32_t t = first;
+  for (int i = 0; i < steps; ++i) {
+    model->forward(*host, std::span(&t, 1), logits, false);
+    t = first_argmax(logits);
+    host_ids.push_back(t);
+  }
+
+  // Queued ahead: the first step with the host's token, each later one with the device's id, one step
+  // queued beyond the id being read back.
+  auto ahead = model->new_state(n_ctx);
+  model->forward(*ahead, prompt, logits, false);
+  const uint64_t replays_before = options.backend->steps_replayed();
+  model->queue_greedy(*ahead, first, 0);
+  std::vector<int32_t> ahead_ids;
+  for (int i = 0; i < steps; ++i) {
+    if (i + 1 < steps) model->queue_greedy(*ahead, -1, (i + 1) % backend::Backend::kReadBackSlots);
+    ahead_ids.push_back(model->greedy_token(i % backend::Backend::kReadBackSlots));
+  }
+  EXPECT_EQ(ahead_ids, host_ids);
+  EXPECT_EQ(ahead->n_past, host->n_past);
+  EXPECT_GE(options.backend->steps_replayed() - replays_before, static_cast<uint64_t>(steps - 3))
+      << "the greedy steps were not replayed from graphs";
+
+  // Both states decode the same next token to the same bits.
+  model->forward(*host, std::span(&host_ids.back(), 1), host_next, false);
+  model->forward(*ahead, std::span(&ahead_ids.back(), 1), ahead_next, false);
+  EXPECT_EQ(std::memcmp(host_next.data(), ahead_next.data(), V * sizeof(float)), 0);
+
+  // A step without a token must follow a greedy step of the same state.
+  EXPECT_THROW(model->queue_greedy(*ahead, -1, 0), df::Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, CudaGraphs,

@@ -242,6 +242,18 @@ class Backend {
   // logits out, the debug capture.
   virtual void upload(Buf<uint8_t> dst, const void* src, size_t bytes) = 0;
   virtual void download(void* dst, Buf<const uint8_t> src, size_t bytes) = 0;
+  // Read-backs that do not wait (greedy decoding queued ahead of the host: Session::greedy_start):
+  // queue_read_back copies `bytes` (at most kReadBackBytes) of src into the backend's host-side slot `slot`
+  // (0 .. kReadBackSlots - 1) once every op queued before it has run, and returns at once; read_back waits
+  // for that copy alone and copies the slot into dst. A backend that runs its ops as they come copies at
+  // once.
+  static constexpr size_t kReadBackBytes = 64;
+  static constexpr int kReadBackSlots = 4;
+  virtual void queue_read_back(int slot, Buf<const uint8_t> src, size_t bytes) = 0;
+  virtual void read_back(int slot, void* dst, size_t bytes) = 0;
+  // Whether the host gains from queuing the next step before the last one's results are read (a GPU: its
+  // step then starts without waiting for the host; the CPU backend computes as the ops come).
+  virtual bool runs_ahead_of_host() const { return false; }
   // Copies within the backend's memory (state snapshots), and zero fill (state reset).
   virtual void copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) = 0;
   virtual void fill_zero(Buf<uint8_t> dst, size_t bytes) = 0;
@@ -336,6 +348,10 @@ class Backend {
   // (token, slot) order of moe_combine_add). df::Error for an id outside the table.
   virtual void gather_rows(Buf<const float> table, int64_t width, Buf<const int32_t> ids, int64_t n,
                            Buf<float> out) = 0;
+  // ids[r] = the first index of the greatest of row r's n values (rows of x), a NaN never the greatest, 0
+  // where the row's first value is NaN: util/argmax.h's first_argmax, which the sampler's greedy choice is.
+  // Greedy decoding takes it where the logits are.
+  virtual void argmax(Buf<const float> x, int64_t rows, int64_t n, Buf<int32_t> ids) = 0;
   // out[i] = row ids[i] of the table for i < n, dequantized exactly (no activation rounding).
   virtual void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) = 0;
 

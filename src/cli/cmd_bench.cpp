@@ -100,9 +100,19 @@ void bench(const BenchFlags& f) {
       m.reset_device_telemetry();
     }
     auto t1 = clock::now();
-    for (int i = 0; i < f.n_decode; ++i) {
-      for (auto& session : sessions) batch.add_token(*session, Sampler::argmax(session->logits()));  // greedy
-      batch.run();
+    if (n_seq == 1 && sessions[0]->greedy_ahead()) {
+      // Greedy, each step queued before the previous token has come back (Session::greedy_start): the
+      // tokens of the loop below.
+      Session& s = *sessions[0];
+      s.greedy_start(Sampler::argmax(s.logits()));
+      for (int i = 1; i < f.n_decode; ++i) (void)s.greedy_next(true);
+      s.greedy_finish();
+    } else {
+      for (int i = 0; i < f.n_decode; ++i) {
+        for (auto& session : sessions)
+          batch.add_token(*session, Sampler::argmax(session->logits()));  // greedy
+        batch.run();
+      }
     }
     const double decode_rep_s = std::chrono::duration<double>(clock::now() - t1).count();
     decode_s += decode_rep_s;

@@ -6,13 +6,73 @@ namespace df {
 
 const char* stop_reason_name(StopReason r) {
   switch (r) {
-    case StopReason::EndOfGeneration: return "end of generation";
-    case StopReason::TokenLimit: return "token limit";
-    case StopReason::ContextFull: return "context full";
-    case StopReason::Caller: return "stopped";
+    case StopReason::EndOfGeneration:
+      return "end of generation";
+    case StopReason::TokenLimit:
+      return "token limit";
+    case StopReason::ContextFull:
+      return "context full";
+    case StopReason::Caller:
+      return "stopped";
   }
   return "?";
 }
+
+namespace {
+
+// The loop below with each step queued before the previous token has come back (Session::greedy_start):
+// the same tokens and stop reasons. A step is queued for each token before the caller's checks have seen
+// it; when they stop at it, that step has run (the session's tokens include the token).
+void generate_ahead(Session& session, Sampler& sampler, int32_t token, const GenerateOptions& options,
+                    GenerationResult& result) {
+  bool started = false, decoded = false;
+  // A callback that throws leaves no step queued behind it.
+  struct Finish {
+    Session& s;
+    ~Finish() {
+      try {
+        s.greedy_finish();
+      } catch (...) {  // the step failed as well: its state is reset already
+      }
+    }
+  } finish{session};
+  for (;;) {
+    result.tokens.push_back(token);
+    if (options.is_stop && options.is_stop(token)) {
+      result.reason = StopReason::EndOfGeneration;
+      break;
+    }
+    if (options.on_token && !options.on_token(token)) {
+      result.reason = StopReason::Caller;
+      break;
+    }
+    if (options.n_predict > 0 && static_cast<int>(result.tokens.size()) >= options.n_predict) {
+      result.reason = StopReason::TokenLimit;
+      break;
+    }
+    if (!started) {
+      if (session.context_full()) {
+        result.reason = StopReason::ContextFull;
+        break;
+      }
+      session.greedy_start(token);
+      started = true;
+    } else if (!decoded) {  // greedy_next found no room for the step that decodes `token`
+      result.reason = StopReason::ContextFull;
+      break;
+    }
+    // Whether the loop would decode the next token if the checks above let it: the step is queued now.
+    const bool more =
+        options.n_predict <= 0 || static_cast<int>(result.tokens.size()) + 1 < options.n_predict;
+    const size_t before = session.tokens().size();
+    token = session.greedy_next(more);
+    sampler.accept(token);
+    decoded = session.tokens().size() > before;
+  }
+  if (started) session.greedy_finish();  // its failure is the caller's to see
+}
+
+}  // namespace
 
 GenerationResult generate(Session& session, Sampler& sampler, std::span<const int32_t> prompt,
                           const GenerateOptions& options) {
@@ -35,6 +95,11 @@ GenerationResult generate(Session& session, Sampler& sampler, std::span<const in
   }
 
   auto t1 = clock::now();
+  if (session.greedy_ahead() && sampler.plain_greedy() && !options.capture && !options.after_forward) {
+    generate_ahead(session, sampler, sampler.sample(logits), options, result);
+    result.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+    return result;
+  }
   for (int step = 0;; ++step) {
     int32_t token = sampler.sample(logits);
     result.tokens.push_back(token);

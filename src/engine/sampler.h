@@ -30,6 +30,12 @@ class Sampler {
   void accept(int32_t token);
   void reset();
   const SamplingParams& params() const { return params_; }
+  // Whether sample() is argmax(logits) whatever it has seen (greedy, no penalties): then the argmax may be
+  // taken where the logits are (Session::greedy_start).
+  bool plain_greedy() const {
+    return params_.temperature <= 0 && params_.repeat_penalty == 1.0f && params_.presence_penalty == 0.0f &&
+           params_.frequency_penalty == 0.0f;
+  }
 
   // The first index of the greatest logit (NaNs never chosen, unless the first logit is one: then 0).
   static int32_t argmax(std::span<const float> logits);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <string_view>
 
 #include "util/error.h"
 
@@ -12,12 +14,25 @@ Session::Session(models::Model& model, int n_ctx, int n_batch)
   if (n_ctx < 1) fail("context size -c {} must be at least 1", n_ctx);
   if (n_batch < 1) fail("batch size -b {} must be at least 1", n_batch);
   state_ = model.new_state(n_ctx);
+  const char* ahead = std::getenv("DF_GREEDY_AHEAD");
+  set_greedy_ahead(model.greedy_runs_ahead() && !(ahead && std::string_view(ahead) == "0"));
   logits_.resize(static_cast<size_t>(model.info().n_vocab));
   tokens_.reserve(static_cast<size_t>(n_ctx));
   pending_.reserve(static_cast<size_t>(n_ctx));
 }
 
 void Session::reset() {
+  if (greedy_running_) {
+    // Wait for a step still queued: the state's memory must not be reset under it. Its token is not wanted.
+    for (; greedy_queued_ > 0; --greedy_queued_) {
+      try {
+        (void)model_.greedy_token(greedy_oldest_slot_);
+      } catch (...) {  // the failure that brought us here, or another: the state is reset either way
+      }
+      greedy_oldest_slot_ = (greedy_oldest_slot_ + 1) % backend::Backend::kReadBackSlots;
+    }
+    greedy_running_ = false;
+  }
   state_->reset();
   tokens_.clear();
   pending_.clear();
@@ -49,9 +64,71 @@ void Session::run_forward(std::span<const int32_t> tokens, models::ForwardCaptur
                                                      .count()));
 }
 
+void Session::check_no_greedy_run(const char* what) const {
+  if (greedy_running_) fail("internal: {} during a greedy run (greedy_finish() first)", what);
+}
+
+void Session::greedy_failed() {
+  reset();
+  if (on_failure) on_failure();
+  throw;
+}
+
+void Session::greedy_start(int32_t token) {
+  check_no_greedy_run("greedy_start()");
+  if (!greedy_ahead_) fail("internal: greedy_start() on a session that does not queue greedy steps");
+  if (prefill_left() > 0) fail("a session with a prefill under way cannot decode yet");
+  check_decode(token);
+  have_logits_ = false;
+  greedy_last_ = std::chrono::steady_clock::now();
+  try {
+    model_.queue_greedy(*state_, token, 0);
+  } catch (...) {
+    greedy_failed();
+  }
+  tokens_.push_back(token);
+  greedy_running_ = true;
+  greedy_queued_ = 1;
+  greedy_oldest_slot_ = 0;
+}
+
+int32_t Session::greedy_next(bool more) {
+  if (!greedy_running_ || greedy_queued_ != 1) fail("internal: greedy_next() without a greedy step queued");
+  const int slots = backend::Backend::kReadBackSlots;
+  int32_t id = 0;
+  bool decoded = false;
+  try {
+    if (more && !context_full()) {
+      model_.queue_greedy(*state_, -1, (greedy_oldest_slot_ + 1) % slots);
+      ++greedy_queued_;
+      decoded = true;
+    }
+    id = model_.greedy_token(greedy_oldest_slot_);
+  } catch (...) {
+    greedy_failed();
+  }
+  --greedy_queued_;
+  greedy_oldest_slot_ = (greedy_oldest_slot_ + 1) % slots;
+  if (decoded) tokens_.push_back(id);
+  const auto now = std::chrono::steady_clock::now();
+  if (on_step)
+    on_step(1, static_cast<uint64_t>(
+                   std::chrono::duration_cast<std::chrono::nanoseconds>(now - greedy_last_).count()));
+  greedy_last_ = now;
+  if (!decoded) greedy_running_ = false;
+  return id;
+}
+
+void Session::greedy_finish() {
+  if (!greedy_running_) return;
+  if (greedy_queued_ > 0) (void)greedy_next(false);
+  greedy_running_ = false;
+}
+
 size_t Session::begin_prefill(std::span<const int32_t> tokens) { return start_prefill(tokens, true); }
 
 size_t Session::start_prefill(std::span<const int32_t> tokens, bool full_hit_ok) {
+  check_no_greedy_run("a prefill");
   if (tokens.empty()) fail("cannot evaluate an empty prompt");
   if (static_cast<int>(tokens.size()) > n_ctx_)
     fail(
@@ -125,6 +202,7 @@ std::span<const float> Session::prefill(std::span<const int32_t> tokens, models:
 }
 
 void Session::check_decode(int32_t token) const {
+  check_no_greedy_run("a decode");
   if (context_full()) fail("the context is full ({} tokens): raise the context size (-c)", n_ctx_);
   if (token < 0 || token >= model_.info().n_vocab) fail("token {} is outside the vocabulary", token);
 }

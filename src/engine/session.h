@@ -5,6 +5,7 @@
 // from token 0 — unless keep_prompt_snapshot() is on: then the state at the end of the last prefilled prompt
 // is kept, and a new prompt that extends that prompt resumes from it (a chat's next turn re-renders the
 // reply, which seldom tokenizes as it was generated, but always starts with the previous turn's prompt).
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,6 +37,22 @@ class Session {
   size_t prefill_left() const { return pending_.size() - pending_at_; }
   // Appends one token and returns the logits after it.
   std::span<const float> decode(int32_t token, models::ForwardCapture* capture = nullptr);
+  // Greedy decoding queued ahead of the host (generate() with a plain greedy sampler, bench): the argmax of
+  // each step's logits is taken on the model's backend and fed to the next step, which is queued before the
+  // previous token has come back, so that a GPU does not wait for the host between tokens.
+  // greedy_start(token) queues decode(token); each greedy_next(more) first queues, when `more` and the
+  // context has room, the step that decodes the token the queued step is computing, then waits for that
+  // token and returns it; greedy_finish() waits for a step still queued and ends the run. The ids are those
+  // of a loop of decode() and Sampler::argmax, and the state holds tokens() as decode() would leave it; a
+  // step queued for a token the caller then stops at has run, so tokens() includes that token. logits() is
+  // not meaningful after a greedy run. greedy_ahead(): whether this session takes that path (the model can,
+  // and its backend gains by it; set_greedy_ahead(true) forces it where the model can, for tests;
+  // DF_GREEDY_AHEAD=0 in the environment turns it off, for comparisons).
+  bool greedy_ahead() const { return greedy_ahead_; }
+  void set_greedy_ahead(bool on) { greedy_ahead_ = on && model_.queues_greedy(); }
+  void greedy_start(int32_t token);
+  int32_t greedy_next(bool more);
+  void greedy_finish();
   void reset();  // forgets the sequence and the snapshot
   // Keeps a copy of the state at the end of every prefill (one more state's KV and recurrent memory,
   // allocated here once). For chat.
@@ -72,6 +89,9 @@ class Session {
   std::span<const int32_t> next_chunk(size_t n) const;
   void chunk_done(size_t n);
   void run_forward(std::span<const int32_t> tokens, models::ForwardCapture* capture);
+  // A greedy step queued or a token taken failed: the state is unusable (as run_forward's failure).
+  [[noreturn]] void greedy_failed();
+  void check_no_greedy_run(const char* what) const;
 
   models::Model& model_;
   std::unique_ptr<models::ModelState> state_;
@@ -84,6 +104,11 @@ class Session {
   std::vector<float> logits_;
   bool have_logits_ = false;
   SessionStats stats_;
+  bool greedy_ahead_ = false;
+  int greedy_queued_ = 0;       // greedy steps queued whose token has not been taken (0 or 1 between calls)
+  int greedy_oldest_slot_ = 0;  // the read-back slot of the oldest of them
+  bool greedy_running_ = false;
+  std::chrono::steady_clock::time_point greedy_last_;  // when the last token was taken (on_step's time)
 };
 
 // Several sessions of one model advanced in ONE forward (Model::forward_many): each one's next decoded token,

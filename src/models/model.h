@@ -119,6 +119,18 @@ class Model {
   // it, and the states must be distinct, before any state is touched; if it throws later, every state of
   // the batch must be reset() before reuse. No capture: routing and residuals are a single sequence's.
   virtual void forward_many(std::span<const SequenceStep> steps) = 0;
+  // Greedy decoding queued ahead of the host (Session::greedy_start). queue_greedy runs one token at
+  // state.n_past as forward() does (the same checks and bits), but takes the argmax of its logits where
+  // they are instead of reading them back: it keeps that id on the backend for the next queue_greedy with
+  // token < 0 (which takes it as its token), queues its read-back into the backend's read-back slot `slot`,
+  // advances n_past and returns without waiting. greedy_token(slot) waits for that id. Between a
+  // queue_greedy and the next, no other forward may run on this model. df::Error where the model cannot
+  // (a layer split); queues_greedy() says which.
+  virtual bool queues_greedy() const { return false; }
+  // Whether queuing ahead gains anything here (the backend computes apart from the host: a GPU).
+  virtual bool greedy_runs_ahead() const { return false; }
+  virtual void queue_greedy(ModelState& state, int32_t token, int slot);
+  virtual int32_t greedy_token(int slot);
   virtual ExpertProvider& experts() = 0;
   // Every later forward reports its routing to `sink` (null: to nobody). The sink must outlive its use.
   virtual void set_routing_sink(RoutingSink* sink) = 0;

@@ -28,6 +28,16 @@ void check_forward_args(std::string_view arch, const ModelState& st, std::span<c
       fail("{}: token id {} is out of range (vocabulary of {})", arch, id, n_vocab);
 }
 
+void Model::queue_greedy(ModelState&, int32_t, int) {
+  fail("{}: this model cannot queue greedy steps ahead (a layer split): decode one token at a time",
+       info().arch);
+}
+
+int32_t Model::greedy_token(int) {
+  fail("{}: this model cannot queue greedy steps ahead (a layer split): decode one token at a time",
+       info().arch);
+}
+
 uint64_t step_key(const SequenceBatch& batch, size_t n_logits) {
   // FNV-1a over the fields: a key only has to differ when they do.
   uint64_t h = 1469598103934665603ull;
@@ -41,6 +51,7 @@ uint64_t step_key(const SequenceBatch& batch, size_t n_logits) {
     mix(static_cast<uint64_t>(s.logit_rows));
   }
   mix(static_cast<uint64_t>(n_logits));
+  mix(batch.greedy_slot >= 0 ? 1u : 0u);  // a greedy step ends with the argmax
   return h;
 }
 

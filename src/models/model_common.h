@@ -78,7 +78,10 @@ void run_trunk(backend::Backend& be, const TrunkWeights& w, const SequenceBatch&
       b.tokens_host[r] = s.tokens[static_cast<size_t>(t)];
     }
   be.upload(b.pos.view(), b.pos_host.data(), static_cast<size_t>(T));
-  be.upload(b.tokens.view(), b.tokens_host.data(), static_cast<size_t>(T));
+  if (!batch.token_on_device) be.upload(b.tokens.view(), b.tokens_host.data(), static_cast<size_t>(T));
+  const bool greedy = batch.greedy_slot >= 0;
+  if (greedy && (T != 1 || batch.segments.size() != 1 || !embeds || !heads))
+    fail("internal: a greedy step queued ahead is one token of one sequence through the whole model");
   if (embeds) begin_capture(capture, n_moe, T, k, n_layer, H);
   if (!embeds) be.upload(b.x.view(), stage.hidden.data(), hidden_floats);
 
@@ -107,8 +110,16 @@ void run_trunk(backend::Backend& be, const TrunkWeights& w, const SequenceBatch&
     }
     be.matmul(w.output, b.xn.view(), batch.logit_rows, b.logits.view(), b.scratch.view());
     if (w.logit_softcap != 0.0f) be.softcap(b.logits.view(), static_cast<int64_t>(n_logits), w.logit_softcap);
+    // The next greedy step's token, where its get_rows reads it.
+    if (greedy) be.argmax(b.logits.view(), 1, n_vocab, b.tokens.view());
   }
   if (step) step->end();
+  if (greedy) {
+    be.queue_read_back(batch.greedy_slot, backend::Buf<const uint8_t>(b.tokens.view().bytes()),
+                       sizeof(int32_t));
+    batch.segments.front().state->n_past += 1;
+    return;
+  }
   if (!heads) be.download(stage.hidden.data(), backend::Buf<const float>(b.x.view()), hidden_floats);
   int64_t out = 0;
   for (const BatchSegment& s : batch.segments) {

@@ -89,14 +89,53 @@ void MoeModelBase::forward(ModelState& state, std::span<const int32_t> tokens, s
                            bool all_rows, ForwardCapture* capture) {
   check_whole();
   const SequenceStep one{&state, tokens, logits, all_rows};
+  greedy_state_ = nullptr;  // this forward may overwrite the token a greedy step left
   make_batch(std::span(&one, 1));
   run_batch(batch_, capture);
 }
 
 void MoeModelBase::forward_many(std::span<const SequenceStep> steps) {
   check_whole();
+  greedy_state_ = nullptr;
   make_batch(steps);
   run_batch(batch_, nullptr);
+}
+
+void MoeModelBase::queue_greedy(ModelState& state, int32_t token, int slot) {
+  check_whole();
+  if (slot < 0 || slot >= backend::Backend::kReadBackSlots)
+    fail("{}: greedy read-back slot {} (slots 0..{})", info_.arch, slot,
+         backend::Backend::kReadBackSlots - 1);
+  MoeSequenceState* own = own_state(state);
+  if (!own) fail("{}: queue_greedy() was given a state made by another model", info_.arch);
+  // The token given, or a placeholder that passes the checks (the step reads the id its predecessor left).
+  const int32_t one[1] = {token < 0 ? 0 : token};
+  if (token < 0 && greedy_state_ != own)
+    fail("{}: a greedy step without a token follows a greedy step of the same state", info_.arch);
+  // make_batch's checks want a logits span; the step writes none (allocated once, never per step).
+  greedy_logits_.resize(static_cast<size_t>(info_.n_vocab));
+  const SequenceStep step{&state, one, greedy_logits_, false};
+  make_batch(std::span(&step, 1));
+  batch_.greedy_slot = slot;
+  batch_.token_on_device = token < 0;
+  struct Clear {
+    SequenceBatch& b;
+    ~Clear() {
+      b.greedy_slot = -1;
+      b.token_on_device = false;
+    }
+  } clear{batch_};
+  greedy_state_ = nullptr;  // until this step is queued
+  run_batch(batch_, nullptr);
+  greedy_state_ = own;
+}
+
+int32_t MoeModelBase::greedy_token(int slot) {
+  int32_t id = 0;
+  backend_->read_back(slot, &id, sizeof id);
+  if (id < 0 || id >= info_.n_vocab)
+    fail("{}: the device's greedy token {} is outside the vocabulary", info_.arch, id);
+  return id;
 }
 
 void MoeModelBase::forward_stage(std::span<const SequenceStep> steps, std::span<float> hidden,

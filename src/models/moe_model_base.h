@@ -33,6 +33,10 @@ class MoeModelBase : public Model {
   void forward(ModelState& state, std::span<const int32_t> tokens, std::span<float> logits, bool all_rows,
                ForwardCapture* capture = nullptr) final;
   void forward_many(std::span<const SequenceStep> steps) final;
+  bool queues_greedy() const final { return first_layer_ == 0 && end_layer_ == info_.n_layer; }
+  bool greedy_runs_ahead() const final { return backend_->runs_ahead_of_host(); }
+  void queue_greedy(ModelState& state, int32_t token, int slot) final;
+  int32_t greedy_token(int slot) final;
 
   // One stage of a layer split (models/layer_split.h): forward_many() over this model's layers only
   // (LoadOptions::first_layer/end_layer), x taken from `hidden` unless the stage starts at layer 0 and left
@@ -165,6 +169,10 @@ class MoeModelBase : public Model {
   // then batch_ refilled from the steps.
   void make_batch(std::span<const SequenceStep> steps);
   SequenceBatch batch_;
+  // queue_greedy: the state whose work buffers hold the token its last greedy step left (none once another
+  // forward ran), and the logits span make_batch's checks want.
+  MoeSequenceState* greedy_state_ = nullptr;
+  std::vector<float> greedy_logits_;
   int requested_end_layer_ = -1;  // LoadOptions::end_layer, until bind_tensors resolves it
   int guess_layers_ = 0;          // MoE layers after this stage whose routing bind_tensors loaded
   ExpertProvider* read_ahead_experts_ = nullptr;  // set_read_ahead_experts

@@ -114,6 +114,11 @@ struct SequenceBatch {
   std::vector<BatchSegment> segments;  // kept by the model and refilled: no allocation per step
   int64_t T = 0, logit_rows = 0;
   MoeSequenceState* work = nullptr;
+  // Greedy decoding queued ahead (Model::queue_greedy; one sequence, one token): >= 0, the logits' argmax
+  // is left in the work state's token ids for the next such forward and read back into this read-back slot
+  // instead of the logits.
+  int greedy_slot = -1;
+  bool token_on_device = false;  // the token is the work state's token id as the last greedy forward left it
 };
 
 class MoeSequenceState : public ModelState {

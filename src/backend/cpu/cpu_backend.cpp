@@ -9,6 +9,7 @@
 #include "backend/cpu/gemm_tiling.h"
 #include "backend/cpu/host_record_slots.h"
 #include "backend/cpu/kernels/weight_streams.h"
+#include "util/argmax.h"
 #include "util/error.h"
 #include "util/huge_page_buffer.h"
 
@@ -53,6 +54,15 @@ void CpuBackend::gather_rows(Buf<const float> table_buf, int64_t width, Buf<cons
     std::memcpy(out + i * width, table + static_cast<int64_t>(ids[i]) * width,
                 static_cast<size_t>(width) * sizeof(float));
   }
+}
+
+void CpuBackend::argmax(Buf<const float> x_buf, int64_t rows, int64_t n, Buf<int32_t> ids_buf) {
+  const auto timer = timed({"argmax"});
+  if (rows <= 0) return;
+  if (n <= 0) fail("argmax: rows of {} values", n);
+  const float* x = detail::raw(x_buf.first(static_cast<size_t>(rows * n)));
+  int32_t* ids = detail::raw(ids_buf.first(static_cast<size_t>(rows)));
+  for (int64_t r = 0; r < rows; ++r) ids[r] = first_argmax(std::span(x + r * n, static_cast<size_t>(n)));
 }
 
 void CpuBackend::add_bias_rows(Buf<float> x_buf, Buf<const float> bias_buf, int64_t rows, int64_t n) {
@@ -133,6 +143,25 @@ void CpuBackend::upload(Buf<uint8_t> dst, const void* src, size_t bytes) {
 
 void CpuBackend::download(void* dst, Buf<const uint8_t> src, size_t bytes) {
   if (bytes) std::memcpy(dst, detail::raw(src.first(bytes)), bytes);
+}
+
+namespace {
+void check_read_back(int slot, size_t bytes) {
+  if (slot < 0 || slot >= Backend::kReadBackSlots || bytes > Backend::kReadBackBytes)
+    fail("read-back of {} bytes into slot {}: at most {} bytes into slots 0..{}", bytes, slot,
+         Backend::kReadBackBytes, Backend::kReadBackSlots - 1);
+}
+}  // namespace
+
+void CpuBackend::queue_read_back(int slot, Buf<const uint8_t> src, size_t bytes) {
+  check_read_back(slot, bytes);
+  if (bytes)
+    std::memcpy(read_back_slots_[static_cast<size_t>(slot)].data(), detail::raw(src.first(bytes)), bytes);
+}
+
+void CpuBackend::read_back(int slot, void* dst, size_t bytes) {
+  check_read_back(slot, bytes);
+  if (bytes) std::memcpy(dst, read_back_slots_[static_cast<size_t>(slot)].data(), bytes);
 }
 
 void CpuBackend::copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) {

@@ -10,6 +10,7 @@
 // The grouped ops (matmul_many, ffn) run several products as one parallel job: a decode step's matrices are
 // small (a MoE expert of a 1-2B-active model is a few hundred KB), so splitting each product over the
 // threads separately would spend more on waking and waiting than on computing.
+#include <array>
 #include <atomic>
 #include <memory>
 #include <span>
@@ -48,6 +49,8 @@ class CpuBackend : public Backend {
   void download(void* dst, Buf<const uint8_t> src, size_t bytes) override;
   void copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) override;
   void fill_zero(Buf<uint8_t> dst, size_t bytes) override;
+  void queue_read_back(int slot, Buf<const uint8_t> src, size_t bytes) override;
+  void read_back(int slot, void* dst, size_t bytes) override;
   using Backend::copy;
   using Backend::download;
   using Backend::fill_zero;
@@ -65,6 +68,7 @@ class CpuBackend : public Backend {
   void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) override;
   void gather_rows(Buf<const float> table, int64_t width, Buf<const int32_t> ids, int64_t n,
                    Buf<float> out) override;
+  void argmax(Buf<const float> x, int64_t rows, int64_t n, Buf<int32_t> ids) override;
 
   // Products that read the same x (for the same activation format) share its quantization.
   static constexpr size_t kMaxMatmulTasks = 8;
@@ -143,6 +147,7 @@ class CpuBackend : public Backend {
 
   OpProfile profile_{"DF_CPU_PROFILE", "cpu op profile"};
   ThreadPool pool_;
+  std::array<std::array<uint8_t, kReadBackBytes>, kReadBackSlots> read_back_slots_{};
   kernels::SimdLevel level_;
   // Grown on demand by the grouped ops, never shrunk, so that a warm decode loop allocates nothing.
   std::vector<uint8_t> act_scratch_;

@@ -84,6 +84,13 @@ CudaBackend::CudaBackend(int device_index, int host_threads)
              "cudaHostAlloc (error word)");
   std::memset(error_word_host_, 0, sizeof(cuda::DeviceError));
   check_cuda(cudaHostGetDevicePointer(&error_word_device_, error_word_host_, 0), "cudaHostGetDevicePointer");
+  check_cuda(cudaHostAlloc(&read_back_host_, kReadBackSlots * kReadBackBytes, cudaHostAllocDefault),
+             "cudaHostAlloc (read-back slots)");
+  for (void*& event : read_back_events_) {
+    cudaEvent_t e = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (read-back)");
+    event = e;
+  }
   graph_.init();
   if (profile_.on()) graph_.set_enabled(false);  // the profile synchronises after every op
   timeline_ = cuda::LinkTimeline::from_env(device_, stream_);
@@ -103,6 +110,9 @@ CudaBackend::~CudaBackend() {
     if (slot.host) (void)cudaFreeHost(slot.host);
   }
   if (error_word_host_) (void)cudaFreeHost(error_word_host_);
+  for (void* event : read_back_events_)
+    if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  if (read_back_host_) (void)cudaFreeHost(read_back_host_);
   if (stream_) (void)cudaStreamDestroy(as_stream(stream_));
 }
 
@@ -244,6 +254,9 @@ void CudaBackend::begin_step(uint64_t key) {
 }
 
 void CudaBackend::end_step() {
+  // Where the device reaches the step's graph (or the end of its eager launches): with the download's mark,
+  // the device's busy time of a step and the host's gap between two steps.
+  if (timeline_) timeline_->mark("graph", stream_);
   graph_.end(generation_, stream_);
   if (timeline_) timeline_->mark("step_end", nullptr);
 }
@@ -275,6 +288,44 @@ void CudaBackend::download(void* dst, Buf<const uint8_t> src, size_t bytes) {
         "cudaMemcpyAsync (download)");
   synchronize();
   if (timeline_) timeline_->mark("downloaded", nullptr);
+}
+
+namespace {
+void check_read_back(int slot, size_t bytes) {
+  if (slot < 0 || slot >= Backend::kReadBackSlots || bytes > Backend::kReadBackBytes)
+    fail("cuda backend: read-back of {} bytes into slot {}: at most {} bytes into slots 0..{}", bytes, slot,
+         Backend::kReadBackBytes, Backend::kReadBackSlots - 1);
+}
+}  // namespace
+
+void CudaBackend::queue_read_back(int slot, Buf<const uint8_t> src, size_t bytes) {
+  check_read_back(slot, bytes);
+  graph_.unreplayable("a read-back");
+  if (bytes > src.size())
+    fail("cuda backend: read-back of {} bytes from a buffer view of {}", bytes, src.size());
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  if (timeline_) timeline_->mark("download", stream_);
+  auto* dst = static_cast<uint8_t*>(read_back_host_) + static_cast<size_t>(slot) * kReadBackBytes;
+  if (bytes > 0)
+    check_cuda(
+        cudaMemcpyAsync(dst, BufferAccess::raw(src), bytes, cudaMemcpyDeviceToHost, as_stream(stream_)),
+        "cudaMemcpyAsync (read-back)");
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(read_back_events_[static_cast<size_t>(slot)]),
+                             as_stream(stream_)),
+             "cudaEventRecord (read-back)");
+}
+
+void CudaBackend::read_back(int slot, void* dst, size_t bytes) {
+  check_read_back(slot, bytes);
+  check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(read_back_events_[static_cast<size_t>(slot)])),
+             "cudaEventSynchronize (read-back)");
+  if (timeline_) timeline_->mark("downloaded", nullptr);
+  // The kernels before the copy wrote their failures (if any) to the mapped error word by now.
+  check_error_word();
+  if (bytes)
+    std::memcpy(dst,
+                static_cast<const uint8_t*>(read_back_host_) + static_cast<size_t>(slot) * kReadBackBytes,
+                bytes);
 }
 
 void CudaBackend::copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) {

@@ -6,6 +6,7 @@
 // This header has no CUDA types in it, so that plain C++ (the factory, tests) can include it; the kernels and
 // their launchers live in the .cu files of this folder (kernels.h), the host-side checks and orchestration
 // in the .cpp files.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -42,6 +43,9 @@ class CudaBackend final : public Backend {
   void download(void* dst, Buf<const uint8_t> src, size_t bytes) override;
   void copy(Buf<uint8_t> dst, Buf<const uint8_t> src, size_t bytes) override;
   void fill_zero(Buf<uint8_t> dst, size_t bytes) override;
+  void queue_read_back(int slot, Buf<const uint8_t> src, size_t bytes) override;
+  void read_back(int slot, void* dst, size_t bytes) override;
+  bool runs_ahead_of_host() const override { return true; }
   using Backend::copy;
   using Backend::download;
   using Backend::fill_zero;
@@ -81,6 +85,7 @@ class CudaBackend final : public Backend {
   void get_rows(const Weight& table, Buf<const int32_t> ids, int64_t n, Buf<float> out) override;
   void gather_rows(Buf<const float> table, int64_t width, Buf<const int32_t> ids, int64_t n,
                    Buf<float> out) override;
+  void argmax(Buf<const float> x, int64_t rows, int64_t n, Buf<int32_t> ids) override;
 
   void rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
                 Buf<float> y) override;
@@ -215,6 +220,9 @@ class CudaBackend final : public Backend {
   // host reads after each synchronisation, so that checking costs no transfer.
   void* error_word_host_ = nullptr;
   void* error_word_device_ = nullptr;
+  // queue_read_back's slots: pinned host memory, each with the event recorded after its copy.
+  void* read_back_host_ = nullptr;
+  std::array<void*, kReadBackSlots> read_back_events_{};
   Scratch act_scratch_, ffn_scratch_, desc_scratch_, attn_scratch_, routed_scratch_;
   Scratch route_counter_;  // norm_route's count of finished blocks (zero between launches)
   OpProfile profile_{"DF_CUDA_PROFILE", "cuda op profile (each op synchronised)"};

@@ -551,14 +551,12 @@ void launch_ffn_down(const FfnShape& s, const FfnDesc* descs, const FfnItem* ite
         launch_kernel(ffn_down_kernel<T, NC, true, false, kQuantWarps>,
                       matvec_grid(s.n_out, kQuantWarps, n_items), kQuantWarps * kWarp, quant_smem, stream, s,
                       descs, items, qh, qh_stride, out, out_rows_total, err, h_raw, RoutedSource{});
-      else {
-        const bool stage = stages_act_row<T>(NC, s.n_ff);
-        launch_kernel(stage ? ffn_down_kernel<T, NC, false, false, kWarpsPerBlock, stages_act(T::kType, NC)>
-                            : ffn_down_kernel<T, NC, false, false>,
-                      grid, kWarpsPerBlock * kWarp, stage ? act_row_stride(GgmlType::Q8_0, s.n_ff) : 0,
-                      stream, s, descs, items, qh, qh_stride, out, out_rows_total, err, nullptr,
-                      RoutedSource{});
-      }
+      else
+        with_act_staging<T, NC>(s.n_ff, [&]<bool kStage>(size_t smem) {
+          launch_kernel(ffn_down_kernel<T, NC, false, false, kWarpsPerBlock, kStage>, grid,
+                        kWarpsPerBlock * kWarp, smem, stream, s, descs, items, qh, qh_stride, out,
+                        out_rows_total, err, nullptr, RoutedSource{});
+        });
     });
   });
   check_launch("ffn down kernel");

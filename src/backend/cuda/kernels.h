@@ -355,6 +355,8 @@ void launch_swiglu(const float* gate, const float* up, int64_t n, float* y, cuda
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream);
 void launch_add_bias_rows(float* x, const float* bias, int64_t rows, int64_t n, cudaStream_t stream);
 void launch_scale(float* x, int64_t n, float s, cudaStream_t stream);
+// ids[r] = util/argmax.h's first_argmax of row r of x (rows of n floats) (argmax.cu).
+void launch_argmax(const float* x, int64_t rows, int64_t n, int32_t* ids, cudaStream_t stream);
 void launch_mul_rows(float* x, const float* w, int64_t rows, int64_t n, cudaStream_t stream);
 // x[i] = tanhf(x[i] * r) * cap, r = 1.0f / cap as the host computed it.
 void launch_softcap(float* x, int64_t n, float r, float cap, cudaStream_t stream);

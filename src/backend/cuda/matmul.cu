@@ -227,13 +227,12 @@ void launch_matmul(GgmlType w_type, const uint8_t* w, size_t row_bytes, int64_t 
                       matvec_grid(n_out, kQuantWarps, (cols + nc - 1) / nc), kQuantWarps * kWarp, quant_smem,
                       stream, w, row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, x_raw,
                       accumulate);
-      else {
-        const bool stage = stages_act_row<T>(NC, n_in);
-        launch_kernel(stage ? matmul_kernel<T, NC, false, kWarpsPerBlock, stages_act(T::kType, NC)>
-                            : matmul_kernel<T, NC, false>,
-                      grid, kWarpsPerBlock * kWarp, stage ? act_row_stride(GgmlType::Q8_0, n_in) : 0, stream,
-                      w, row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, nullptr, accumulate);
-      }
+      else
+        with_act_staging<T, NC>(n_in, [&]<bool kStage>(size_t smem) {
+          launch_kernel(matmul_kernel<T, NC, false, kWarpsPerBlock, kStage>, grid, kWarpsPerBlock * kWarp,
+                        smem, stream, w, row_bytes, n_out, n_in, act, act_stride, cols, y, y_stride, nullptr,
+                        accumulate);
+        });
     });
   });
   check_launch("matmul kernel");
@@ -258,13 +257,11 @@ void launch_matmul_group(GgmlType w_type, MatmulGroup g, int64_t n_in, const uin
       if (x_raw)
         launch_kernel(matmul_group_kernel<T, NC, true, kWarps>, grid, kWarps * kWarp, quant_smem, stream, g,
                       n_in, act, act_stride, cols, x_raw);
-      else {
-        const bool stage = stages_act_row<T>(NC, n_in);
-        launch_kernel(stage ? matmul_group_kernel<T, NC, false, kWarpsPerBlock, stages_act(T::kType, NC)>
-                            : matmul_group_kernel<T, NC, false>,
-                      grid, kWarpsPerBlock * kWarp, stage ? act_row_stride(GgmlType::Q8_0, n_in) : 0, stream,
-                      g, n_in, act, act_stride, cols, nullptr);
-      }
+      else
+        with_act_staging<T, NC>(n_in, [&]<bool kStage>(size_t smem) {
+          launch_kernel(matmul_group_kernel<T, NC, false, kWarpsPerBlock, kStage>, grid,
+                        kWarpsPerBlock * kWarp, smem, stream, g, n_in, act, act_stride, cols, nullptr);
+        });
     });
   });
   check_launch("matmul group kernel");

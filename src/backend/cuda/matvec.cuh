@@ -407,6 +407,18 @@ bool stages_act_row(int nc, int64_t n_in) {
   return stages_act(T::kType, nc) && n_in > int64_t{T::kChunkBlocks} * T::kBlockValues &&
          act_row_stride(GgmlType::Q8_0, n_in) <= kStagedActBytes;
 }
+// The launch choice of every one-row product with an already quantized input: f.template operator()<kStage>(
+// smem) with kStage and the row's shared memory where stages_act_row picks staging, else false and 0 bytes.
+template <class T, int NC, class F>
+void with_act_staging(int64_t n_in, F&& f) {
+  if constexpr (stages_act(T::kType, NC)) {
+    if (stages_act_row<T>(NC, n_in)) {
+      f.template operator()<true>(act_row_stride(GgmlType::Q8_0, n_in));
+      return;
+    }
+  }
+  f.template operator()<false>(size_t{0});
+}
 // The block copies the Q8_0 row at src (16-byte aligned, act_row_stride bytes) to dst and waits for it, and
 // for every copy its threads have in flight. Every thread of the block must call it.
 __device__ __forceinline__ void stage_act_row(const uint8_t* src, int64_t n_in, uint8_t* dst) {

@@ -111,6 +111,16 @@ void CudaBackend::gather_rows(Buf<const float> table, int64_t width, Buf<const i
                         as_stream(stream_));
 }
 
+void CudaBackend::argmax(Buf<const float> x, int64_t rows, int64_t n, Buf<int32_t> ids) {
+  const auto timer = timed({"argmax"});
+  if (rows <= 0) return;
+  if (n <= 0 || n > INT32_MAX) fail("argmax: rows of {} values", n);
+  need(x, rows * n, "argmax input");
+  need(ids, rows, "argmax output");
+  if (skip_op("argmax", BA::raw(ids), rows, n)) return;
+  cuda::launch_argmax(BA::raw(x), rows, n, BA::raw(ids), as_stream(stream_));
+}
+
 void CudaBackend::rms_norm(Buf<const float> x, int64_t rows, int64_t n, Buf<const float> weight, float eps,
                            Buf<float> y) {
   normed_rows(x, rows, n, weight, eps, y, false);
