@@ -15,7 +15,8 @@ Session::Session(models::Model& model, int n_ctx, int n_batch)
   if (n_batch < 1) fail("batch size -b {} must be at least 1", n_batch);
   state_ = model.new_state(n_ctx);
   const char* ahead = std::getenv("DF_GREEDY_AHEAD");
-  set_greedy_ahead(model.greedy_runs_ahead() && !(ahead && std::string_view(ahead) == "0"));
+  const std::string_view forced = ahead ? ahead : "";
+  set_greedy_ahead(forced == "1" || (forced != "0" && model.greedy_runs_ahead()));
   logits_.resize(static_cast<size_t>(model.info().n_vocab));
   tokens_.reserve(static_cast<size_t>(n_ctx));
   pending_.reserve(static_cast<size_t>(n_ctx));

@@ -47,7 +47,7 @@ class Session {
   // step queued for a token the caller then stops at has run, so tokens() includes that token. logits() is
   // not meaningful after a greedy run. greedy_ahead(): whether this session takes that path (the model can,
   // and its backend gains by it; set_greedy_ahead(true) forces it where the model can, for tests;
-  // DF_GREEDY_AHEAD=0 in the environment turns it off, for comparisons).
+  // DF_GREEDY_AHEAD=0 / 1 in the environment turns it off / on where the model can, for comparisons).
   bool greedy_ahead() const { return greedy_ahead_; }
   void set_greedy_ahead(bool on) { greedy_ahead_ = on && model_.queues_greedy(); }
   void greedy_start(int32_t token);
