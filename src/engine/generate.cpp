@@ -1,6 +1,7 @@
 #include "engine/generate.h"
 
 #include <chrono>
+#include <optional>
 
 namespace df {
 
@@ -20,6 +21,18 @@ const char* stop_reason_name(StopReason r) {
 
 namespace {
 
+// Adds `token` to the result and says whether generation ends at it, before any decode of it (the caller's
+// checks, in this order: end-of-generation token, on_token, the token limit).
+std::optional<StopReason> take_token(const GenerateOptions& options, GenerationResult& result,
+                                     int32_t token) {
+  result.tokens.push_back(token);
+  if (options.is_stop && options.is_stop(token)) return StopReason::EndOfGeneration;
+  if (options.on_token && !options.on_token(token)) return StopReason::Caller;
+  if (options.n_predict > 0 && static_cast<int>(result.tokens.size()) >= options.n_predict)
+    return StopReason::TokenLimit;
+  return std::nullopt;
+}
+
 // The loop below with each step queued before the previous token has come back (Session::greedy_start):
 // the same tokens and stop reasons. A step is queued for each token before the caller's checks have seen
 // it; when they stop at it, that step has run (the session's tokens include the token).
@@ -37,17 +50,8 @@ void generate_ahead(Session& session, Sampler& sampler, int32_t token, const Gen
     }
   } finish{session};
   for (;;) {
-    result.tokens.push_back(token);
-    if (options.is_stop && options.is_stop(token)) {
-      result.reason = StopReason::EndOfGeneration;
-      break;
-    }
-    if (options.on_token && !options.on_token(token)) {
-      result.reason = StopReason::Caller;
-      break;
-    }
-    if (options.n_predict > 0 && static_cast<int>(result.tokens.size()) >= options.n_predict) {
-      result.reason = StopReason::TokenLimit;
+    if (const auto stop = take_token(options, result, token)) {
+      result.reason = *stop;
       break;
     }
     if (!started) {
@@ -102,17 +106,8 @@ GenerationResult generate(Session& session, Sampler& sampler, std::span<const in
   }
   for (int step = 0;; ++step) {
     int32_t token = sampler.sample(logits);
-    result.tokens.push_back(token);
-    if (options.is_stop && options.is_stop(token)) {
-      result.reason = StopReason::EndOfGeneration;
-      break;
-    }
-    if (options.on_token && !options.on_token(token)) {
-      result.reason = StopReason::Caller;
-      break;
-    }
-    if (options.n_predict > 0 && static_cast<int>(result.tokens.size()) >= options.n_predict) {
-      result.reason = StopReason::TokenLimit;
+    if (const auto stop = take_token(options, result, token)) {
+      result.reason = *stop;
       break;
     }
     if (session.context_full()) {
