@@ -251,6 +251,12 @@ class Backend {
   static constexpr int kReadBackSlots = 4;
   virtual void queue_read_back(int slot, Buf<const uint8_t> src, size_t bytes) = 0;
   virtual void read_back(int slot, void* dst, size_t bytes) = 0;
+  // Both's check of their arguments: df::Error for a slot or size out of range.
+  static void check_read_back(int slot, size_t bytes) {
+    if (slot < 0 || slot >= kReadBackSlots || bytes > kReadBackBytes)
+      fail("read-back of {} bytes into slot {}: at most {} bytes into slots 0..{}", bytes, slot,
+           kReadBackBytes, kReadBackSlots - 1);
+  }
   // Whether the host gains from queuing the next step before the last one's results are read (a GPU: its
   // step then starts without waiting for the host; the CPU backend computes as the ops come).
   virtual bool runs_ahead_of_host() const { return false; }

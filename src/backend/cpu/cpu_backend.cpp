@@ -145,14 +145,6 @@ void CpuBackend::download(void* dst, Buf<const uint8_t> src, size_t bytes) {
   if (bytes) std::memcpy(dst, detail::raw(src.first(bytes)), bytes);
 }
 
-namespace {
-void check_read_back(int slot, size_t bytes) {
-  if (slot < 0 || slot >= Backend::kReadBackSlots || bytes > Backend::kReadBackBytes)
-    fail("read-back of {} bytes into slot {}: at most {} bytes into slots 0..{}", bytes, slot,
-         Backend::kReadBackBytes, Backend::kReadBackSlots - 1);
-}
-}  // namespace
-
 void CpuBackend::queue_read_back(int slot, Buf<const uint8_t> src, size_t bytes) {
   check_read_back(slot, bytes);
   if (bytes)

@@ -290,14 +290,6 @@ void CudaBackend::download(void* dst, Buf<const uint8_t> src, size_t bytes) {
   if (timeline_) timeline_->mark("downloaded", nullptr);
 }
 
-namespace {
-void check_read_back(int slot, size_t bytes) {
-  if (slot < 0 || slot >= Backend::kReadBackSlots || bytes > Backend::kReadBackBytes)
-    fail("cuda backend: read-back of {} bytes into slot {}: at most {} bytes into slots 0..{}", bytes, slot,
-         Backend::kReadBackBytes, Backend::kReadBackSlots - 1);
-}
-}  // namespace
-
 void CudaBackend::queue_read_back(int slot, Buf<const uint8_t> src, size_t bytes) {
   check_read_back(slot, bytes);
   graph_.unreplayable("a read-back");
