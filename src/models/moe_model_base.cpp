@@ -111,7 +111,10 @@ void MoeModelBase::queue_greedy(ModelState& state, int32_t token, int slot) {
   // The token given, or a placeholder that passes the checks (the step reads the id its predecessor left).
   const int32_t one[1] = {token < 0 ? 0 : token};
   if (token < 0 && greedy_state_ != own)
-    fail("{}: a greedy step without a token follows a greedy step of the same state", info_.arch);
+    fail(
+        "{}: a greedy step without a token must follow a greedy step of the same state, with no other "
+        "forward between them",
+        info_.arch);
   // make_batch's checks want a logits span; the step writes none (allocated once, never per step).
   greedy_logits_.resize(static_cast<size_t>(info_.n_vocab));
   const SequenceStep step{&state, one, greedy_logits_, false};
