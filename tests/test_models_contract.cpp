@@ -28,6 +28,7 @@
 #include "models/model.h"
 #include "models_test_util.h"
 #include "read_ahead_rule.h"
+#include "util/argmax.h"
 #include "util/error.h"
 
 namespace df::models {
@@ -312,6 +313,52 @@ TEST_P(MoeModelContract, ForwardRejectsBadCalls) {
   EXPECT_EQ(st->n_past, 0);  // nothing ran
   m->forward(*st, ok, logits, false);
   EXPECT_EQ(st->n_past, 2);
+}
+
+// Greedy steps queued ahead (Model::queue_greedy), on the CPU backend: each step's id is the argmax of the
+// logits forward() gives for the same token, a step without a token takes its predecessor's id, the state
+// ends where forward() leaves it (the next step's logits bit for bit), and misuse fails with a clear error.
+TEST_P(MoeModelContract, GreedyStepsQueuedAheadAreForwardsArgmax) {
+  auto m = load_model(tiny().file(), {});
+  ASSERT_TRUE(m->queues_greedy());
+  EXPECT_FALSE(m->greedy_runs_ahead());  // the CPU computes as the ops come
+  const auto tokens = tiny().teacher_forced_tokens();
+  const auto prompt = std::span<const int32_t>(tokens).first(6);
+  const size_t V = static_cast<size_t>(m->info().n_vocab);
+  std::vector<float> logits(V), a_next(V), b_next(V);
+  auto a = m->new_state(16), b = m->new_state(16);
+  m->forward(*a, prompt, logits, false);
+  int32_t t = first_argmax(logits);
+  const int32_t first = t;
+  std::vector<int32_t> want;
+  for (int i = 0; i < 5; ++i) {
+    m->forward(*a, std::span(&t, 1), logits, false);
+    t = first_argmax(logits);
+    want.push_back(t);
+  }
+  m->forward(*b, prompt, logits, false);
+  auto expect_error = [](const std::function<void()>& f, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected one containing '" << what << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { m->queue_greedy(*b, -1, 0); }, "must follow a greedy step of the same state");
+  expect_error([&] { m->queue_greedy(*b, first, backend::Backend::kReadBackSlots); }, "read-back slot");
+  EXPECT_EQ(b->n_past, 6);  // nothing ran
+  m->queue_greedy(*b, first, 0);
+  std::vector<int32_t> got;
+  for (int i = 0; i < 5; ++i) {
+    if (i + 1 < 5) m->queue_greedy(*b, -1, (i + 1) % backend::Backend::kReadBackSlots);
+    got.push_back(m->greedy_token(i % backend::Backend::kReadBackSlots));
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(b->n_past, a->n_past);
+  m->forward(*a, std::span(&want.back(), 1), a_next, false);
+  m->forward(*b, std::span(&got.back(), 1), b_next, false);
+  EXPECT_EQ(a_next, b_next);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyGoldens, MoeModelContract,
