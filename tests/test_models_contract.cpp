@@ -56,6 +56,16 @@ const MoeGolden kQwen35Moe{"qwen35moe-tiny", {"qwen35moe-tiny", "qwen35moe"}, Gg
 // gtest would otherwise print the parameter as a bare address.
 void PrintTo(const MoeGolden* g, std::ostream* os) { *os << g->name; }
 
+// f() throws a df::Error whose message contains `what`.
+void expect_error(const std::function<void()>& f, const std::string& what) {
+  try {
+    f();
+    ADD_FAILURE() << "no error, expected one containing '" << what << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
 class MoeModelContract : public ::testing::TestWithParam<const MoeGolden*> {
  protected:
   const test_util::GoldenModel& tiny() const { return GetParam()->model; }
@@ -294,14 +304,6 @@ TEST_P(MoeModelContract, ForwardRejectsBadCalls) {
   auto st = m->new_state(4);
   std::vector<float> logits(static_cast<size_t>(n_vocab));
   const std::vector<int32_t> ok = {1, 2}, bad = {1, n_vocab}, neg = {-1}, five = {1, 2, 3, 4, 5};
-  auto expect_error = [](const std::function<void()>& f, const std::string& what) {
-    try {
-      f();
-      ADD_FAILURE() << "no error, expected one containing '" << what << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
   expect_error([&] { m->forward(*st, {}, logits, false); }, "at least one token");
   expect_error([&] { m->forward(*st, bad, logits, false); },
                "token id " + std::to_string(n_vocab) + " is out of range");
@@ -337,14 +339,6 @@ TEST_P(MoeModelContract, GreedyStepsQueuedAheadAreForwardsArgmax) {
     want.push_back(t);
   }
   m->forward(*b, prompt, logits, false);
-  auto expect_error = [](const std::function<void()>& f, const std::string& what) {
-    try {
-      f();
-      ADD_FAILURE() << "no error, expected one containing '" << what << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-    }
-  };
   expect_error([&] { m->queue_greedy(*b, -1, 0); }, "must follow a greedy step of the same state");
   expect_error([&] { m->queue_greedy(*b, first, backend::Backend::kReadBackSlots); }, "read-back slot");
   EXPECT_EQ(b->n_past, 6);  // nothing ran
