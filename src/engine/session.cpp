@@ -23,16 +23,13 @@ Session::Session(models::Model& model, int n_ctx, int n_batch)
 }
 
 void Session::reset() {
-  if (greedy_running_) {
-    // Wait for a step still queued: the state's memory must not be reset under it. Its token is not wanted.
-    for (; greedy_queued_ > 0; --greedy_queued_) {
-      try {
-        (void)model_.greedy_token(greedy_oldest_slot_);
-      } catch (...) {  // the failure that brought us here, or another: the state is reset either way
-      }
-      greedy_oldest_slot_ = (greedy_oldest_slot_ + 1) % backend::Backend::kReadBackSlots;
+  // Wait for a step still queued: the state's memory must not be reset under it. Its token is not wanted.
+  for (; greedy_queued_ > 0; --greedy_queued_) {
+    try {
+      (void)model_.greedy_token(greedy_oldest_slot_);
+    } catch (...) {  // the failure that brought us here, or another: the state is reset either way
     }
-    greedy_running_ = false;
+    greedy_oldest_slot_ = (greedy_oldest_slot_ + 1) % backend::Backend::kReadBackSlots;
   }
   state_->reset();
   tokens_.clear();
@@ -66,7 +63,7 @@ void Session::run_forward(std::span<const int32_t> tokens, models::ForwardCaptur
 }
 
 void Session::check_no_greedy_run(const char* what) const {
-  if (greedy_running_) fail("internal: {} during a greedy run (greedy_finish() first)", what);
+  if (greedy_queued_ > 0) fail("internal: {} during a greedy run (greedy_finish() first)", what);
 }
 
 void Session::greedy_failed() {
@@ -88,13 +85,12 @@ void Session::greedy_start(int32_t token) {
     greedy_failed();
   }
   tokens_.push_back(token);
-  greedy_running_ = true;
   greedy_queued_ = 1;
   greedy_oldest_slot_ = 0;
 }
 
 int32_t Session::greedy_next(bool more) {
-  if (!greedy_running_ || greedy_queued_ != 1) fail("internal: greedy_next() without a greedy step queued");
+  if (greedy_queued_ != 1) fail("internal: greedy_next() without a greedy step queued");
   const int slots = backend::Backend::kReadBackSlots;
   int32_t id = 0;
   bool decoded = false;
@@ -116,14 +112,11 @@ int32_t Session::greedy_next(bool more) {
     on_step(1, static_cast<uint64_t>(
                    std::chrono::duration_cast<std::chrono::nanoseconds>(now - greedy_last_).count()));
   greedy_last_ = now;
-  if (!decoded) greedy_running_ = false;
   return id;
 }
 
 void Session::greedy_finish() {
-  if (!greedy_running_) return;
   if (greedy_queued_ > 0) (void)greedy_next(false);
-  greedy_running_ = false;
 }
 
 size_t Session::begin_prefill(std::span<const int32_t> tokens) { return start_prefill(tokens, true); }

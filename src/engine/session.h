@@ -105,9 +105,10 @@ class Session {
   bool have_logits_ = false;
   SessionStats stats_;
   bool greedy_ahead_ = false;
-  int greedy_queued_ = 0;       // greedy steps queued whose token has not been taken (0 or 1 between calls)
-  int greedy_oldest_slot_ = 0;  // the read-back slot of the oldest of them
-  bool greedy_running_ = false;
+  // Greedy steps queued whose token has not been taken (0 or 1 between calls; a greedy run is under way
+  // while it is 1).
+  int greedy_queued_ = 0;
+  int greedy_oldest_slot_ = 0;                         // the read-back slot of the oldest of them
   std::chrono::steady_clock::time_point greedy_last_;  // when the last token was taken (on_step's time)
 };
 
