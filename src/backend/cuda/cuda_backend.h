@@ -45,10 +45,9 @@ class CudaBackend final : public Backend {
   void fill_zero(Buf<uint8_t> dst, size_t bytes) override;
   void queue_read_back(int slot, Buf<const uint8_t> src, size_t bytes) override;
   void read_back(int slot, void* dst, size_t bytes) override;
-  // Where greedy steps queued ahead would gain (a GPU step need not wait for the host), but the path has not
-  // yet run on a GPU (session 38 got no device): off until `ctest -L gpu` and an A/B have; DF_GREEDY_AHEAD=1
-  // turns it on meanwhile.
-  bool runs_ahead_of_host() const override { return false; }
+  // A GPU step need not wait for the host's argmax and uploads: greedy steps queued ahead took resident
+  // decode from ~595 to ~668 tok/s on an H100 (docs/PERF.md, session 39). DF_GREEDY_AHEAD=0 turns it off.
+  bool runs_ahead_of_host() const override { return true; }
   using Backend::copy;
   using Backend::download;
   using Backend::fill_zero;
