@@ -11,10 +11,10 @@ last = int(sys.argv[2]) if len(sys.argv) > 2 else 100
 ev = [(r['kind'], float(r['host_us']), float(r['start_us']) if r['start_us'] else None) for r in rows]
 busy, gap, host_after, walk = [], [], [], []
 for i, (k, h, d) in enumerate(ev):
-    if k != 'graph': continue
+    if k != 'graph' or d is None: continue  # a step being captured has no device time
     # the next download after this graph, then the next graph
-    j = next((j for j in range(i + 1, len(ev)) if ev[j][0] == 'download'), None)
-    n = next((n for n in range(i + 1, len(ev)) if ev[n][0] == 'graph'), None)
+    j = next((j for j in range(i + 1, len(ev)) if ev[j][0] == 'download' and ev[j][2] is not None), None)
+    n = next((n for n in range(i + 1, len(ev)) if ev[n][0] == 'graph' and ev[n][2] is not None), None)
     if j is None or n is None: continue
     busy.append(ev[j][2] - d)
     gap.append(ev[n][2] - ev[j][2])
@@ -25,6 +25,8 @@ for i, (k, h, d) in enumerate(ev):
         walk.append(ev[n][1] - ev[st][1])
 busy, gap = busy[-last:], gap[-last:]
 med = statistics.median
+host = (f"; host: downloaded->next step {med(host_after[-last:]):.1f} us, step->graph (the walk) "
+        f"{med(walk[-last:]):.1f} us" if host_after else
+        "; host: each step queued before its predecessor's token was read back")
 print(f"tokens {len(busy)}: device busy median {med(busy):.1f} us (min {min(busy):.1f}), gap to next graph median "
-      f"{med(gap):.1f} us (min {min(gap):.1f}); host: downloaded->next step {med(host_after[-last:]):.1f} us, "
-      f"step->graph (the walk) {med(walk[-last:]):.1f} us")
+      f"{med(gap):.1f} us (min {min(gap):.1f}){host}")

@@ -113,6 +113,13 @@ void LinkTimeline::mark(const char* what, void* stream) {
   m.host_ns = host_now();
   m.what = what;
   m.on_device = stream != nullptr;
+  // An event recorded into a stream capture becomes part of the graph, not a time the host can read back
+  // (cudaEventElapsedTime refuses it): a mark reached while a step graph is captured is the host's time only.
+  if (m.on_device) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(as_stream(stream), &capture), "cudaStreamIsCapturing (link timeline)");
+    m.on_device = capture == cudaStreamCaptureStatusNone;
+  }
   if (m.on_device)
     check_cuda(cudaEventRecord(as_event(m.reached), as_stream(stream)), "cudaEventRecord (link timeline)");
 }
