@@ -461,6 +461,71 @@ DF_TIER_INSTANTIATE(Golden, DF_TIER_SUITE(TieredCpuMissesGolden),
                     ::testing::Values("lfm2moe-tiny", "lfm2moe-medium", "lfm2moe-tiny-f16", "qwen3moe-tiny",
                                       "gpt-oss-tiny", "hy_v3-tiny", "gemma4-tiny", "qwen35moe-tiny"));
 
+// Greedy decoding queued ahead of the host (Session::greedy_start: on by default on CUDA, forced on here)
+// through the tiers: each step's routing still comes back to drive the copies while the next step is queued
+// behind it. The ids, the session's tokens and the next decode's logits are the resident decode loop's, bit
+// for bit, with a device tier below one token's experts, read-ahead on, and the host computing the misses
+// where the backend can (--cpu-misses).
+class DF_TIER_SUITE(TieredGreedyAhead) : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DF_TIER_SUITE(TieredGreedyAhead), GivesTheResidentDecodeLoopsTokensAndBits) {
+  const std::string model = GetParam();
+  df::OpenedModel probe;
+  if (!open_resident(model, probe)) GTEST_SKIP() << "no " << DF_TIER_DEVICE << " device";
+  const std::string store = ingest_once(model);
+  const std::vector<int32_t> prompt = teacher_forced_prompt(model);
+  const int top_k = probe.model->info().n_expert_used, steps = 8;
+  const int n_ctx = static_cast<int>(prompt.size()) + steps + 2;
+  const uint64_t record_bytes = store_layout(store).record_bytes;
+  const bool host_experts = probe.backend->max_routed_tokens() > 0;
+  for (bool cpu_misses : {false, true}) {
+    if (cpu_misses && !host_experts) continue;
+    SCOPED_TRACE(::testing::Message() << model << (cpu_misses ? " --cpu-misses" : ""));
+    auto o = tiered_options(store, record_bytes, top_k);
+    o.lookahead = 1;
+    o.cpu_misses = cpu_misses;
+    df::OpenedModel m = df::open_model(o);
+    ASSERT_NE(m.tiers, nullptr);
+    auto r = on_device(options_for(golden_path(model + ".gguf")));
+    r.resident = true;
+    r.prefill_chunk = m.prefill_chunk;  // a GPU's trunk products may depend on the chunk
+    df::OpenedModel resident = df::open_model(r);
+
+    df::Session loop(*resident.model, n_ctx, m.prefill_chunk);
+    loop.set_greedy_ahead(false);
+    int32_t t = df::Sampler::argmax(loop.prefill(prompt));
+    const int32_t first = t;
+    std::vector<int32_t> want;
+    for (int i = 0; i < steps; ++i) {
+      t = df::Sampler::argmax(loop.decode(t));
+      want.push_back(t);
+    }
+
+    df::Session ahead(*m.model, n_ctx, m.prefill_chunk);
+    ahead.set_greedy_ahead(true);
+    ASSERT_TRUE(ahead.greedy_ahead());
+    ahead.prefill(prompt);
+    const uint64_t copies_before = m.tiers->telemetry().total.reads;
+    ahead.greedy_start(first);
+    std::vector<int32_t> got;
+    for (int i = 0; i < steps; ++i) got.push_back(ahead.greedy_next(i + 1 < steps));
+    ahead.greedy_finish();
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(ahead.tokens(), loop.tokens());
+    EXPECT_GT(m.tiers->telemetry().total.reads, copies_before) << "the greedy steps copied no expert up";
+
+    const auto next_loop = loop.decode(want.back());
+    const std::vector<float> expected(next_loop.begin(), next_loop.end());
+    const auto next_ahead = ahead.decode(want.back());
+    ASSERT_EQ(next_ahead.size(), expected.size());
+    EXPECT_EQ(std::memcmp(next_ahead.data(), expected.data(), expected.size() * sizeof(float)), 0);
+  }
+}
+
+DF_TIER_INSTANTIATE(Golden, DF_TIER_SUITE(TieredGreedyAhead),
+                    ::testing::Values("lfm2moe-tiny", "lfm2moe-tiny-f16", "qwen3moe-tiny", "gpt-oss-tiny",
+                                      "hy_v3-tiny", "gemma4-tiny", "qwen35moe-tiny"));
+
 // A device tier below one layer's top-k is refused, naming the size it needs.
 TEST(DF_TIER_SUITE(TieredBudget), ADeviceTierBelowOneLayersTopKIsRefused) {
   df::OpenedModel probe_resident;
