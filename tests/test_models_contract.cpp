@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <functional>
 #include <map>
 #include <ostream>
 #include <set>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels/cpu_features.h"
+#include "error_matchers.h"
 #include "gguf/ggml_types.h"
 #include "gguf/gguf.h"
 #include "models/model.h"
@@ -56,15 +56,7 @@ const MoeGolden kQwen35Moe{"qwen35moe-tiny", {"qwen35moe-tiny", "qwen35moe"}, Gg
 // gtest would otherwise print the parameter as a bare address.
 void PrintTo(const MoeGolden* g, std::ostream* os) { *os << g->name; }
 
-// f() throws a df::Error whose message contains `what`.
-void expect_error(const std::function<void()>& f, const std::string& what) {
-  try {
-    f();
-    ADD_FAILURE() << "no error, expected one containing '" << what << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
-  }
-}
+using df::testing::expect_error;
 
 class MoeModelContract : public ::testing::TestWithParam<const MoeGolden*> {
  protected:
@@ -304,14 +296,14 @@ TEST_P(MoeModelContract, ForwardRejectsBadCalls) {
   auto st = m->new_state(4);
   std::vector<float> logits(static_cast<size_t>(n_vocab));
   const std::vector<int32_t> ok = {1, 2}, bad = {1, n_vocab}, neg = {-1}, five = {1, 2, 3, 4, 5};
-  expect_error([&] { m->forward(*st, {}, logits, false); }, "at least one token");
+  expect_error([&] { m->forward(*st, {}, logits, false); }, {"at least one token"});
   expect_error([&] { m->forward(*st, bad, logits, false); },
-               "token id " + std::to_string(n_vocab) + " is out of range");
-  expect_error([&] { m->forward(*st, neg, logits, false); }, "token id -1 is out of range");
-  expect_error([&] { m->forward(*st, five, logits, false); }, "context full");
-  expect_error([&] { m->forward(*st, ok, logits, true); }, "logits buffer holds");
-  expect_error([&] { other->forward(*st, ok, logits, false); }, "another model");
-  expect_error([&] { m->new_state(0); }, "context size 0");
+               {"token id " + std::to_string(n_vocab) + " is out of range"});
+  expect_error([&] { m->forward(*st, neg, logits, false); }, {"token id -1 is out of range"});
+  expect_error([&] { m->forward(*st, five, logits, false); }, {"context full"});
+  expect_error([&] { m->forward(*st, ok, logits, true); }, {"logits buffer holds"});
+  expect_error([&] { other->forward(*st, ok, logits, false); }, {"another model"});
+  expect_error([&] { m->new_state(0); }, {"context size 0"});
   EXPECT_EQ(st->n_past, 0);  // nothing ran
   m->forward(*st, ok, logits, false);
   EXPECT_EQ(st->n_past, 2);
@@ -339,8 +331,8 @@ TEST_P(MoeModelContract, GreedyStepsQueuedAheadAreForwardsArgmax) {
     want.push_back(t);
   }
   m->forward(*b, prompt, logits, false);
-  expect_error([&] { m->queue_greedy(*b, -1, 0); }, "must follow a greedy step of the same state");
-  expect_error([&] { m->queue_greedy(*b, first, backend::Backend::kReadBackSlots); }, "read-back slot");
+  expect_error([&] { m->queue_greedy(*b, -1, 0); }, {"must follow a greedy step of the same state"});
+  expect_error([&] { m->queue_greedy(*b, first, backend::Backend::kReadBackSlots); }, {"read-back slot"});
   EXPECT_EQ(b->n_past, 6);  // nothing ran
   m->queue_greedy(*b, first, 0);
   std::vector<int32_t> got;
